@@ -1,0 +1,112 @@
+// chorus/communicator.h — a set of ranks that run collectives together.
+//
+// Contract:
+//  - Every rank of a communicator must issue the same collectives in the same order with consistent
+//    arguments (same op, dtype, count, root). An inconsistent call raises MismatchError on the ranks
+//    that see it and aborts the communicator, so the others fail promptly instead of hanging or
+//    returning wrong data. See Note [Collective fingerprint] in src/transport/transport.h.
+//  - Each operation validates its input on the calling thread (InvalidArgumentError, nothing sent),
+//    then returns a Work at once. Operations run in call order, one at a time, on the communicator's
+//    worker thread. Tensors must stay alive and untouched until the Work completes.
+//  - Ranks and roots are ranks of this communicator (0..size()-1). Tensors must be contiguous CPU
+//    tensors (GPU tensors: UnsupportedError until a GPU backend is built).
+//  - No operation blocks forever: each has a deadline (DistConfig::timeout, CHORUS_TIMEOUT). A peer
+//    that dies fails every pending operation with PeerError within seconds. After any failure the
+//    communicator is aborted: later operations fail at once with the first error.
+//  - float16 and bfloat16 reductions accumulate in float32 and round once at the end. avg is the
+//    sum divided by size() (integers: truncated toward zero).
+//  - A size-1 communicator performs every operation as the identity and opens no connection.
+//  - Thread-safety: all methods may be called from any thread; calls from several threads are
+//    serialized in the order they reach the communicator.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/tensor.h"
+#include "chorus/types.h"
+#include "chorus/work.h"
+
+namespace chorus {
+
+namespace detail {
+class CommunicatorState;
+}
+
+// A partition of world ranks into groups, e.g. {{0, 1}, {2, 3}}.
+using RankList = std::vector<std::vector<int>>;
+
+class Communicator {
+ public:
+  using WorkPtr = std::shared_ptr<Work>;
+
+  explicit Communicator(std::shared_ptr<detail::CommunicatorState> state);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  // Among this communicator's members on this node.
+  int localRank() const;
+  int localSize() const;
+  int worldRank() const;
+  int worldSize() const;
+  // World rank of this communicator's first member.
+  int rootRank() const;
+  // Index of this communicator's group in the rank_list that made it, and the number of groups.
+  int groupId() const;
+  int groupSize() const;
+  // The backend that moves the bytes: "void", "tcp", ...
+  std::string backendName() const;
+
+  // Reduces every tensor element-wise across ranks, in place. Several tensors (one dtype) are fused
+  // into one operation: packed, reduced once, unpacked.
+  WorkPtr allreduce(std::vector<Tensor> tensors, ReduceOp op = ReduceOp::kSum);
+  WorkPtr allreduce(Tensor tensor, ReduceOp op = ReduceOp::kSum);
+  // Concatenates every rank's `input` along `axis` in rank order into `output`, whose extent along
+  // `axis` is size() times the input's; all other extents equal.
+  WorkPtr allgather(Tensor input, Tensor output, int axis = 0);
+  // Reduces `input` (numel = size() * output.numel()) across ranks and leaves chunk rank() of the
+  // result (in row-major order) in `output`.
+  WorkPtr reduceScatter(Tensor input, Tensor output, ReduceOp op = ReduceOp::kSum);
+  // Copies `root`'s tensor into every rank's tensor.
+  WorkPtr broadcast(Tensor tensor, int root);
+  // Leaves the reduction in `root`'s tensor; other ranks' tensors are not modified.
+  WorkPtr reduce(Tensor tensor, int root, ReduceOp op = ReduceOp::kSum);
+  // Concatenates every rank's `input` along `axis` into `output` on `root` (output is ignored and
+  // may be empty elsewhere).
+  WorkPtr gather(Tensor input, Tensor output, int root, int axis = 0);
+  // Splits `root`'s `input` along axis 0 into size() equal chunks and writes chunk r into rank r's
+  // `output` (input is ignored and may be empty elsewhere).
+  WorkPtr scatter(Tensor input, Tensor output, int root);
+  // Splits `input` along `splitAxis` into size() chunks, sends chunk i to rank i, and concatenates
+  // what it receives along `concatAxis` in rank order into `output`.
+  WorkPtr allToAll(Tensor input, Tensor output, int splitAxis = 0, int concatAxis = 0);
+  // Point-to-point: a send matches the recv with the same (peer, tag) in order. Sizes and dtypes must
+  // agree (else MismatchError on both sides).
+  WorkPtr send(Tensor tensor, int peer, int tag = 0);
+  WorkPtr recv(Tensor tensor, int peer, int tag = 0);
+  // Returns once every rank has entered it.
+  WorkPtr barrier();
+
+  // Collective: ranks calling with the same color form a new communicator, ordered by (key, rank).
+  // A negative color returns nullptr (the rank joins no group). Blocking.
+  std::shared_ptr<Communicator> split(int color, int key);
+
+  // Per-operation deadline (default from DistConfig). Changing it affects operations issued later.
+  void setTimeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const;
+
+  // Aborts the communicator: pending and later operations fail, peers are told. Never throws.
+  void abort() noexcept;
+
+  detail::CommunicatorState& state() { return *state_; }
+
+ private:
+  std::shared_ptr<detail::CommunicatorState> state_;
+};
+
+}  // namespace chorus

@@ -1,0 +1,66 @@
+// chorus/dist_context.h — the process's distributed configuration and its communicators.
+//
+// Contract:
+//  - DistContext::get() returns the process-wide context, created on first use from the environment:
+//    chorusrun's CHORUS_* variables, else torchrun's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT,
+//    else a single rank (void). It is thread-safe.
+//  - config() describes this process: rank, size, local_rank, local_size, root_rank and the training
+//    switches. The training switches may be changed by the program; the placement fields may not.
+//  - communicator(rankList) returns the communicator of the caller's group, creating it on first use
+//    (collective: every world rank must call it with the same rankList). An empty rankList means
+//    the world. Repeated calls return the cached object.
+//  - shutdown() aborts nothing that is in flight: it waits for pending operations, then closes every
+//    communicator and the connection to the store. After shutdown, get() creates a new context.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "chorus/communicator.h"
+
+namespace chorus {
+
+struct DistConfig {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;
+  int localSize = 1;
+  // World rank of the first member (0 for the world).
+  int rootRank = 0;
+  int nodeRank = 0;
+  // Training switches.
+  bool enableDataParallel = false;
+  int zeroOptLevel = 0;
+  size_t bucketBytes = 25u << 20;  // CHORUS_BUCKET_MB
+  // Per-operation deadline (CHORUS_TIMEOUT, seconds; default 300).
+  std::chrono::milliseconds timeout{300'000};
+  // "auto", "tcp", ... (CHORUS_BACKEND).
+  std::string backend = "auto";
+
+  // Reads the environment (see DESIGN §5). Malformed values are InvalidArgumentError.
+  static DistConfig fromEnvironment();
+  // One "name: value" line per field.
+  std::string dumps() const;
+};
+
+class DistContext {
+ public:
+  static DistContext& get();
+
+  const DistConfig& config() const;
+  DistConfig& mutableConfig();
+  std::shared_ptr<Communicator> communicator(const RankList& rankList = {});
+  // Backend for communicators created from now on: "auto", "tcp", "void", ...
+  void setDefaultBackend(const std::string& backend);
+  void shutdown();
+
+  ~DistContext();
+
+ private:
+  DistContext();
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace chorus

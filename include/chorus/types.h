@@ -1,0 +1,91 @@
+// chorus/types.h — the element types, reduction operators and devices that every collective speaks.
+//
+// Contract:
+//  - DataType names every element type chorus moves. float16 and bfloat16 are stored as 16-bit patterns
+//    and reduced with float32 accumulation (see chorus/communicator.h).
+//  - ReduceOp names every reduction. band, bor and bxor apply to integer and bool types only; avg divides
+//    the sum by the number of contributing ranks (truncating toward zero for integers).
+//  - Device says where a tensor's bytes live. Only kCpu is served by the CPU backends.
+//  - All functions here are pure, thread-safe and never block. Parsing functions throw
+//    InvalidArgumentError naming the valid spellings.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace chorus {
+
+enum class DataType : uint8_t {
+  kFloat16,
+  kBFloat16,
+  kFloat32,
+  kFloat64,
+  kInt8,
+  kUInt8,
+  kInt32,
+  kInt64,
+  kBool,
+};
+inline constexpr int kNumDataTypes = 9;
+
+enum class ReduceOp : uint8_t {
+  kSum,
+  kProd,
+  kMin,
+  kMax,
+  kAvg,
+  kBand,
+  kBor,
+  kBxor,
+};
+inline constexpr int kNumReduceOps = 8;
+
+// Size in bytes of one element.
+size_t dataTypeSize(DataType dtype);
+// "float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool".
+std::string_view toString(DataType dtype);
+// Accepts the names above plus the aliases "half", "float", "double", "int", "long".
+DataType parseDataType(std::string_view name);
+bool isFloatingPoint(DataType dtype);
+
+// "sum", "prod", "min", "max", "avg", "band", "bor", "bxor".
+std::string_view toString(ReduceOp op);
+ReduceOp parseReduceOp(std::string_view name);
+// True when `op` is defined on `dtype` (bitwise ops need integer or bool; avg is undefined on bool).
+bool isValidReduction(ReduceOp op, DataType dtype);
+
+enum class DeviceType : uint8_t { kCpu, kCuda };
+
+struct Device {
+  DeviceType type = DeviceType::kCpu;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::kCpu, 0}; }
+  static Device cuda(int index) { return {DeviceType::kCuda, index}; }
+  bool isCpu() const { return type == DeviceType::kCpu; }
+  // "cpu" or "cuda:N".
+  std::string toString() const;
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+// The DataType of a C++ element type, for the typed Tensor constructor.
+template <typename T>
+constexpr DataType dataTypeOf();
+template <>
+constexpr DataType dataTypeOf<float>() { return DataType::kFloat32; }
+template <>
+constexpr DataType dataTypeOf<double>() { return DataType::kFloat64; }
+template <>
+constexpr DataType dataTypeOf<int8_t>() { return DataType::kInt8; }
+template <>
+constexpr DataType dataTypeOf<uint8_t>() { return DataType::kUInt8; }
+template <>
+constexpr DataType dataTypeOf<int32_t>() { return DataType::kInt32; }
+template <>
+constexpr DataType dataTypeOf<int64_t>() { return DataType::kInt64; }
+template <>
+constexpr DataType dataTypeOf<bool>() { return DataType::kBool; }
+
+}  // namespace chorus

@@ -1,0 +1,51 @@
+// chorus/work.h — the handle of an operation in flight.
+//
+// Contract:
+//  - Every Communicator operation returns a std::shared_ptr<Work> at once; the operation runs in the
+//    background, after all operations issued earlier on the same communicator.
+//  - wait() blocks until the operation finished; if it failed, wait() rethrows its exception (a
+//    chorus::Error). wait(timeout) throws TimeoutError if the operation is still running after
+//    `timeout`; the operation itself goes on and can be waited for again. Waiting again after
+//    completion returns (or rethrows) at once.
+//  - isCompleted() and exception() never block. exception() is null while running or after success.
+//  - Work is thread-safe: any thread may wait. Buffers passed to the operation must stay alive and
+//    untouched until the Work completes.
+//  - Implementations finish a Work exactly once with finish(); a progress thread never throws, it
+//    finishes the Work with the exception instead.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+
+namespace chorus {
+
+class Work {
+ public:
+  static constexpr std::chrono::milliseconds kNoTimeout{-1};
+
+  explicit Work(std::string description = {});
+  virtual ~Work();
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  void wait(std::chrono::milliseconds timeout = kNoTimeout);
+  bool isCompleted() const;
+  std::exception_ptr exception() const;
+  // What this operation is, e.g. "allreduce #12 (float32 x 1024, sum)".
+  const std::string& description() const { return description_; }
+
+  // Marks the operation done; `error` null means success. Called once, by the implementation.
+  void finish(std::exception_ptr error = nullptr) noexcept;
+
+ private:
+  const std::string description_;
+  mutable std::mutex mutex_;
+  std::condition_variable done_;
+  bool completed_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace chorus

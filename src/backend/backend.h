@@ -1,0 +1,54 @@
+// Backend: an engine that runs whole collectives for one communicator.
+//
+// Kinds: "void" (size 1, identity), "algorithmic" (the algorithms of src/algorithms/ over a
+// transport: tcp today), later "shm", "mpi" and "nccl". The communicator front end (src/runtime/)
+// validates, flattens tensors, widens float16/bfloat16, turns avg into sum-then-divide and fuses
+// tensor lists before calling a backend, so a backend sees flat buffers only.
+//
+// Contract: methods are called from one thread at a time, in the communicator's call order. Each
+// call finishes or throws a chorus::Error before `call.deadline`. After a throw the backend is
+// failed and every later call throws again; abort() and close() may be called from any thread.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "algorithms/collective_args.h"
+#include "core/deadline.h"
+#include "transport/transport.h"
+
+namespace chorus::backend {
+
+struct CallContext {
+  transport::Fingerprint fingerprint;
+  Deadline deadline;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) = 0;
+  virtual void reduceScatter(const CallContext& call,
+                             const algorithms::ReduceScatterArgs& args) = 0;
+  virtual void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) = 0;
+  virtual void broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) = 0;
+  virtual void reduce(const CallContext& call, const algorithms::ReduceArgs& args) = 0;
+  virtual void gather(const CallContext& call, const algorithms::GatherArgs& args) = 0;
+  virtual void scatter(const CallContext& call, const algorithms::ScatterArgs& args) = 0;
+  virtual void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) = 0;
+  virtual void barrier(const CallContext& call) = 0;
+  virtual void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) = 0;
+  virtual void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) = 0;
+
+  // See Transport::abort / close.
+  virtual void abort(std::exception_ptr reason) noexcept = 0;
+  virtual void close() noexcept = 0;
+};
+
+}  // namespace chorus::backend

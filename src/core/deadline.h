@@ -1,0 +1,40 @@
+// Deadline: the point in time after which a blocking call gives up with TimeoutError.
+// Every blocking call in chorus takes one.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+
+namespace chorus {
+
+using Clock = std::chrono::steady_clock;
+
+class Deadline {
+ public:
+  static Deadline after(std::chrono::milliseconds timeout) { return Deadline(Clock::now() + timeout); }
+  static Deadline never() { return Deadline(Clock::time_point::max()); }
+  explicit Deadline(Clock::time_point at) : at_(at) {}
+
+  Clock::time_point at() const { return at_; }
+  bool expired() const { return Clock::now() >= at_; }
+  bool isNever() const { return at_ == Clock::time_point::max(); }
+  // Time left, never negative.
+  std::chrono::milliseconds remaining() const {
+    if (isNever()) return std::chrono::milliseconds::max();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now());
+    return std::max(left, std::chrono::milliseconds(0));
+  }
+  // remaining() clamped to an int of milliseconds for poll/epoll_wait; -1 for never.
+  int pollTimeoutMs() const {
+    if (isNever()) return -1;
+    auto ms = remaining().count();
+    return static_cast<int>(std::min<long long>(ms, 1 << 30));
+  }
+  // The earlier of two deadlines.
+  static Deadline earliest(Deadline a, Deadline b) { return a.at_ <= b.at_ ? a : b; }
+
+ private:
+  Clock::time_point at_;
+};
+
+}  // namespace chorus

@@ -1,0 +1,20 @@
+// Carrying a chorus::Error across processes: an abort notice holds the error's type, message and
+// details, so the peer raises the same kind of error (MismatchError stays MismatchError).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace chorus::detail {
+
+// Serializes the error in `error` (any exception; non-chorus ones become InternalError).
+std::vector<uint8_t> encodeError(std::exception_ptr error);
+// Rebuilds an error of the same type. Its message is `prefix` followed by the original message.
+// Malformed input becomes a PeerError naming `senderRank`.
+std::exception_ptr decodeError(const std::vector<uint8_t>& encoded,
+                               const std::string& prefix,
+                               int senderRank);
+
+}  // namespace chorus::detail

@@ -1,0 +1,34 @@
+// Making transports by name. Adding a transport is one folder, one entry here, one build option.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/deadline.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+namespace chorus::transport {
+
+struct TransportOptions {
+  int rank = 0;
+  int size = 1;
+  // The store through which the ranks exchange addresses, already scoped to this communicator
+  // (a PrefixStore), so keys like "addr/3" do not collide.
+  std::shared_ptr<store::Store> store;
+  // Job token for Note [Authenticated handshake], and a name for this transport's scope
+  // (used as the handshake purpose, so a connection meant for one communicator cannot join another).
+  std::string token;
+  std::string scope;
+  // The address to listen on; peers connect to it. "127.0.0.1" for a single node.
+  std::string bindHost = "127.0.0.1";
+  // Connection setup must finish by then (TimeoutError naming the ranks not connected).
+  Deadline deadline = Deadline::never();
+};
+
+// "tcp". Unknown names are InvalidArgumentError listing the known ones. Blocks until every pair of
+// ranks is connected and authenticated (collective over options.store).
+std::unique_ptr<Transport> createTransport(std::string_view name, const TransportOptions& options);
+
+}  // namespace chorus::transport
