@@ -1,7 +1,18 @@
-// One table per collective: rows in order of preference, each {name, summary, supports, run}.
-// Selection takes the first row whose supports() accepts the call (message size, group size),
-// unless CHORUS_<COLLECTIVE>_ALGO names a row. "Not supported" is a boolean, so selection falls
-// through to the next row; tables are explicit arrays, never static self-registration.
+// One table per collective: rows in order of preference, each
+// {name, summary, supports, preferred, run}.
+//
+//  - supports(args, groupSize): can this algorithm run the call at all? "Not supported" is a
+//    boolean, so selection falls through to the next row.
+//  - preferred(args, groupSize): is it the right default for this call (message size, group size)?
+//    Default selection takes the first row that supports and prefers the call, else the first row
+//    that supports it.
+//  - run(peers, args): runs the collective on this rank. Every row handles any group size (size 1
+//    trivially: copy input to output where they differ) and any count, including 0. For size > 1
+//    every rank sends and receives at least one message (possibly empty), so a mismatched call is
+//    always detected (See Note [Collective fingerprint] in transport/transport.h).
+//
+// Tables are explicit arrays in tables.cc, never static self-registration. Adding an algorithm is
+// one file plus one row.
 #pragma once
 
 #include <span>
@@ -17,12 +28,15 @@ struct AlgorithmInfo {
   std::string_view name;
   std::string_view summary;
   bool (*supports)(const Args& args, int groupSize);
+  bool (*preferred)(const Args& args, int groupSize);
   void (*run)(Peers& peers, const Args& args);
 };
 
-// Picks the row to run. `envName` is e.g. "CHORUS_ALLREDUCE_ALGO": if set to a row's name, that row
-// runs when it supports the call (else a warning is logged and normal selection applies); an
-// unknown name is InvalidArgumentError listing the valid ones.
+// Picks the row to run. `envName` is e.g. "CHORUS_ALLREDUCE_ALGO": if set (and not empty or
+// "auto") to a row's name, that row runs when it supports the call (else a warning is logged and
+// default selection applies); an unknown name is InvalidArgumentError listing the valid ones.
+// No row supporting the call is UnsupportedError. Reads the environment on every call (cheap).
+// Defined in tables.cc for the nine argument types below.
 template <typename Args>
 const AlgorithmInfo<Args>& selectAlgorithm(std::span<const AlgorithmInfo<Args>> table,
                                            const Args& args,

@@ -1,12 +1,18 @@
 // Peers: everything an algorithm may do — post sends and receives to the other ranks of its group,
 // wait for them, and borrow scratch memory. It hides the transport, the tag and the collective's
-// fingerprint (see Note [Collective fingerprint]), and applies the call's deadline to every wait.
+// fingerprint (see Note [Collective fingerprint] in transport/transport.h), and applies the call's
+// deadline to every wait.
+//
+// Lifetime: one Peers per collective call. Requests live in the Workspace's pool, so their
+// addresses stay stable until waitAll() and the hot path allocates nothing once the pool is warm.
+// If a Peers is destroyed with requests still pending (an algorithm threw half-way, e.g. a kernel
+// error), it aborts the transport so no buffer of the abandoned call is touched afterwards.
 //
 // Not thread-safe: one algorithm run uses one Peers on one thread.
 #pragma once
 
 #include <cstddef>
-#include <deque>
+#include <memory>
 #include <vector>
 
 #include "core/deadline.h"
@@ -14,14 +20,39 @@
 
 namespace chorus::algorithms {
 
-// Scratch memory reused across calls so the hot path does not allocate or fault in fresh pages.
+// Target size of one pipelined segment: big enough to amortize per-message costs, small enough
+// that sends and reductions overlap. Algorithms read it through Peers::segmentBytes().
+inline constexpr size_t kDefaultSegmentBytes = 256 * 1024;
+
+// Scratch memory and request storage reused across calls so the hot path does not allocate or
+// fault in fresh pages. One Workspace per communicator; used by one call at a time.
 class Workspace {
  public:
-  // A buffer of at least `bytes`, valid until the next call to get(). Contents are unspecified.
+  Workspace();
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  // A 64-byte aligned buffer of at least `bytes`, valid until the next call to get(). Contents are
+  // unspecified. Never shrinks.
   void* get(size_t bytes);
 
  private:
-  std::vector<std::byte> buffer_;
+  friend class Peers;
+  struct FreeDeleter {
+    void operator()(void* p) const noexcept;
+  };
+  static constexpr size_t kRequestsPerBlock = 64;
+
+  // A request slot with a stable address; handed out in order, recycled by releaseRequests().
+  transport::Request* acquireRequest();
+  void releaseRequests() { requestsUsed_ = 0; }
+
+  std::unique_ptr<std::byte, FreeDeleter> buffer_;
+  size_t capacity_ = 0;
+  std::vector<std::unique_ptr<transport::Request[]>> requestBlocks_;
+  size_t requestsUsed_ = 0;
+  std::vector<transport::Request*> pending_;  // scratch list for waitAll()
 };
 
 class Peers {
@@ -31,20 +62,37 @@ class Peers {
         Deadline deadline,
         Workspace& workspace,
         uint64_t tag = transport::kCollectiveTag);
+  ~Peers();
+  Peers(const Peers&) = delete;
+  Peers& operator=(const Peers&) = delete;
 
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
+  const transport::Fingerprint& fingerprint() const { return fingerprint_; }
 
-  // Post a send / receive; buffers must stay valid until waitAll().
-  void send(int peer, const void* data, size_t bytes);
-  void recv(int peer, void* data, size_t bytes);
-  // Waits for everything posted since the last waitAll().
+  // Post a send / receive and return its request, which stays valid until waitAll(). Buffers must
+  // stay valid until the request completes (wait()/waitAll()). `peer` must not be rank().
+  transport::Request* send(int peer, const void* data, size_t bytes);
+  transport::Request* recv(int peer, void* data, size_t bytes);
+  // Waits for one request posted through this Peers.
+  void wait(transport::Request* request);
+  // Waits for everything posted since the last waitAll(), then recycles the requests.
   void waitAll();
   // send + recv + waitAll: the usual step of a ring or a butterfly.
-  void sendRecv(int sendPeer, const void* sendData, size_t sendBytes, int recvPeer, void* recvData,
+  void sendRecv(int sendPeer,
+                const void* sendData,
+                size_t sendBytes,
+                int recvPeer,
+                void* recvData,
                 size_t recvBytes);
-  // Scratch of at least `bytes`, valid for the rest of this collective. One region per call.
+  // Scratch of at least `bytes`, valid for the rest of this collective. One region per call: an
+  // algorithm that needs several areas carves them from one call (patterns::alignUp).
   void* scratch(size_t bytes) { return workspace_.get(bytes); }
+
+  // Target size of a pipelined segment (kDefaultSegmentBytes unless changed, e.g. by tests that
+  // want many segments from small vectors).
+  size_t segmentBytes() const { return segmentBytes_; }
+  void setSegmentBytes(size_t bytes) { segmentBytes_ = bytes == 0 ? 1 : bytes; }
 
  private:
   transport::Transport& transport_;
@@ -52,8 +100,7 @@ class Peers {
   Deadline deadline_;
   Workspace& workspace_;
   uint64_t tag_;
-  std::deque<transport::Request> requests_;
-  std::vector<transport::Request*> pending_;
+  size_t segmentBytes_ = kDefaultSegmentBytes;
 };
 
 }  // namespace chorus::algorithms

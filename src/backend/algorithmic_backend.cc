@@ -1,1 +1,98 @@
-// placeholder: to be implemented
+#include "backend/algorithmic_backend.h"
+
+#include "algorithms/algorithm.h"
+#include "core/check.h"
+
+namespace chorus::backend {
+
+AlgorithmicBackend::AlgorithmicBackend(std::unique_ptr<transport::Transport> transport)
+    : transport_(std::move(transport)) {}
+
+AlgorithmicBackend::~AlgorithmicBackend() { close(); }
+
+std::string AlgorithmicBackend::name() const { return std::string(transport_->name()); }
+
+template <typename Args, typename Table>
+void AlgorithmicBackend::run(const CallContext& call,
+                             Table table,
+                             const char* envName,
+                             const Args& args) {
+  if (auto failure = transport_->failure()) std::rethrow_exception(failure);
+  try {
+    const auto& algorithm = algorithms::selectAlgorithm(table, args, size(), envName);
+    algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_);
+    algorithm.run(peers, args);
+  } catch (...) {
+    // A collective that failed half-way leaves the ranks out of step: the transport must fail so
+    // every peer hears of it (a no-op if the transport already failed).
+    transport_->abort(std::current_exception());
+    throw;
+  }
+}
+
+void AlgorithmicBackend::allreduce(const CallContext& call,
+                                   const algorithms::AllreduceArgs& args) {
+  run(call, algorithms::allreduceAlgorithms(), "CHORUS_ALLREDUCE_ALGO", args);
+}
+
+void AlgorithmicBackend::reduceScatter(const CallContext& call,
+                                       const algorithms::ReduceScatterArgs& args) {
+  run(call, algorithms::reduceScatterAlgorithms(), "CHORUS_REDUCE_SCATTER_ALGO", args);
+}
+
+void AlgorithmicBackend::allgather(const CallContext& call,
+                                   const algorithms::AllgatherArgs& args) {
+  run(call, algorithms::allgatherAlgorithms(), "CHORUS_ALLGATHER_ALGO", args);
+}
+
+void AlgorithmicBackend::broadcast(const CallContext& call,
+                                   const algorithms::BroadcastArgs& args) {
+  run(call, algorithms::broadcastAlgorithms(), "CHORUS_BROADCAST_ALGO", args);
+}
+
+void AlgorithmicBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
+  run(call, algorithms::reduceAlgorithms(), "CHORUS_REDUCE_ALGO", args);
+}
+
+void AlgorithmicBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
+  run(call, algorithms::gatherAlgorithms(), "CHORUS_GATHER_ALGO", args);
+}
+
+void AlgorithmicBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
+  run(call, algorithms::scatterAlgorithms(), "CHORUS_SCATTER_ALGO", args);
+}
+
+void AlgorithmicBackend::allToAll(const CallContext& call,
+                                  const algorithms::AllToAllArgs& args) {
+  run(call, algorithms::allToAllAlgorithms(), "CHORUS_ALLTOALL_ALGO", args);
+}
+
+void AlgorithmicBackend::barrier(const CallContext& call) {
+  run(call, algorithms::barrierAlgorithms(), "CHORUS_BARRIER_ALGO", algorithms::BarrierArgs{});
+}
+
+void AlgorithmicBackend::send(const CallContext& call,
+                              const void* data,
+                              size_t bytes,
+                              int peer,
+                              int tag) {
+  if (auto failure = transport_->failure()) std::rethrow_exception(failure);
+  algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_,
+                          static_cast<uint64_t>(tag));
+  peers.send(peer, data, bytes);
+  peers.waitAll();
+}
+
+void AlgorithmicBackend::recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) {
+  if (auto failure = transport_->failure()) std::rethrow_exception(failure);
+  algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_,
+                          static_cast<uint64_t>(tag));
+  peers.recv(peer, data, bytes);
+  peers.waitAll();
+}
+
+void AlgorithmicBackend::abort(std::exception_ptr reason) noexcept { transport_->abort(reason); }
+
+void AlgorithmicBackend::close() noexcept { transport_->close(); }
+
+}  // namespace chorus::backend

@@ -1,1 +1,112 @@
-// placeholder: to be implemented
+// Choosing the connector from the environment: chorusrun's CHORUS_* variables first, then the
+// torchrun-compatible RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, else a single rank.
+#include "connector/connector.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/env.h"
+#include "core/logging.h"
+#include "core/net/socket.h"
+#include "connector/store_connector.h"
+#include "connector/void_connector.h"
+
+namespace chorus::connector {
+namespace {
+
+int requiredInt(const char* name) {
+  auto value = env::integer(name);
+  CHORUS_CHECK_ARG(value.has_value(), "environment variable ", name,
+                   " is not set, but the launcher environment needs it");
+  return static_cast<int>(*value);
+}
+
+int intOr(const char* name, int fallback) {
+  auto value = env::integer(name);
+  return value ? static_cast<int>(*value) : fallback;
+}
+
+std::string hostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+// The job token: CHORUS_JOB_TOKEN, else the file named by CHORUS_JOB_TOKEN_FILE.
+std::optional<std::string> jobToken() {
+  if (auto token = env::string("CHORUS_JOB_TOKEN")) return token;
+  if (auto path = env::string("CHORUS_JOB_TOKEN_FILE")) {
+    std::ifstream file(*path);
+    CHORUS_CHECK_ARG(file.good(), "cannot read the job token file ", *path,
+                     " named by CHORUS_JOB_TOKEN_FILE");
+    std::string token;
+    std::getline(file, token);
+    return token;
+  }
+  return std::nullopt;
+}
+
+Placement readPlacement(const char* rankVar, const char* sizeVar, const char* localRankVar,
+                        const char* localSizeVar) {
+  Placement placement;
+  placement.rank = requiredInt(rankVar);
+  placement.size = requiredInt(sizeVar);
+  CHORUS_CHECK_ARG(placement.size >= 1 && placement.rank >= 0 && placement.rank < placement.size,
+                   rankVar, "=", placement.rank, " is not a valid rank for ", sizeVar, "=",
+                   placement.size);
+  placement.localRank = intOr(localRankVar, placement.rank);
+  placement.localSize = intOr(localSizeVar, placement.size);
+  placement.nodeRank = intOr("CHORUS_NODE_RANK", -1);
+  placement.nodeId =
+      placement.nodeRank >= 0 ? "node" + std::to_string(placement.nodeRank) : hostName();
+  if (placement.nodeRank < 0) placement.nodeRank = 0;
+  return placement;
+}
+
+std::unique_ptr<Connector> connectChorusrun(std::chrono::milliseconds timeout) {
+  Placement placement =
+      readPlacement("CHORUS_RANK", "CHORUS_SIZE", "CHORUS_LOCAL_RANK", "CHORUS_LOCAL_SIZE");
+  auto address = net::Address::parse(*env::string("CHORUS_STORE"));
+  auto token = jobToken();
+  CHORUS_CHECK_ARG(token.has_value(),
+                   "CHORUS_STORE is set but neither CHORUS_JOB_TOKEN nor CHORUS_JOB_TOKEN_FILE is; "
+                   "start the job with chorusrun");
+  auto store = std::make_shared<store::TcpStore>(address, *token, Deadline::after(timeout));
+  return std::make_unique<StoreConnector>(placement, std::move(store), *token, nullptr);
+}
+
+// torchrun-style: rank 0 serves the store at MASTER_ADDR:MASTER_PORT.
+std::unique_ptr<Connector> connectTorchrun(std::chrono::milliseconds timeout) {
+  Placement placement = readPlacement("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  net::Address address{env::string("MASTER_ADDR").value_or("127.0.0.1"),
+                       static_cast<uint16_t>(requiredInt("MASTER_PORT"))};
+  auto token = jobToken();
+  if (!token) {
+    CHORUS_LOG(kWarn) << "no CHORUS_JOB_TOKEN is set: connections are authenticated with a token "
+                         "derived from MASTER_ADDR:MASTER_PORT, which is not secret";
+    token = "chorus-insecure-" + address.toString();
+  }
+  std::unique_ptr<store::TcpStoreServer> server;
+  if (placement.rank == 0) {
+    std::string bindHost = address.host == "localhost" ? "127.0.0.1" : address.host;
+    server = std::make_unique<store::TcpStoreServer>(bindHost, address.port, *token);
+  }
+  auto store = std::make_shared<store::TcpStore>(address, *token, Deadline::after(timeout));
+  return std::make_unique<StoreConnector>(placement, std::move(store), *token, std::move(server));
+}
+
+}  // namespace
+
+std::unique_ptr<Connector> connectFromEnvironment(std::chrono::milliseconds timeout) {
+  if (env::string("CHORUS_STORE")) return connectChorusrun(timeout);
+  if (env::string("RANK") && env::string("WORLD_SIZE") && env::string("MASTER_PORT")) {
+    return connectTorchrun(timeout);
+  }
+  return std::make_unique<VoidConnector>();
+}
+
+}  // namespace chorus::connector

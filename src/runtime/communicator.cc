@@ -1,1 +1,223 @@
-// placeholder: to be implemented
+// Communicator front end, part 1: attributes and the reducing collectives (allreduce,
+// reduce_scatter, reduce) plus broadcast. Each method validates on the calling thread, then queues
+// a body that stages the data the backend needs: fused lists are packed into one buffer,
+// float16/bfloat16 are widened to float32 so the result is rounded once, and avg is a sum divided
+// by the size at the end.
+#include "chorus/communicator.h"
+
+#include <cstring>
+
+#include "core/check.h"
+#include "core/reduce_kernels.h"
+#include "runtime/communicator_ops.h"
+#include "runtime/communicator_state.h"
+#include "runtime/tensor_layout.h"
+
+namespace chorus {
+
+using detail::concat;
+using transport::Collective;
+
+Communicator::Communicator(std::shared_ptr<detail::CommunicatorState> state)
+    : state_(std::move(state)) {}
+
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return state_->info().rank; }
+int Communicator::size() const { return state_->info().size; }
+int Communicator::localRank() const { return state_->info().localRank; }
+int Communicator::localSize() const { return state_->info().localSize; }
+int Communicator::worldRank() const { return state_->info().worldRank; }
+int Communicator::worldSize() const { return state_->info().worldSize; }
+int Communicator::rootRank() const { return state_->info().rootRank(); }
+int Communicator::groupId() const { return state_->info().groupId; }
+int Communicator::groupSize() const { return state_->info().groupSize; }
+std::string Communicator::backendName() const { return state_->backend().name(); }
+
+void Communicator::setTimeout(std::chrono::milliseconds timeout) { state_->setTimeout(timeout); }
+std::chrono::milliseconds Communicator::timeout() const { return state_->timeout(); }
+void Communicator::abort() noexcept { state_->abort(); }
+
+namespace detail {
+
+transport::Fingerprint makeFingerprint(Collective collective,
+                                       size_t count,
+                                       std::optional<DataType> dtype,
+                                       std::optional<ReduceOp> op,
+                                       int root) {
+  transport::Fingerprint fingerprint;
+  fingerprint.collective = collective;
+  fingerprint.count = count;
+  fingerprint.root = root;
+  if (dtype) fingerprint.dataType = static_cast<uint8_t>(*dtype);
+  if (op) fingerprint.reduceOp = static_cast<uint8_t>(*op);
+  return fingerprint;
+}
+
+void checkReduction(ReduceOp op, DataType dtype, std::string_view opName, int rank) {
+  CHORUS_CHECK_ARG(isValidReduction(op, dtype), "rank ", rank, " (this process): ", opName,
+                   ": reduce op '", toString(op), "' is not defined for dtype ", toString(dtype),
+                   " (band, bor and bxor need integer or bool tensors; avg needs numbers)");
+}
+
+void checkRoot(int root, int size, std::string_view opName, int rank) {
+  CHORUS_CHECK_ARG(root >= 0 && root < size, "rank ", rank, " (this process): ", opName,
+                   ": root ", root, " is not a rank of this communicator (size ", size, ")");
+}
+
+DataType accumulationType(DataType dtype) {
+  return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ? DataType::kFloat32 : dtype;
+}
+
+ReduceOp wireOp(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
+
+void finishAverage(ReduceOp op, DataType work, void* data, size_t count, int size) {
+  if (op == ReduceOp::kAvg && size > 1) kernels::divideBy(work, data, count, size);
+}
+
+// Copies (widening if `work` differs from `from`) count elements into `to`.
+void stageIn(DataType from, DataType work, const void* source, void* to, size_t count) {
+  if (work == from) {
+    if (count > 0 && source != to) std::memcpy(to, source, count * dataTypeSize(from));
+  } else {
+    kernels::widenToFloat32(from, source, static_cast<float*>(to), count);
+  }
+}
+
+void stageOut(DataType to, DataType work, const void* source, void* destination, size_t count) {
+  if (work == to) {
+    if (count > 0 && source != destination) std::memcpy(destination, source, count * dataTypeSize(to));
+  } else {
+    kernels::narrowFromFloat32(to, static_cast<const float*>(source), destination, count);
+  }
+}
+
+}  // namespace detail
+
+Communicator::WorkPtr Communicator::allreduce(Tensor tensor, ReduceOp op) {
+  return allreduce(std::vector<Tensor>{std::move(tensor)}, op);
+}
+
+Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, ReduceOp op) {
+  const int me = rank();
+  CHORUS_CHECK_ARG(!tensors.empty(), "rank ", me, " (this process): allreduce of an empty list");
+  const DataType dtype = tensors[0].dtype();
+  size_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    detail::checkTensor(tensors[i], concat("tensor ", i), "allreduce", me);
+    CHORUS_CHECK_ARG(tensors[i].dtype() == dtype, "rank ", me, " (this process): allreduce: ",
+                     "tensor ", i, " has dtype ", toString(tensors[i].dtype()), " but tensor 0 has ",
+                     toString(dtype), "; a fused allreduce needs one dtype");
+    total += static_cast<size_t>(tensors[i].numel());
+  }
+  detail::checkReduction(op, dtype, "allreduce", me);
+  auto fingerprint = detail::makeFingerprint(Collective::kAllreduce, total, dtype, op, -1);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, tensors = std::move(tensors), op, dtype,
+                                      total](const backend::CallContext& call) {
+    const DataType work = detail::accumulationType(dtype);
+    const bool direct = tensors.size() == 1 && work == dtype;
+    auto* buffer = static_cast<std::byte*>(
+        direct ? tensors[0].data() : state.staging().get(total * dataTypeSize(work)));
+    if (!direct) {
+      size_t offset = 0;
+      for (const auto& tensor : tensors) {
+        detail::stageIn(dtype, work, tensor.data(), buffer + offset * dataTypeSize(work),
+                        tensor.numel());
+        offset += tensor.numel();
+      }
+    }
+    state.backend().allreduce(call, {buffer, total, work, detail::wireOp(op)});
+    detail::finishAverage(op, work, buffer, total, state.info().size);
+    if (!direct) {
+      size_t offset = 0;
+      for (const auto& tensor : tensors) {
+        detail::stageOut(dtype, work, buffer + offset * dataTypeSize(work), tensor.data(),
+                         tensor.numel());
+        offset += tensor.numel();
+      }
+    }
+  });
+}
+
+Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, ReduceOp op) {
+  const int me = rank();
+  detail::checkTensor(input, "input", "reduce_scatter", me);
+  detail::checkTensor(output, "output", "reduce_scatter", me);
+  CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", me, " (this process): reduce_scatter: ",
+                   "input is ", toString(input.dtype()), " but output is ", toString(output.dtype()));
+  CHORUS_CHECK_ARG(input.numel() == output.numel() * size(), "rank ", me,
+                   " (this process): reduce_scatter: input has ", input.numel(),
+                   " elements, but must have size (", size(), ") x output elements (",
+                   output.numel(), ")");
+  detail::checkReduction(op, input.dtype(), "reduce_scatter", me);
+  const size_t count = output.numel();
+  auto fingerprint =
+      detail::makeFingerprint(Collective::kReduceScatter, count, input.dtype(), op, -1);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, input, output, op,
+                                      count](const backend::CallContext& call) {
+    const DataType dtype = input.dtype();
+    const DataType work = detail::accumulationType(dtype);
+    const int size = state.info().size;
+    const void* in = input.data();
+    void* out = output.data();
+    if (work != dtype) {
+      auto* staged = static_cast<std::byte*>(state.staging().get((size + 1) * count * 4));
+      detail::stageIn(dtype, work, in, staged, size * count);
+      in = staged;
+      out = staged + size * count * 4;
+    }
+    state.backend().reduceScatter(call, {in, out, count, work, detail::wireOp(op)});
+    detail::finishAverage(op, work, out, count, size);
+    detail::stageOut(dtype, work, out, output.data(), count);
+  });
+}
+
+Communicator::WorkPtr Communicator::broadcast(Tensor tensor, int root) {
+  const int me = rank();
+  detail::checkTensor(tensor, "tensor", "broadcast", me);
+  detail::checkRoot(root, size(), "broadcast", me);
+  auto fingerprint = detail::makeFingerprint(Collective::kBroadcast, tensor.numel(),
+                                             tensor.dtype(), std::nullopt, root);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, tensor, root](const backend::CallContext& call) {
+    state.backend().broadcast(call, {tensor.data(), tensor.nbytes(), root});
+  });
+}
+
+Communicator::WorkPtr Communicator::reduce(Tensor tensor, int root, ReduceOp op) {
+  const int me = rank();
+  detail::checkTensor(tensor, "tensor", "reduce", me);
+  detail::checkRoot(root, size(), "reduce", me);
+  detail::checkReduction(op, tensor.dtype(), "reduce", me);
+  auto fingerprint =
+      detail::makeFingerprint(Collective::kReduce, tensor.numel(), tensor.dtype(), op, root);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, tensor, root, op](const backend::CallContext& call) {
+    const DataType dtype = tensor.dtype();
+    const DataType work = detail::accumulationType(dtype);
+    const size_t count = tensor.numel();
+    const size_t workBytes = count * dataTypeSize(work);
+    const bool isRoot = state.info().rank == root;
+    // The algorithm must not write its input, and only root's tensor may change: root reduces from
+    // a copy; a widened type reduces from and into staging.
+    const bool needsStaging = isRoot || work != dtype;
+    auto* staged = static_cast<std::byte*>(needsStaging ? state.staging().get(2 * workBytes)
+                                                        : nullptr);
+    const void* in = tensor.data();
+    if (needsStaging) {
+      detail::stageIn(dtype, work, tensor.data(), staged, count);
+      in = staged;
+    }
+    void* out = nullptr;
+    if (isRoot) out = work == dtype ? tensor.data() : staged + workBytes;
+    state.backend().reduce(call, {in, out, count, work, detail::wireOp(op), root});
+    if (isRoot) {
+      detail::finishAverage(op, work, out, count, state.info().size);
+      detail::stageOut(dtype, work, out, tensor.data(), count);
+    }
+  });
+}
+
+}  // namespace chorus

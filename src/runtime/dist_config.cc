@@ -1,1 +1,64 @@
-// placeholder: to be implemented
+#include <sstream>
+
+#include "chorus/dist_context.h"
+#include "core/check.h"
+#include "core/env.h"
+
+namespace chorus {
+namespace {
+
+// The first of the variables that is set, else `fallback`.
+int firstInt(std::initializer_list<const char*> names, int fallback) {
+  for (const char* name : names) {
+    if (auto value = env::integer(name)) return static_cast<int>(*value);
+  }
+  return fallback;
+}
+
+}  // namespace
+
+DistConfig DistConfig::fromEnvironment() {
+  DistConfig config;
+  config.rank = firstInt({"CHORUS_RANK", "RANK"}, 0);
+  config.size = firstInt({"CHORUS_SIZE", "WORLD_SIZE"}, 1);
+  config.localRank = firstInt({"CHORUS_LOCAL_RANK", "LOCAL_RANK"}, config.rank);
+  config.localSize = firstInt({"CHORUS_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}, config.size);
+  config.nodeRank = firstInt({"CHORUS_NODE_RANK", "GROUP_RANK"}, 0);
+  CHORUS_CHECK_ARG(config.size >= 1 && config.rank >= 0 && config.rank < config.size,
+                   "the environment gives rank ", config.rank, " in a job of size ", config.size);
+  config.rootRank = 0;
+  if (auto value = env::integer("CHORUS_ENABLE_DATA_PARALLEL")) config.enableDataParallel = *value;
+  if (auto value = env::integer("CHORUS_ZERO_OPT_LEVEL")) {
+    CHORUS_CHECK_ARG(*value >= 0 && *value <= 3, "CHORUS_ZERO_OPT_LEVEL must be 0, 1, 2 or 3, not ",
+                     *value);
+    config.zeroOptLevel = static_cast<int>(*value);
+  }
+  if (auto value = env::integer("CHORUS_BUCKET_MB")) {
+    CHORUS_CHECK_ARG(*value > 0, "CHORUS_BUCKET_MB must be positive, not ", *value);
+    config.bucketBytes = static_cast<size_t>(*value) << 20;
+  }
+  if (auto value = env::seconds("CHORUS_TIMEOUT")) {
+    CHORUS_CHECK_ARG(value->count() > 0, "CHORUS_TIMEOUT must be a positive number of seconds");
+    config.timeout = *value;
+  }
+  if (auto value = env::string("CHORUS_BACKEND")) config.backend = *value;
+  return config;
+}
+
+std::string DistConfig::dumps() const {
+  std::ostringstream out;
+  out << "root_rank: " << rootRank << "\n"
+      << "rank: " << rank << "\n"
+      << "size: " << size << "\n"
+      << "local_rank: " << localRank << "\n"
+      << "local_size: " << localSize << "\n"
+      << "node_rank: " << nodeRank << "\n"
+      << "enable_data_parallel: " << (enableDataParallel ? "true" : "false") << "\n"
+      << "zero_opt_level: " << zeroOptLevel << "\n"
+      << "bucket_mb: " << (bucketBytes >> 20) << "\n"
+      << "timeout_s: " << timeout.count() / 1000.0 << "\n"
+      << "backend: " << backend << "\n";
+  return out.str();
+}
+
+}  // namespace chorus

@@ -1,1 +1,68 @@
-// placeholder: to be implemented
+#include "runtime/tensor_layout.h"
+
+#include <cstring>
+
+#include "core/check.h"
+
+namespace chorus::detail {
+
+void checkTensor(const Tensor& tensor, std::string_view what, std::string_view op, int rank) {
+  if (!tensor.device().isCpu()) {
+    throw UnsupportedError(concat("rank ", rank, " (this process): ", op, ": ", what, " is a ",
+                                  tensor.device().toString(),
+                                  " tensor, but this build serves CPU tensors only; copy it to "
+                                  "the CPU or use a GPU backend"));
+  }
+  CHORUS_CHECK_ARG(tensor.isContiguous(), "rank ", rank, " (this process): ", op, ": ", what,
+                   " (", tensor.describe(), ") is not contiguous; pass a contiguous tensor "
+                   "(e.g. .contiguous() in PyTorch, np.ascontiguousarray in NumPy)");
+  CHORUS_CHECK_ARG(tensor.data() != nullptr || tensor.numel() == 0, "rank ", rank,
+                   " (this process): ", op, ": ", what, " has no data pointer");
+}
+
+int normalizeAxis(int axis, int dims, std::string_view op, int rank) {
+  int normalized = axis < 0 ? axis + dims : axis;
+  CHORUS_CHECK_ARG(normalized >= 0 && normalized < dims, "rank ", rank, " (this process): ", op,
+                   ": axis ", axis, " is out of range for a tensor of ", dims, " dimensions");
+  return normalized;
+}
+
+AxisLayout axisLayout(const Tensor& tensor, int axis) {
+  AxisLayout layout;
+  size_t rowElements = 1;
+  for (int d = 0; d < tensor.dim(); ++d) {
+    if (d < axis) {
+      layout.outer *= static_cast<size_t>(tensor.shape()[d]);
+    } else {
+      rowElements *= static_cast<size_t>(tensor.shape()[d]);
+    }
+  }
+  layout.rowBytes = rowElements * tensor.elementSize();
+  return layout;
+}
+
+void interleaveBlocks(const void* blocks, void* out, int parts, const AxisLayout& layout) {
+  const auto* from = static_cast<const std::byte*>(blocks);
+  auto* to = static_cast<std::byte*>(out);
+  const size_t blockBytes = layout.outer * layout.rowBytes;
+  for (size_t row = 0; row < layout.outer; ++row) {
+    for (int part = 0; part < parts; ++part) {
+      std::memcpy(to, from + part * blockBytes + row * layout.rowBytes, layout.rowBytes);
+      to += layout.rowBytes;
+    }
+  }
+}
+
+void deinterleaveBlocks(const void* in, void* blocks, int parts, const AxisLayout& partLayout) {
+  const auto* from = static_cast<const std::byte*>(in);
+  auto* to = static_cast<std::byte*>(blocks);
+  const size_t blockBytes = partLayout.outer * partLayout.rowBytes;
+  for (size_t row = 0; row < partLayout.outer; ++row) {
+    for (int part = 0; part < parts; ++part) {
+      std::memcpy(to + part * blockBytes + row * partLayout.rowBytes, from, partLayout.rowBytes);
+      from += partLayout.rowBytes;
+    }
+  }
+}
+
+}  // namespace chorus::detail

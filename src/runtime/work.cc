@@ -1,1 +1,42 @@
-// placeholder: to be implemented
+#include "chorus/work.h"
+
+#include "core/check.h"
+
+namespace chorus {
+
+Work::Work(std::string description) : description_(std::move(description)) {}
+
+Work::~Work() = default;
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (timeout < std::chrono::milliseconds(0)) {
+    done_.wait(lock, [&] { return completed_; });
+  } else if (!done_.wait_for(lock, timeout, [&] { return completed_; })) {
+    throw TimeoutError(detail::concat(description_, " did not complete within ", timeout.count(),
+                                      " ms; it is still running and can be waited for again"));
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::isCompleted() const {
+  std::lock_guard lock(mutex_);
+  return completed_;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+void Work::finish(std::exception_ptr error) noexcept {
+  {
+    std::lock_guard lock(mutex_);
+    if (completed_) return;
+    completed_ = true;
+    error_ = std::move(error);
+  }
+  done_.notify_all();
+}
+
+}  // namespace chorus

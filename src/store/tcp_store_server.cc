@@ -1,1 +1,302 @@
-// placeholder: to be implemented
+// TcpStoreServer: serves a HashStore over authenticated TCP connections (see tcp_store.h and
+// tcp_store_protocol.h).
+//
+// Threads: one acceptor, which sleeps in poll(2) on the listener and an eventfd that the destructor
+// signals, and one thread per connection. A connection thread first runs the handshake (10 s
+// deadline, so a client that stalls mid-handshake holds only its own thread), then serves requests
+// until the client disconnects. get() and wait() block in the HashStore in slices of 100 ms, so a
+// waiting thread notices server shutdown or a departed client within one slice; a key that appears
+// wakes it at once.
+//
+// Robustness: nothing from a peer is length-parsed before it has passed the handshake; frames over
+// kMaxFrameBytes and malformed requests drop that connection only. refusedConnections() counts
+// connections dropped for failing the handshake (wrong token, garbage, port scanners, stalls) or
+// for breaking the protocol afterwards. The acceptor joins finished connection threads as it goes,
+// and the destructor shuts every connection down (shutdown(2)) and joins all threads.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <list>
+
+#include "core/check.h"
+#include "core/error_codec.h"
+#include "core/logging.h"
+#include "core/net/handshake.h"
+#include "store/store_util.h"
+#include "store/tcp_store.h"
+#include "store/tcp_store_protocol.h"
+
+namespace chorus::store {
+namespace {
+
+using namespace std::chrono_literals;
+using protocol::Op;
+using protocol::ProtocolError;
+using protocol::Reader;
+using protocol::Status;
+using protocol::Writer;
+
+constexpr auto kHandshakeTimeout = 10s;
+constexpr auto kFrameBodyTimeout = 60s;  // once a length prefix arrived, the rest must follow
+constexpr auto kReplyTimeout = 60s;
+constexpr auto kWaitSlice = 100ms;
+constexpr size_t kMaxConnections = 8192;
+
+// Ends the wait of a connection whose server is shutting down or whose client left.
+struct ConnectionEnded {};
+
+}  // namespace
+
+struct TcpStoreServer::Impl {
+  struct Connection {
+    net::Socket socket;
+    std::thread thread;
+    std::atomic<bool> finished{false};
+  };
+
+  std::string token;
+  HashStore store;
+  net::Socket listener;
+  int wakeFd = -1;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> accepted{0};
+  std::atomic<uint64_t> refused{0};
+  std::list<std::unique_ptr<Connection>> connections;  // only the acceptor and destructor touch it
+  std::thread acceptor;
+
+  void acceptLoop() noexcept;
+  void startConnection(net::Socket socket);
+  void reapFinished();
+  void serve(Connection& connection) noexcept;
+  void handleRequest(int fd, Reader& request, Writer& reply);
+  // Calls attempt(sliceDeadline) until it returns without TimeoutError or `deadline` passes;
+  // returns false on timeout.
+  template <typename Attempt>
+  bool waitInSlices(int fd, Deadline deadline, Attempt attempt);
+};
+
+template <typename Attempt>
+bool TcpStoreServer::Impl::waitInSlices(int fd, Deadline deadline, Attempt attempt) {
+  while (true) {
+    try {
+      attempt(Deadline::earliest(deadline, Deadline::after(kWaitSlice)));
+      return true;
+    } catch (const TimeoutError&) {
+      if (deadline.expired())
+        return false;
+    }
+    pollfd entry{fd, POLLRDHUP, 0};
+    bool clientLeft = ::poll(&entry, 1, 0) > 0 && (entry.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    if (stopping.load() || clientLeft)
+      throw ConnectionEnded{};
+  }
+}
+
+void TcpStoreServer::Impl::handleRequest(int fd, Reader& request, Writer& reply) {
+  auto op = static_cast<Op>(request.u8());
+  std::string key;
+  std::vector<std::string> keys;
+  switch (op) {
+    case Op::kSet: {
+      key = request.string();
+      Bytes value = request.bytes();
+      request.expectEnd();
+      store.set(key, value);
+      reply.u8(uint8_t(Status::kOk));
+      return;
+    }
+    case Op::kGet: {
+      key = request.string();
+      Deadline deadline = protocol::fromTimeoutMs(request.i64());
+      request.expectEnd();
+      Bytes value;
+      if (!waitInSlices(fd, deadline, [&](Deadline slice) { value = store.get(key, slice); })) {
+        reply.u8(uint8_t(Status::kTimeout)).strings({key});
+        return;
+      }
+      reply.u8(uint8_t(Status::kOk)).bytes(value);
+      return;
+    }
+    case Op::kAdd: {
+      key = request.string();
+      int64_t delta = request.i64();
+      request.expectEnd();
+      int64_t result = store.add(key, delta);
+      reply.u8(uint8_t(Status::kOk)).i64(result);
+      return;
+    }
+    case Op::kCompareSet: {
+      key = request.string();
+      Bytes expected = request.bytes();
+      Bytes desired = request.bytes();
+      request.expectEnd();
+      Bytes after = store.compareSet(key, expected, desired);
+      reply.u8(uint8_t(Status::kOk)).bytes(after);
+      return;
+    }
+    case Op::kWait: {
+      keys = request.strings();
+      Deadline deadline = protocol::fromTimeoutMs(request.i64());
+      request.expectEnd();
+      if (!waitInSlices(fd, deadline, [&](Deadline slice) { store.wait(keys, slice); })) {
+        std::vector<std::string> missing;
+        for (const auto& k : keys) {
+          if (!store.check({k}))
+            missing.push_back(k);
+        }
+        reply.u8(uint8_t(Status::kTimeout)).strings(missing);
+        return;
+      }
+      reply.u8(uint8_t(Status::kOk));
+      return;
+    }
+    case Op::kCheck: {
+      keys = request.strings();
+      request.expectEnd();
+      reply.u8(uint8_t(Status::kOk)).u8(store.check(keys) ? 1 : 0);
+      return;
+    }
+    case Op::kErase: {
+      key = request.string();
+      request.expectEnd();
+      reply.u8(uint8_t(Status::kOk)).u8(store.erase(key) ? 1 : 0);
+      return;
+    }
+  }
+  throw ProtocolError(::chorus::detail::concat("unknown TCP store request type ", int(op)));
+}
+
+void TcpStoreServer::Impl::serve(Connection& connection) noexcept {
+  int fd = connection.socket.fd();
+  std::string peer = net::peerAddress(fd);
+  try {
+    net::serverHandshake(fd, token, "store", 0, Deadline::after(kHandshakeTimeout));
+  } catch (const std::exception& error) {
+    // Count before closing: a client that sees the close can rely on the count (tests do).
+    refused.fetch_add(1);
+    if (dynamic_cast<const PeerError*>(&error) != nullptr) {
+      // Hung up mid-handshake: port scanners and health checks do this; no warning.
+      CHORUS_LOG(kInfo) << "the TCP store refused a connection from " << peer << ": "
+                        << error.what();
+    } else {
+      CHORUS_LOG(kWarn) << "the TCP store refused a connection from " << peer << ": "
+                        << error.what();
+    }
+    ::shutdown(fd, SHUT_RDWR);
+    connection.finished.store(true);
+    return;
+  }
+  accepted.fetch_add(1);
+  try {
+    while (!stopping.load()) {
+      std::vector<uint8_t> payload =
+          protocol::recvFrame(fd, Deadline::never(), Deadline::after(kFrameBodyTimeout));
+      Reader request(payload);
+      Writer reply;
+      try {
+        handleRequest(fd, request, reply);
+      } catch (const ProtocolError&) {
+        throw;
+      } catch (const Error&) {
+        // A valid request the store cannot serve (add() on a non-number): the client's error.
+        reply = Writer();
+        reply.u8(uint8_t(Status::kError)).bytes(detail::encodeError(std::current_exception()));
+      }
+      protocol::sendFrame(fd, reply, Deadline::after(kReplyTimeout));
+    }
+  } catch (const ProtocolError& error) {
+    refused.fetch_add(1);
+    CHORUS_LOG(kWarn) << "the TCP store dropped the connection from " << peer << ": "
+                      << error.what();
+  } catch (const ConnectionEnded&) {
+  } catch (const PeerError&) {
+    // The client closed its connection: the normal end.
+  } catch (const std::exception& error) {
+    if (!stopping.load()) {
+      CHORUS_LOG(kWarn) << "the TCP store dropped the connection from " << peer << ": "
+                        << error.what();
+    }
+  }
+  ::shutdown(fd, SHUT_RDWR);
+  connection.finished.store(true);
+}
+
+void TcpStoreServer::Impl::reapFinished() {
+  for (auto it = connections.begin(); it != connections.end();) {
+    if ((*it)->finished.load()) {
+      (*it)->thread.join();
+      it = connections.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void TcpStoreServer::Impl::startConnection(net::Socket socket) {
+  if (connections.size() >= kMaxConnections) {
+    refused.fetch_add(1);
+    CHORUS_LOG(kWarn) << "the TCP store refused a connection from " << net::peerAddress(socket.fd())
+                      << ": already serving " << kMaxConnections << " connections";
+    return;
+  }
+  auto connection = std::make_unique<Connection>();
+  connection->socket = std::move(socket);
+  Connection& ref = *connection;
+  connection->thread = std::thread([this, &ref] { serve(ref); });
+  connections.push_back(std::move(connection));
+}
+
+void TcpStoreServer::Impl::acceptLoop() noexcept {
+  while (!stopping.load()) {
+    pollfd entries[2] = {{listener.fd(), POLLIN, 0}, {wakeFd, POLLIN, 0}};
+    if (::poll(entries, 2, -1) < 0)
+      continue;  // EINTR
+    if (entries[1].revents != 0)
+      break;
+    reapFinished();
+    try {
+      // Drain the backlog; acceptTcp with a passed deadline returns an invalid socket when empty.
+      while (true) {
+        net::Socket socket = net::acceptTcp(listener, Deadline(Clock::now()));
+        if (!socket.valid())
+          break;
+        startConnection(std::move(socket));
+      }
+    } catch (const std::exception& error) {
+      // Out of descriptors or threads: say so and back off rather than spin on the listener.
+      CHORUS_LOG(kError) << "the TCP store cannot accept a connection: " << error.what();
+      pollfd wake{wakeFd, POLLIN, 0};
+      ::poll(&wake, 1, 100);
+    }
+  }
+}
+
+TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::string token)
+    : impl_(std::make_unique<Impl>()) {
+  CHORUS_CHECK_ARG(!token.empty(), "the TCP store server needs a job token, got an empty one");
+  impl_->token = std::move(token);
+  impl_->listener = net::listenTcp(host, port);
+  impl_->wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  CHORUS_SYSCHECK(impl_->wakeFd);
+  impl_->acceptor = std::thread([impl = impl_.get()] { impl->acceptLoop(); });
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  impl_->stopping.store(true);
+  uint64_t one = 1;
+  (void)!::write(impl_->wakeFd, &one, sizeof(one));
+  impl_->acceptor.join();
+  for (auto& connection : impl_->connections) ::shutdown(connection->socket.fd(), SHUT_RDWR);
+  for (auto& connection : impl_->connections) connection->thread.join();
+  ::close(impl_->wakeFd);
+}
+
+uint16_t TcpStoreServer::port() const { return net::boundPort(impl_->listener); }
+
+uint64_t TcpStoreServer::acceptedConnections() const { return impl_->accepted.load(); }
+
+uint64_t TcpStoreServer::refusedConnections() const { return impl_->refused.load(); }
+
+}  // namespace chorus::store

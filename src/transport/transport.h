@@ -7,7 +7,10 @@
 //
 // Contract:
 //  - postSend/postRecv register a request and return at once; the caller's Request and buffer must
-//    stay valid until wait() returns for that request or the transport fails.
+//    stay valid until wait() returns for that request or the transport fails. `peer` must be another
+//    rank (a transport has no connection to itself): anything else is InvalidArgumentError, as is
+//    posting a Request that is already pending. A send may complete before the receiver posts its
+//    receive (the message is buffered there), so completion of a send says nothing about the peer.
 //  - Matching: messages from one peer with one tag are received in the order they were sent; the
 //    k-th receive posted for (peer, tag) gets the k-th such message. Messages that arrive before
 //    their receive is posted are buffered.
@@ -91,6 +94,13 @@ MismatchError makeMismatchError(int selfRank,
                                 int peerRank,
                                 const Fingerprint& self,
                                 const Fingerprint& theirs);
+// Builds the MismatchError (field "bytes") a receiver raises when the fingerprints agree but the
+// message has `sentBytes` where the posted receive expects `expectedBytes`.
+MismatchError makeByteCountMismatchError(int selfRank,
+                                         int peerRank,
+                                         const Fingerprint& self,
+                                         uint64_t expectedBytes,
+                                         uint64_t sentBytes);
 
 // Tags at or above this value are reserved for collectives; point-to-point tags are below it.
 inline constexpr uint64_t kCollectiveTag = uint64_t{1} << 62;

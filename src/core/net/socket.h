@@ -1,9 +1,9 @@
 // TCP sockets with deadlines: an owning Socket, listen/connect helpers, and blocking-with-deadline
 // transfers built on poll(2). Used by the TCP store and the TCP transport.
 //
-// Errors: a closed or reset connection is PeerError (peer rank -1: the caller knows which rank it is
-// and rethrows with it); a passed deadline is TimeoutError; other failures are chorus::Error naming
-// the system call.
+// Errors: a closed or reset connection is PeerError (peer rank -1: the caller knows which rank it
+// is and rethrows with it); a passed deadline is TimeoutError; other failures are chorus::Error
+// naming the system call.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +55,9 @@ Socket listenTcp(const std::string& host, uint16_t port, int backlog = 1024);
 uint16_t boundPort(const Socket& listener);
 // The local IP address of a connected socket (the interface that reaches its peer).
 std::string localAddress(const Socket& connected);
+// "ip:port" of a connected socket's peer, for messages ("an unknown peer" when the system cannot
+// say).
+std::string peerAddress(int fd);
 // Connects, retrying refused connections until `deadline` (the server may still be starting).
 // The returned socket is blocking, with TCP_NODELAY, close-on-exec.
 Socket connectTcp(const Address& address, Deadline deadline);

@@ -13,4 +13,8 @@ namespace chorus::transport::loopback {
 // Creates `size` connected transports; give transport r to the thread playing rank r.
 std::vector<std::unique_ptr<Transport>> createLoopbackGroup(int size);
 
+// Test hook: `transport` (from createLoopbackGroup) leaves without saying goodbye, as a crashed
+// process would; every other rank fails with PeerError naming it. Later calls on it throw.
+void crashForTesting(Transport& transport);
+
 }  // namespace chorus::transport::loopback

@@ -13,4 +13,8 @@ namespace chorus::transport::tcp {
 // and authenticates each connection. Collective; blocks until done or options.deadline.
 std::unique_ptr<Transport> createTcpTransport(const TransportOptions& options);
 
+// Test hook: closes every socket of `transport` (from createTcpTransport) without goodbye, as a
+// killed process would; peers fail with PeerError naming this rank. Later calls on it throw.
+void crashForTesting(Transport& transport);
+
 }  // namespace chorus::transport::tcp

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages chorus builds and tests with, if any is missing. Idempotent: when
+# everything is present it only checks (a fraction of a second) and changes nothing.
+set -euo pipefail
+
+packages=(cmake make g++ libssl-dev libcli11-dev libdlpack-dev libgtest-dev)
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

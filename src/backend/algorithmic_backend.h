@@ -1,0 +1,45 @@
+// The algorithmic backend: each collective picks a row from its table in src/algorithms/ and runs
+// it over a point-to-point transport (tcp today; mpi later).
+#pragma once
+
+#include <memory>
+
+#include "algorithms/peers.h"
+#include "backend/backend.h"
+#include "transport/transport.h"
+
+namespace chorus::backend {
+
+class AlgorithmicBackend : public Backend {
+ public:
+  explicit AlgorithmicBackend(std::unique_ptr<transport::Transport> transport);
+  ~AlgorithmicBackend() override;
+
+  std::string name() const override;
+  int rank() const override { return transport_->rank(); }
+  int size() const override { return transport_->size(); }
+
+  void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) override;
+  void reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) override;
+  void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) override;
+  void broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) override;
+  void reduce(const CallContext& call, const algorithms::ReduceArgs& args) override;
+  void gather(const CallContext& call, const algorithms::GatherArgs& args) override;
+  void scatter(const CallContext& call, const algorithms::ScatterArgs& args) override;
+  void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) override;
+  void barrier(const CallContext& call) override;
+  void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
+  void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
+  void abort(std::exception_ptr reason) noexcept override;
+  void close() noexcept override;
+
+ private:
+  // Selects the row of `table` for `args` and runs it; any failure aborts the transport.
+  template <typename Args, typename Table>
+  void run(const CallContext& call, Table table, const char* envName, const Args& args);
+
+  std::unique_ptr<transport::Transport> transport_;
+  algorithms::Workspace workspace_;
+};
+
+}  // namespace chorus::backend

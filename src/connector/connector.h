@@ -1,0 +1,52 @@
+// Connector: how this process learns its place in the job (rank, size, local rank and size, node)
+// and reaches the other processes before any communicator exists.
+//
+// Kinds:
+//  - "store": launched by chorusrun (CHORUS_RANK, CHORUS_SIZE, CHORUS_LOCAL_RANK,
+//    CHORUS_LOCAL_SIZE, CHORUS_NODE_RANK, CHORUS_STORE, CHORUS_JOB_TOKEN) or torchrun-style
+//    (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 then serves
+//    the store itself). Rendezvous goes through the TCP store.
+//  - "void": no launcher; a single rank.
+//
+// Contract: barrier() and broadcast() are collective over all ranks of the job and give up at
+// `deadline` with TimeoutError. Calls must be made in the same order on every rank. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/deadline.h"
+#include "store/store.h"
+
+namespace chorus::connector {
+
+class Connector {
+ public:
+  virtual ~Connector() = default;
+
+  virtual std::string kind() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int localRank() const = 0;
+  virtual int localSize() const = 0;
+  virtual int nodeRank() const = 0;
+  // Identity of this node: "node<rank>" when the launcher assigns node ranks, else the host name.
+  virtual std::string nodeId() const = 0;
+  // The job's rendezvous store (null for void) and the token that authenticates connections.
+  virtual std::shared_ptr<store::Store> store() const = 0;
+  virtual const std::string& token() const = 0;
+  // The address on which other ranks can reach this process.
+  virtual std::string hostAddress() const = 0;
+
+  virtual void barrier(Deadline deadline) = 0;
+  // Returns root's `bytes` on every rank.
+  virtual store::Bytes broadcast(const store::Bytes& bytes, int root, Deadline deadline) = 0;
+};
+
+// Chooses the connector from the environment (see above). Malformed variables are
+// InvalidArgumentError naming the variable. Connecting waits at most `timeout`.
+std::unique_ptr<Connector> connectFromEnvironment(std::chrono::milliseconds timeout);
+
+}  // namespace chorus::connector

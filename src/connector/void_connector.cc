@@ -1,1 +1,0 @@
-// placeholder: to be implemented

@@ -1,0 +1,202 @@
+// Communicator front end, part 2: the collectives that move data without reducing it (allgather,
+// gather, scatter, all_to_all), point-to-point send/recv, and barrier. Concatenation and splitting
+// along an axis other than the outermost are staged through rank-major blocks (tensor_layout.h).
+#include <cstring>
+
+#include "chorus/communicator.h"
+#include "core/check.h"
+#include "runtime/communicator_ops.h"
+#include "runtime/communicator_state.h"
+#include "runtime/tensor_layout.h"
+
+namespace chorus {
+
+using detail::concat;
+using transport::Collective;
+
+namespace {
+
+// Checks that `output` is `input` with extent `factor` times larger along `axis`.
+void checkConcatShape(const Tensor& input, const Tensor& output, int axis, int factor,
+                      std::string_view op, int rank) {
+  CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", rank, " (this process): ", op,
+                   ": input is ", toString(input.dtype()), " but output is ",
+                   toString(output.dtype()));
+  bool ok = input.dim() == output.dim();
+  for (int d = 0; ok && d < input.dim(); ++d) {
+    int64_t expected = input.shape()[d] * (d == axis ? factor : 1);
+    ok = output.shape()[d] == expected;
+  }
+  CHORUS_CHECK_ARG(ok, "rank ", rank, " (this process): ", op, ": output is ", output.describe(),
+                   " but must be the input ", input.describe(), " with dimension ", axis,
+                   " multiplied by ", factor);
+}
+
+std::vector<int64_t> withAxisScaled(std::vector<int64_t> shape, int axis, int64_t multiply,
+                                    int64_t divide) {
+  shape[axis] = shape[axis] * multiply / divide;
+  return shape;
+}
+
+}  // namespace
+
+Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int axis) {
+  const int me = rank();
+  detail::checkTensor(input, "input", "allgather", me);
+  detail::checkTensor(output, "output", "allgather", me);
+  CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", me,
+                   " (this process): allgather needs a tensor of at least one dimension");
+  axis = detail::normalizeAxis(axis, input.dim(), "allgather", me);
+  checkConcatShape(input, output, axis, size(), "allgather", me);
+  auto fingerprint = detail::makeFingerprint(Collective::kAllgather, input.numel(), input.dtype(),
+                                             std::nullopt, -1);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, input, output,
+                                      axis](const backend::CallContext& call) {
+    const auto layout = detail::axisLayout(input, axis);
+    const int size = state.info().size;
+    if (layout.outer == 1) {
+      state.backend().allgather(call, {input.data(), output.data(), input.nbytes()});
+      return;
+    }
+    void* blocks = state.staging().get(size * input.nbytes());
+    state.backend().allgather(call, {input.data(), blocks, input.nbytes()});
+    detail::interleaveBlocks(blocks, output.data(), size, layout);
+  });
+}
+
+Communicator::WorkPtr Communicator::gather(Tensor input, Tensor output, int root, int axis) {
+  const int me = rank();
+  detail::checkTensor(input, "input", "gather", me);
+  detail::checkRoot(root, size(), "gather", me);
+  CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", me,
+                   " (this process): gather needs a tensor of at least one dimension");
+  axis = detail::normalizeAxis(axis, input.dim(), "gather", me);
+  if (me == root) {
+    detail::checkTensor(output, "output", "gather", me);
+    checkConcatShape(input, output, axis, size(), "gather", me);
+  }
+  auto fingerprint = detail::makeFingerprint(Collective::kGather, input.numel(), input.dtype(),
+                                             std::nullopt, root);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, input, output, root,
+                                      axis](const backend::CallContext& call) {
+    const auto layout = detail::axisLayout(input, axis);
+    const int size = state.info().size;
+    const bool isRoot = state.info().rank == root;
+    if (!isRoot || layout.outer == 1) {
+      state.backend().gather(call, {input.data(), isRoot ? output.data() : nullptr,
+                                    input.nbytes(), root});
+      return;
+    }
+    void* blocks = state.staging().get(size * input.nbytes());
+    state.backend().gather(call, {input.data(), blocks, input.nbytes(), root});
+    detail::interleaveBlocks(blocks, output.data(), size, layout);
+  });
+}
+
+Communicator::WorkPtr Communicator::scatter(Tensor input, Tensor output, int root) {
+  const int me = rank();
+  detail::checkTensor(output, "output", "scatter", me);
+  detail::checkRoot(root, size(), "scatter", me);
+  if (me == root) {
+    detail::checkTensor(input, "input", "scatter", me);
+    CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", me, " (this process): scatter: ",
+                     "input is ", toString(input.dtype()), " but output is ",
+                     toString(output.dtype()));
+    CHORUS_CHECK_ARG(input.numel() == output.numel() * size(), "rank ", me,
+                     " (this process): scatter: input has ", input.numel(),
+                     " elements, but must have size (", size(), ") x output elements (",
+                     output.numel(), ")");
+  }
+  auto fingerprint = detail::makeFingerprint(Collective::kScatter, output.numel(), output.dtype(),
+                                             std::nullopt, root);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, input, output, root](const backend::CallContext& call) {
+    const bool isRoot = state.info().rank == root;
+    state.backend().scatter(call, {isRoot ? input.data() : nullptr, output.data(),
+                                   output.nbytes(), root});
+  });
+}
+
+Communicator::WorkPtr Communicator::allToAll(Tensor input, Tensor output, int splitAxis,
+                                             int concatAxis) {
+  const int me = rank();
+  const int p = size();
+  detail::checkTensor(input, "input", "all_to_all", me);
+  detail::checkTensor(output, "output", "all_to_all", me);
+  CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", me,
+                   " (this process): all_to_all needs a tensor of at least one dimension");
+  splitAxis = detail::normalizeAxis(splitAxis, input.dim(), "all_to_all", me);
+  concatAxis = detail::normalizeAxis(concatAxis, input.dim(), "all_to_all", me);
+  CHORUS_CHECK_ARG(input.shape()[splitAxis] % p == 0, "rank ", me,
+                   " (this process): all_to_all: dimension ", splitAxis, " of the input (",
+                   input.shape()[splitAxis], ") is not divisible by the group size ", p);
+  auto partShape = withAxisScaled(input.shape(), splitAxis, 1, p);
+  Tensor part(nullptr, input.dtype(), partShape);
+  checkConcatShape(part, output, concatAxis, p, "all_to_all", me);
+  auto fingerprint = detail::makeFingerprint(Collective::kAllToAll, input.numel(), input.dtype(),
+                                             std::nullopt, -1);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, input, output, part, splitAxis,
+                                      concatAxis](const backend::CallContext& call) {
+    const int size = state.info().size;
+    const auto splitLayout = detail::axisLayout(part, splitAxis);
+    const auto concatLayout = detail::axisLayout(part, concatAxis);
+    const size_t partBytes = part.nbytes();
+    auto* staged = static_cast<std::byte*>(state.staging().get(2 * size * partBytes));
+    const void* send = input.data();
+    if (splitLayout.outer > 1) {
+      detail::deinterleaveBlocks(input.data(), staged, size, splitLayout);
+      send = staged;
+    }
+    void* receive = concatLayout.outer > 1 ? staged + size * partBytes : output.data();
+    state.backend().allToAll(call, {send, receive, partBytes});
+    if (concatLayout.outer > 1) detail::interleaveBlocks(receive, output.data(), size, concatLayout);
+  });
+}
+
+namespace {
+
+void checkPeer(int peer, int tag, int rank, int size, std::string_view op) {
+  CHORUS_CHECK_ARG(peer >= 0 && peer < size, "rank ", rank, " (this process): ", op, ": peer ",
+                   peer, " is not a rank of this communicator (size ", size, ")");
+  CHORUS_CHECK_ARG(peer != rank, "rank ", rank, " (this process): ", op,
+                   " to itself; copy the tensor instead");
+  CHORUS_CHECK_ARG(tag >= 0, "rank ", rank, " (this process): ", op, ": tag ", tag,
+                   " is negative; tags must be >= 0");
+}
+
+}  // namespace
+
+Communicator::WorkPtr Communicator::send(Tensor tensor, int peer, int tag) {
+  detail::checkTensor(tensor, "tensor", "send", rank());
+  checkPeer(peer, tag, rank(), size(), "send");
+  auto fingerprint = detail::makeFingerprint(Collective::kPointToPoint, tensor.numel(),
+                                             tensor.dtype(), std::nullopt, -1);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, tensor, peer, tag](const backend::CallContext& call) {
+    state.backend().send(call, tensor.data(), tensor.nbytes(), peer, tag);
+  });
+}
+
+Communicator::WorkPtr Communicator::recv(Tensor tensor, int peer, int tag) {
+  detail::checkTensor(tensor, "tensor", "recv", rank());
+  checkPeer(peer, tag, rank(), size(), "recv");
+  auto fingerprint = detail::makeFingerprint(Collective::kPointToPoint, tensor.numel(),
+                                             tensor.dtype(), std::nullopt, -1);
+  auto& state = *state_;
+  return state_->submit(fingerprint, [&state, tensor, peer, tag](const backend::CallContext& call) {
+    state.backend().recv(call, tensor.data(), tensor.nbytes(), peer, tag);
+  });
+}
+
+Communicator::WorkPtr Communicator::barrier() {
+  auto fingerprint =
+      detail::makeFingerprint(Collective::kBarrier, 0, std::nullopt, std::nullopt, -1);
+  auto& state = *state_;
+  return state_->submit(fingerprint,
+                        [&state](const backend::CallContext& call) { state.backend().barrier(call); });
+}
+
+}  // namespace chorus

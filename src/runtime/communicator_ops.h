@@ -1,0 +1,29 @@
+// Helpers shared by the Communicator front-end files (src/runtime/communicator*.cc).
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "chorus/types.h"
+#include "transport/transport.h"
+
+namespace chorus::detail {
+
+transport::Fingerprint makeFingerprint(transport::Collective collective,
+                                       size_t count,
+                                       std::optional<DataType> dtype,
+                                       std::optional<ReduceOp> op,
+                                       int root);
+void checkReduction(ReduceOp op, DataType dtype, std::string_view opName, int rank);
+void checkRoot(int root, int size, std::string_view opName, int rank);
+// float32 for float16/bfloat16 (one rounding at the end), else the dtype itself.
+DataType accumulationType(DataType dtype);
+// avg travels as sum.
+ReduceOp wireOp(ReduceOp op);
+void finishAverage(ReduceOp op, DataType work, void* data, size_t count, int size);
+// Copy count elements between a tensor of dtype `tensorType` and a buffer of `work` type,
+// widening or narrowing when they differ.
+void stageIn(DataType tensorType, DataType work, const void* source, void* to, size_t count);
+void stageOut(DataType tensorType, DataType work, const void* source, void* destination, size_t count);
+
+}  // namespace chorus::detail

@@ -1,0 +1,88 @@
+// CommunicatorState: what a Communicator is made of — its placement, its backend, the queue that
+// runs its operations in call order, the collective sequence counter that stamps fingerprints
+// (Note [Collective fingerprint]), its timeout, and the first failure, after which it is aborted.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "algorithms/peers.h"
+#include "backend/backend.h"
+#include "chorus/work.h"
+#include "runtime/operation_queue.h"
+#include "store/store.h"
+
+namespace chorus::detail {
+
+// Where this rank sits in the communicator.
+struct CommunicatorInfo {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;
+  int localSize = 1;
+  int worldRank = 0;
+  int worldSize = 1;
+  int groupId = 0;
+  int groupSize = 1;
+  std::vector<int> worldRanks;        // member i's world rank
+  std::vector<std::string> nodeIds;   // member i's node
+  int rootRank() const { return worldRanks.empty() ? 0 : worldRanks.front(); }
+};
+
+// What creating a sub-communicator needs.
+struct CommunicatorResources {
+  std::shared_ptr<store::Store> store;  // the job's store, unscoped (null for a one-rank job)
+  std::string token;
+  std::string bindHost = "127.0.0.1";
+  std::string backendName = "auto";
+  std::string scope;  // unique name of this communicator, identical on its ranks
+};
+
+class CommunicatorState {
+ public:
+  using Body = std::function<void(const backend::CallContext&)>;
+
+  CommunicatorState(CommunicatorInfo info,
+                    CommunicatorResources resources,
+                    std::unique_ptr<backend::Backend> backend,
+                    std::chrono::milliseconds timeout);
+  ~CommunicatorState();
+
+  const CommunicatorInfo& info() const { return info_; }
+  const CommunicatorResources& resources() const { return resources_; }
+  backend::Backend& backend() { return *backend_; }
+
+  // Queues `body` after every earlier operation. Collectives get the next sequence number in
+  // their fingerprint; point-to-point keeps sequence 0. The body runs on the worker thread with a
+  // deadline of now + timeout(); its exception fails the Work and aborts the communicator.
+  std::shared_ptr<Work> submit(transport::Fingerprint fingerprint, Body body);
+
+  void setTimeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const;
+  void abort() noexcept;
+  // Counter of split() calls, identical on every rank.
+  uint64_t nextSplitId();
+  // Staging memory for the front end (packing, widening); used on the worker thread only.
+  algorithms::Workspace& staging() { return staging_; }
+
+ private:
+  void execute(Work& work, const transport::Fingerprint& fingerprint, const Body& body);
+
+  const CommunicatorInfo info_;
+  const CommunicatorResources resources_;
+  std::unique_ptr<backend::Backend> backend_;
+  algorithms::Workspace staging_;
+
+  mutable std::mutex mutex_;
+  std::chrono::milliseconds timeout_;
+  uint64_t collectiveSequence_ = 0;
+  uint64_t splitCount_ = 0;
+  std::exception_ptr failure_;  // guarded by mutex_
+  OperationQueue queue_;
+};
+
+}  // namespace chorus::detail

@@ -1,0 +1,141 @@
+// One TCP connection of the transport's mesh: framing, the per-peer matching of receives to
+// messages, and non-blocking progress in both directions. The transport (tcp/transport.cc) owns
+// the epoll loop, the requests and the failure state; a Connection only moves bytes when told the
+// socket is ready, and reports what it saw.
+//
+// Wire format: each message is a FrameHeader followed by `bytes` of payload. Data frames carry a
+// tag and the sender's Fingerprint; abort frames carry an error encoded by detail::encodeError;
+// a goodbye frame (no payload) says the peer closed on purpose. Both ends are assumed to have the
+// same byte order (headers are raw structs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "core/net/socket.h"
+#include "transport/transport.h"
+
+namespace chorus::transport::tcp {
+
+enum class FrameKind : uint8_t { kData = 1, kAbort = 2, kGoodbye = 3 };
+
+struct FrameHeader {
+  uint32_t magic = 0;
+  FrameKind kind = FrameKind::kData;
+  uint8_t reserved[3] = {};
+  uint64_t tag = 0;
+  uint64_t bytes = 0;
+  Fingerprint fingerprint;
+};
+static_assert(sizeof(FrameHeader) == 48);
+
+inline constexpr uint32_t kFrameMagic = 0x46524843;  // "CHRF"
+// Larger messages that arrive before their receive are refused as a protocol error.
+inline constexpr uint64_t kMaxUnexpectedBytes = uint64_t{1} << 40;
+inline constexpr uint64_t kMaxAbortBytes = uint64_t{1} << 20;
+
+// A posted send or receive, owned by the transport while pending.
+struct Op {
+  Request* request = nullptr;
+  bool isSend = false;
+  bool complete = false;
+  int peer = -1;
+  uint64_t tag = 0;
+  Fingerprint fingerprint;
+  char* data = nullptr;
+  size_t bytes = 0;
+};
+
+class Connection {
+ public:
+  enum class State {
+    kOpen,        // healthy
+    kSaidGoodbye, // the peer closed on purpose; what it sent before is still delivered
+    kClosed,      // no socket any more (after goodbye, or we closed)
+    kCrashed,     // the peer vanished without goodbye
+  };
+  // What reading or writing found; the transport turns it into failures.
+  enum class Event { kNone, kGoodbye, kAbort, kCrashed, kClosed };
+
+  Connection(int selfRank, int peerRank, net::Socket socket);
+
+  int fd() const { return socket_.fd(); }
+  int peer() const { return peer_; }
+  State state() const { return state_; }
+  bool wantsWrite() const { return !out_.empty() && state_ == State::kOpen && !writeBroken_; }
+
+  // Queues a data frame and writes what the socket takes now.
+  Event send(Op& op);
+  // Matches the oldest buffered message with op's tag, or waits for one. Throws MismatchError.
+  void recv(Op& op);
+  // Queues an abort or goodbye frame.
+  void queueControl(FrameKind kind, std::vector<uint8_t> payload);
+
+  // Progress, when epoll says the socket is ready. readSome throws MismatchError, or PeerError for
+  // a malformed frame; both return kAbort once an abort frame is complete (see takeAbortPayload).
+  Event readSome();
+  Event writeSome();
+  std::vector<uint8_t> takeAbortPayload() { return std::move(abortPayload_); }
+
+  // Forgets every request: user buffers are not touched again. A half-written frame is finished
+  // with zeros so the peer can still parse what follows (an abort or goodbye).
+  void dropRequests();
+  // Writes queued frames until done or `deadline`, drains what the peer sent, and closes.
+  void flushAndClose(Deadline deadline) noexcept;
+  // Closes the socket at once, without goodbye (tests use this to play a crash).
+  void closeNow() noexcept;
+
+ private:
+  enum class Sink { kUser, kUnexpected, kAbort };
+  struct OutFrame {
+    FrameHeader header;
+    const char* payload = nullptr;  // null: zeros (padding after dropRequests)
+    size_t sent = 0;                // bytes of header and payload written
+    Op* op = nullptr;               // data frames of a live request
+    std::vector<uint8_t> owned;     // control frames own their payload
+  };
+  struct Unexpected {
+    FrameHeader header;
+    std::unique_ptr<char[]> payload;
+    bool complete = false;
+  };
+
+  void checkMatch(const Op& op, const FrameHeader& header) const;
+  Event consumeBuffered();
+  Event onHeader();
+  Event finishPayload();
+  Event endOfStream();
+  void accept(size_t bytes);
+
+  int self_;
+  int peer_;
+  net::Socket socket_;
+  State state_ = State::kOpen;
+  bool writeBroken_ = false;  // the peer is gone; the read side reports how
+  bool dropped_ = false;      // after dropRequests(): nothing is read any more
+
+  // Outgoing frames in order; the front one may be partly written.
+  std::deque<OutFrame> out_;
+
+  // Incoming: receives waiting for a message, messages waiting for a receive (both in order).
+  std::vector<Op*> posted_;
+  std::deque<Unexpected> unexpected_;
+  // The frame being read: its header, then `remaining` payload bytes into `dest`.
+  FrameHeader inHeader_;
+  size_t headerGot_ = 0;
+  bool inPayload_ = false;
+  Sink sink_ = Sink::kUser;
+  Op* recvOp_ = nullptr;
+  char* dest_ = nullptr;
+  size_t remaining_ = 0;
+  std::vector<uint8_t> abortPayload_;
+  // Small frames are read in bulk through this buffer; large payloads go straight to `dest`.
+  std::unique_ptr<char[]> inBuffer_;
+  size_t inBegin_ = 0;
+  size_t inEnd_ = 0;
+};
+
+}  // namespace chorus::transport::tcp

@@ -1,0 +1,282 @@
+// Every collective through the public Communicator API, with ranks as threads over real TCP
+// sockets (runRanks). Group sizes include non-powers of two; expected values are closed forms.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "harness/run_ranks.h"
+
+namespace chorus {
+namespace {
+
+using chorus::testing::runRanks;
+
+class CollectivesTest : public ::testing::TestWithParam<int> {};
+
+// Rank r's value at index i; small integers, exact in every dtype used below.
+double valueAt(int rank, size_t i) { return (rank + 1) + static_cast<double>(i % 5); }
+// Sum over ranks 0..p-1 of valueAt(r, i).
+double sumAt(int p, size_t i) { return p * (p + 1) / 2.0 + p * static_cast<double>(i % 5); }
+
+template <typename T>
+std::vector<T> rankValues(int rank, size_t count) {
+  std::vector<T> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = static_cast<T>(valueAt(rank, i));
+  return values;
+}
+
+TEST_P(CollectivesTest, AllreduceSumFloat32AllCounts) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{262147}}) {
+      auto values = rankValues<float>(comm.rank(), count);
+      comm.allreduce(Tensor(values.data(), {static_cast<int64_t>(count)}))->wait();
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(values[i], static_cast<float>(sumAt(p, i))) << "count " << count << " i " << i;
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, AllreduceOpsOnIntegers) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<int64_t> maxValues(9, r * 10), minValues(9, r * 10 + 3), prodValues(9, 2);
+    comm.allreduce(Tensor(maxValues.data(), {9}), ReduceOp::kMax)->wait();
+    comm.allreduce(Tensor(minValues.data(), {9}), ReduceOp::kMin)->wait();
+    comm.allreduce(Tensor(prodValues.data(), {9}), ReduceOp::kProd)->wait();
+    for (int i = 0; i < 9; ++i) {
+      EXPECT_EQ(maxValues[i], (p - 1) * 10);
+      EXPECT_EQ(minValues[i], 3);
+      EXPECT_EQ(prodValues[i], int64_t{1} << p);
+    }
+    std::vector<int32_t> bor(5, 1 << r), band(5, (1 << r) | 0x100), bxor(5, 1 << r);
+    comm.allreduce(Tensor(bor.data(), {5}), ReduceOp::kBor)->wait();
+    comm.allreduce(Tensor(band.data(), {5}), ReduceOp::kBand)->wait();
+    comm.allreduce(Tensor(bxor.data(), {5}), ReduceOp::kBxor)->wait();
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(bor[i], (1 << p) - 1);
+      EXPECT_EQ(band[i], p == 1 ? 0x101 : 0x100);
+      EXPECT_EQ(bxor[i], (1 << p) - 1);
+    }
+  });
+}
+
+TEST_P(CollectivesTest, AllreduceAvgFloat64AndInt32) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    auto values = rankValues<double>(comm.rank(), 11);
+    comm.allreduce(Tensor(values.data(), {11}), ReduceOp::kAvg)->wait();
+    for (size_t i = 0; i < 11; ++i) EXPECT_DOUBLE_EQ(values[i], sumAt(p, i) / p);
+    // Integers: the sum (p * 7 + p(p-1)/2) divided by p, truncated toward zero.
+    std::vector<int32_t> ints(3, 7 + comm.rank());
+    comm.allreduce(Tensor(ints.data(), {3}), ReduceOp::kAvg)->wait();
+    for (int v : ints) EXPECT_EQ(v, (p * 7 + p * (p - 1) / 2) / p);
+  });
+}
+
+TEST_P(CollectivesTest, FusedAllreduceOfSeveralTensors) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    auto a = rankValues<float>(comm.rank(), 3);
+    std::vector<float> empty;
+    auto b = rankValues<float>(comm.rank(), 1001);
+    comm.allreduce({Tensor(a.data(), {3}), Tensor(empty.data(), {0}), Tensor(b.data(), {7, 11, 13})})
+        ->wait();
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], sumAt(p, i));
+    for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(b[i], sumAt(p, i));
+  });
+}
+
+// bfloat16 keeps 8 significant bits, so near 256 it steps by 2. Rank 0 contributes 256 and every
+// other rank 1.0: the exact sum 255 + p rounded once to nearest-even. Rounding after each step
+// would lose the ones (256 + 1 rounds back to 256).
+TEST_P(CollectivesTest, Bfloat16AccumulatesInFloat32AndRoundsOnce) {
+  const int p = GetParam();
+  const std::map<int, float> roundedOnce = {{1, 256}, {2, 256}, {3, 258},
+                                            {4, 260}, {7, 262}, {8, 264}};
+  runRanks(p, [&](Communicator& comm) {
+    const uint16_t bf16One = 0x3f80, bf16_256 = 0x4380;
+    std::vector<uint16_t> values(5, comm.rank() == 0 ? bf16_256 : bf16One);
+    comm.allreduce(Tensor(values.data(), DataType::kBFloat16, {5}))->wait();
+    for (uint16_t v : values) {
+      uint32_t bits = uint32_t{v} << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      EXPECT_EQ(f, roundedOnce.at(p));
+    }
+  });
+}
+
+TEST_P(CollectivesTest, Float16Sum) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    // 0.5 * (r + 1) in float16: 0x3800 is 0.5, 0x3c00 is 1.0 ... built from exact halves.
+    const uint16_t table[] = {0x3800, 0x3c00, 0x3e00, 0x4000, 0x4100, 0x4200, 0x4300, 0x4400};
+    std::vector<uint16_t> values(9, table[comm.rank()]);
+    comm.allreduce(Tensor(values.data(), DataType::kFloat16, {9}))->wait();
+    // Sum of 0.5 * (r + 1) = p(p+1)/4: for p in {1,2,3,4,7,8}: 0.5, 1.5, 3, 5, 14, 18.
+    const std::map<int, uint16_t> expected = {{1, 0x3800}, {2, 0x3e00}, {3, 0x4200},
+                                              {4, 0x4500}, {7, 0x4b00}, {8, 0x4c80}};
+    for (uint16_t v : values) EXPECT_EQ(v, expected.at(p));
+  });
+}
+
+TEST_P(CollectivesTest, ReduceScatter) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    const size_t n = 13;
+    auto input = rankValues<float>(comm.rank(), n * p);
+    std::vector<float> output(n, -1);
+    comm.reduceScatter(Tensor(input.data(), {static_cast<int64_t>(n * p)}),
+                       Tensor(output.data(), {static_cast<int64_t>(n)}))
+        ->wait();
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(output[i], sumAt(p, comm.rank() * n + i));
+  });
+}
+
+TEST_P(CollectivesTest, AllgatherAlongAxis0And1) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<int32_t> input = {r * 10, r * 10 + 1, r * 10 + 2, r * 10 + 3, r * 10 + 4,
+                                  r * 10 + 5};  // shape [2, 3]
+    std::vector<int32_t> rows(6 * p), cols(6 * p);
+    comm.allgather(Tensor(input.data(), {2, 3}), Tensor(rows.data(), {2 * p, 3}), 0)->wait();
+    comm.allgather(Tensor(input.data(), {2, 3}), Tensor(cols.data(), {2, 3 * p}), 1)->wait();
+    for (int q = 0; q < p; ++q) {
+      for (int i = 0; i < 6; ++i) EXPECT_EQ(rows[q * 6 + i], q * 10 + i);
+      for (int row = 0; row < 2; ++row) {
+        for (int c = 0; c < 3; ++c) EXPECT_EQ(cols[row * 3 * p + q * 3 + c], q * 10 + row * 3 + c);
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, BroadcastAndReduceFromSeveralRoots) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    for (int root : {0, p / 2, p - 1}) {
+      std::vector<double> data(100003, comm.rank() == root ? 42.5 + root : -1.0);
+      comm.broadcast(Tensor(data.data(), {100003}), root)->wait();
+      for (double v : data) ASSERT_EQ(v, 42.5 + root);
+
+      auto values = rankValues<int64_t>(comm.rank(), 77);
+      auto original = values;
+      comm.reduce(Tensor(values.data(), {77}), root)->wait();
+      for (size_t i = 0; i < values.size(); ++i) {
+        EXPECT_EQ(values[i], comm.rank() == root ? static_cast<int64_t>(sumAt(p, i)) : original[i]);
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, GatherAndScatter) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    const int root = p - 1;
+    std::vector<int64_t> mine = {comm.rank(), 100 + comm.rank()};
+    std::vector<int64_t> gathered(comm.rank() == root ? 2 * p : 0, -1);
+    comm.gather(Tensor(mine.data(), {2}), Tensor(gathered.data(), {static_cast<int64_t>(gathered.size())}), root)
+        ->wait();
+    if (comm.rank() == root) {
+      for (int q = 0; q < p; ++q) {
+        EXPECT_EQ(gathered[2 * q], q);
+        EXPECT_EQ(gathered[2 * q + 1], 100 + q);
+      }
+    }
+    std::vector<float> source(comm.rank() == 0 ? 3 * p : 0);
+    for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<float>(i);
+    std::vector<float> part(3, -1);
+    comm.scatter(Tensor(source.data(), {static_cast<int64_t>(source.size())}), Tensor(part.data(), {3}), 0)
+        ->wait();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(part[i], comm.rank() * 3 + i);
+  });
+}
+
+TEST_P(CollectivesTest, AllToAllWithSplitAndConcatAxes) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    // Input [p, 2]: row j goes to rank j and holds (r, j). Output [p, 2]: row q came from rank q.
+    std::vector<int32_t> input(2 * p), output(2 * p, -1);
+    for (int j = 0; j < p; ++j) {
+      input[2 * j] = r;
+      input[2 * j + 1] = j;
+    }
+    comm.allToAll(Tensor(input.data(), {p, 2}), Tensor(output.data(), {p, 2}))->wait();
+    for (int q = 0; q < p; ++q) {
+      EXPECT_EQ(output[2 * q], q);
+      EXPECT_EQ(output[2 * q + 1], r);
+    }
+    // Split along axis 1 of [2, p] (column j to rank j), concatenate along axis 0: output [2p, 1].
+    std::vector<int32_t> wide(2 * p), tall(2 * p, -1);
+    for (int row = 0; row < 2; ++row) {
+      for (int j = 0; j < p; ++j) wide[row * p + j] = r * 1000 + row * 100 + j;
+    }
+    comm.allToAll(Tensor(wide.data(), {2, p}), Tensor(tall.data(), {2 * p, 1}), 1, 0)->wait();
+    for (int q = 0; q < p; ++q) {
+      for (int row = 0; row < 2; ++row) EXPECT_EQ(tall[q * 2 + row], q * 1000 + row * 100 + r);
+    }
+  });
+}
+
+TEST_P(CollectivesTest, SendRecvAroundARingAndBarrier) {
+  const int p = GetParam();
+  if (p == 1) GTEST_SKIP() << "send/recv needs a peer";
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> out(1000, static_cast<float>(r)), in(1000, -1);
+    auto sent = comm.send(Tensor(out.data(), {1000}), (r + 1) % p, 7);
+    auto received = comm.recv(Tensor(in.data(), {1000}), (r + p - 1) % p, 7);
+    sent->wait();
+    received->wait();
+    for (float v : in) ASSERT_EQ(v, static_cast<float>((r + p - 1) % p));
+    comm.barrier()->wait();
+  });
+}
+
+TEST_P(CollectivesTest, ManyAsyncOperationsRunInCallOrder) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    std::vector<std::vector<int32_t>> buffers(50, std::vector<int32_t>(3));
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < 50; ++k) {
+      std::fill(buffers[k].begin(), buffers[k].end(), k + comm.rank());
+      works.push_back(comm.allreduce(Tensor(buffers[k].data(), {3})));
+    }
+    for (auto& work : works) work->wait();
+    for (int k = 0; k < 50; ++k) EXPECT_EQ(buffers[k][0], p * k + p * (p - 1) / 2);
+  });
+}
+
+TEST_P(CollectivesTest, SplitByParityInReverseKeyOrder) {
+  const int p = GetParam();
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    auto sub = comm.split(r % 2, -r);
+    ASSERT_NE(sub, nullptr);
+    const int groupSize = (p + 1 - r % 2) / 2;  // ranks with my parity
+    EXPECT_EQ(sub->size(), groupSize);
+    EXPECT_EQ(sub->rank(), groupSize - 1 - r / 2);  // reverse key order
+    EXPECT_EQ(sub->worldRank(), r);
+    EXPECT_EQ(sub->groupId(), r % 2);
+    EXPECT_EQ(sub->groupSize(), p == 1 ? 1 : 2);
+    std::vector<int64_t> value = {r};
+    sub->allreduce(Tensor(value.data(), {1}))->wait();
+    int64_t expected = 0;
+    for (int q = r % 2; q < p; q += 2) expected += q;
+    EXPECT_EQ(value[0], expected);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupSizes, CollectivesTest, ::testing::Values(1, 2, 3, 4, 7, 8),
+                         [](const auto& info) { return "size" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,270 @@
+// The launcher's setup and event loop (see launcher.h for the lifecycle).
+#include "launcher.h"
+
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/net/handshake.h"
+#include "rank_environment.h"
+#include "store/tcp_store.h"
+
+extern char** environ;
+
+namespace chorus::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string signalName(int signal) {
+  const char* name = sigabbrev_np(signal);
+  return name ? std::string("SIG") + name : "signal " + std::to_string(signal);
+}
+
+// Each rank needs two pipe ends open in the launcher; raise the soft limit if a large -np needs it
+// (only as far as the hard limit allows; pipe2 then fails with a clear error).
+void ensureFileLimit(int ranks) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return;
+  }
+  rlim_t needed = static_cast<rlim_t>(ranks) * 2 + 64;
+  if (limit.rlim_cur < needed) {
+    limit.rlim_cur = std::min(needed, limit.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+}  // namespace
+
+Launcher::Launcher(LaunchOptions options) : options_(std::move(options)) {
+  // Before any thread exists: the store's threads inherit the mask, so these signals only ever
+  // arrive through the signalfd.
+  sigemptyset(&handled_);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) {
+    sigaddset(&handled_, signal);
+  }
+  CHORUS_ASSERT(pthread_sigmask(SIG_BLOCK, &handled_, &originalMask_) == 0);
+  ::signal(SIGPIPE, SIG_IGN);
+  prctl(PR_SET_CHILD_SUBREAPER, 1);  // Best effort: orphans otherwise go to init.
+
+  epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  CHORUS_SYSCHECK(epoll_.get());
+  signals_ = UniqueFd(signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK));
+  CHORUS_SYSCHECK(signals_.get());
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = signals_.get();
+  CHORUS_SYSCHECK(epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, signals_.get(), &event));
+  output_ = std::make_unique<OutputForwarder>(epoll_.get());
+}
+
+Launcher::~Launcher() {
+  ranks_.clear();  // Kills and reaps what is left.
+  output_.reset();
+  store_.reset();
+}
+
+int Launcher::run() {
+  std::string token = net::generateToken();
+  store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0, token);
+  spawnRanks(token);
+  eventLoop();
+  return exitCode_;
+}
+
+void Launcher::say(const std::string& message) const {
+  writeAll(2, "chorusrun: " + message + "\n");
+}
+
+void Launcher::spawnRanks(const std::string& token) {
+  int n = options_.nprocPerNode;
+  ensureFileLimit(n);
+  JobEnvironment job;
+  job.size = n;
+  job.localSize = n;
+  job.storeHost = "127.0.0.1";
+  job.storePort = store_->port();
+  job.token = token;
+  job.jobId = generateJobId();
+  job.timeout = options_.timeout;
+
+  SpawnSpec spec;
+  spec.argv = options_.command;
+  spec.signalMask = originalMask_;
+  // A rank outside the terminal's foreground process group would stop (SIGTTIN) reading a tty.
+  bool stdinIsTerminal = isatty(STDIN_FILENO);
+  ranks_.reserve(n);
+  for (int rank = 0; rank < n; ++rank) {
+    spec.env = rankEnvironment(job, rank, environ);
+    spec.inheritStdin = rank == 0 && !stdinIsTerminal;
+    try {
+      ranks_.emplace_back(rank, spec);
+    } catch (const ExecError& e) {
+      say(e.what());
+      beginStop(SIGKILL, e.error() == ENOENT ? 127 : 126);
+      return;
+    }
+    RankProcess& process = ranks_.back();
+    std::string prefix = options_.tagOutput ? "[" + std::to_string(rank) + "] " : "";
+    UniqueFd out = process.takeStdout();
+    UniqueFd err = process.takeStderr();
+    rankStreams_.emplace_back(out.get(), err.get());
+    output_->add(std::move(out), prefix, STDOUT_FILENO);
+    output_->add(std::move(err), prefix, STDERR_FILENO);
+  }
+}
+
+void Launcher::eventLoop() {
+  checkRankExits();  // Covers zero ranks started (the program could not be executed).
+  while (true) {
+    if (finishing_ &&
+        ((output_->openStreams() == 0 && !childrenLeft_) || Clock::now() >= *drainUntil_)) {
+      break;
+    }
+    if (killAt_ && Clock::now() >= *killAt_) {
+      signalAll(SIGKILL);
+      killAt_.reset();
+    }
+    int timeoutMs = -1;
+    if (auto deadline = nextDeadline()) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+      timeoutMs = static_cast<int>(std::clamp<long long>(left.count(), 0, 1 << 30));
+    }
+    epoll_event events[64];
+    int ready = epoll_wait(epoll_.get(), events, 64, timeoutMs);
+    if (ready == -1 && errno == EINTR) {
+      continue;
+    }
+    CHORUS_SYSCHECK(ready);
+    for (int i = 0; i < ready; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == signals_.get()) {
+        handleSignals();
+      } else {
+        output_->onReadable(fd);
+      }
+    }
+  }
+  output_->closeAll();
+}
+
+std::optional<Launcher::TimePoint> Launcher::nextDeadline() const {
+  if (killAt_ && drainUntil_) {
+    return std::min(*killAt_, *drainUntil_);
+  }
+  return killAt_ ? killAt_ : drainUntil_;
+}
+
+void Launcher::handleSignals() {
+  signalfd_siginfo info;
+  bool child = false;
+  while (::read(signals_.get(), &info, sizeof(info)) == sizeof(info)) {
+    int signal = static_cast<int>(info.ssi_signo);
+    if (signal == SIGCHLD) {
+      child = true;
+    } else if (finishing_) {
+      drainUntil_ = Clock::now();  // Every rank is gone; stop waiting for stragglers.
+    } else if (!stopping_) {
+      say("got " + signalName(signal) + "; forwarding it to all ranks");
+      beginStop(signal, 128 + signal);
+    } else {
+      signalAll(SIGKILL);  // A second signal: no more grace.
+      killAt_.reset();
+    }
+  }
+  if (child) {
+    checkRankExits();
+  }
+}
+
+void Launcher::checkRankExits() {
+  std::optional<int> failedCode;
+  for (RankProcess& process : ranks_) {
+    std::optional<ExitStatus> status = process.pollExit();
+    if (!status || status->success() || stopping_) {
+      continue;  // After a stop began, exits are what the launcher asked for.
+    }
+    // Forward the rank's last output before saying why it ended.
+    auto [out, err] = rankStreams_[process.rank()];
+    output_->drainAvailable(out);
+    output_->drainAvailable(err);
+    say(status->describe(process.rank()));
+    if (!failedCode) {
+      failedCode = status->launcherExitCode();
+    }
+  }
+  if (failedCode) {
+    beginStop(SIGTERM, *failedCode);
+  }
+  if (finishing_) {
+    reapChildren();
+  } else if (std::all_of(ranks_.begin(), ranks_.end(), [](auto& p) { return p.exited(); })) {
+    beginFinish();
+  } else {
+    reapOrphans();
+  }
+}
+
+void Launcher::beginStop(int signal, int exitCode) {
+  stopping_ = true;
+  exitCode_ = exitCode;
+  signalAll(signal);
+  if (signal != SIGKILL) {
+    killAt_ = Clock::now() + options_.killGrace;
+  }
+}
+
+void Launcher::signalAll(int signal) {
+  for (RankProcess& process : ranks_) {
+    process.signalGroup(signal);
+  }
+}
+
+void Launcher::beginFinish() {
+  finishing_ = true;
+  killAt_.reset();
+  signalAll(SIGKILL);  // Whatever the ranks left behind in their process groups.
+  for (RankProcess& process : ranks_) {
+    process.reap();
+  }
+  drainUntil_ = Clock::now() + kDrainTimeout;
+  reapChildren();
+}
+
+// Reaps exited orphans (re-parented to the subreaper) that are not ranks. A rank's zombie is kept
+// (see Note [Rank process groups]), and waitid reports children in order, so this stops at one.
+void Launcher::reapOrphans() {
+  while (true) {
+    siginfo_t info{};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) {
+      return;
+    }
+    for (const RankProcess& process : ranks_) {
+      if (process.pid() == info.si_pid) {
+        return;
+      }
+    }
+    waitpid(info.si_pid, nullptr, 0);
+  }
+}
+
+void Launcher::reapChildren() {
+  while (true) {
+    pid_t pid = waitpid(-1, nullptr, WNOHANG);
+    if (pid > 0 || (pid == -1 && errno == EINTR)) {
+      continue;
+    }
+    childrenLeft_ = !(pid == -1 && errno == ECHILD);
+    return;
+  }
+}
+
+}  // namespace chorus::launcher
