@@ -31,10 +31,11 @@ void broadcastPipelinedChain(Peers& peers, const BroadcastArgs& args) {
   const size_t perSegment = peers.segmentBytes();
 
   postRingCheck(peers);
+  SendWindow sends(peers);
   if (upstream < 0) {
-    // The root: everything goes out at once; the transport paces it.
+    // The root: the segments go out back to back.
     patterns::forEachSegment(message, perSegment, [&](Block segment) {
-      peers.send(downstream, blockAt(args.data, segment, 1), segment.count);
+      sends.send(downstream, blockAt(args.data, segment, 1), segment.count);
     });
   } else {
     receiveStream(
@@ -47,7 +48,7 @@ void broadcastPipelinedChain(Peers& peers, const BroadcastArgs& args) {
           if (downstream < 0)
             return;
           const Block segment = patterns::segmentOf(message, perSegment, i);
-          peers.send(downstream, blockAt(args.data, segment, 1), segment.count);
+          sends.send(downstream, blockAt(args.data, segment, 1), segment.count);
         });
   }
   peers.waitAll();

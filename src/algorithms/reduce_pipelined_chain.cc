@@ -40,11 +40,12 @@ void reducePipelinedChain(Peers& peers, const ReduceArgs& args) {
   const size_t perSegment = patterns::segmentElements(peers.segmentBytes(), elementSize);
 
   postRingCheck(peers);
+  SendWindow sends(peers);
 
   if (downstream < 0) {
     // The far end: its input is the first partial sum.
     patterns::forEachSegment(vector, perSegment, [&](Block segment) {
-      peers.send(upstream, blockAt(args.input, segment, elementSize), segment.count * elementSize);
+      sends.send(upstream, blockAt(args.input, segment, elementSize), segment.count * elementSize);
     });
     peers.waitAll();
     return;
@@ -68,7 +69,7 @@ void reducePipelinedChain(Peers& peers, const ReduceArgs& args) {
           kernels::reduceMany(args.op, args.dtype, dst, sources, segment.count);
         }
         if (upstream >= 0)
-          peers.send(upstream, partial, segment.count * elementSize);
+          sends.send(upstream, partial, segment.count * elementSize);
       });
   peers.waitAll();
 }

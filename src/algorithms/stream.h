@@ -60,6 +60,29 @@ inline void postRingCheck(Peers& peers) {
   peers.recv((peers.rank() + size - 1) % size, nullptr, 0);
 }
 
+// Sends of a stream (segments to one peer) with at most kSendWindow outstanding: posting one more
+// first waits for the oldest. Keeps the transport's bookkeeping (and, over sockets, the data
+// queued in user space) small however many segments a vector has.
+inline constexpr size_t kSendWindow = 8;
+
+class SendWindow {
+ public:
+  explicit SendWindow(Peers& peers) : peers_(peers) {}
+
+  void send(int peer, const void* data, size_t bytes) {
+    transport::Request*& slot = inflight_[posted_ % kSendWindow];
+    if (posted_ >= kSendWindow)
+      peers_.wait(slot);
+    slot = peers_.send(peer, data, bytes);
+    ++posted_;
+  }
+
+ private:
+  Peers& peers_;
+  std::array<transport::Request*, kSendWindow> inflight_{};
+  size_t posted_ = 0;
+};
+
 // Receives `n` messages from `peer` in order, keeping up to kStreamWindow receives posted ahead of
 // the one being processed. target(i) -> std::pair<void*, size_t> says where message i lands and is
 // called in order i = 0, 1, ...; onArrival(i) is called in order once message i is in. The receive

@@ -2,8 +2,8 @@
 // NumPy, PyTorch, JAX and CuPy speak.
 //
 // fromDLPack makes a view without taking ownership: data + byte_offset, shape and strides copied
-// (null strides mean row-major). toDLPack allocates one block holding the DLManagedTensor and copies
-// of shape and strides; its deleter frees that block and never the data.
+// (null strides mean row-major). toDLPack allocates one block holding the DLManagedTensor and
+// copies of shape and strides; its deleter frees that block and never the data.
 //
 // dtypes: float 16/32/64, bfloat 16, int 8/32/64, uint 8, and bool as type code 6 with 8 bits
 // (kDLBool in DLPack >= 0.8; the installed v0.6 header predates it). Vector types (lanes != 1) are
@@ -97,10 +97,9 @@ Tensor Tensor::fromDLPack(const DLManagedTensor* managed) {
   for (int64_t extent : shape) {
     CHORUS_CHECK_ARG(extent >= 0, "DLPack tensor has a negative dimension ", extent);
   }
-  std::vector<int64_t> strides = tensor.strides != nullptr
-                                     ? std::vector<int64_t>(tensor.strides,
-                                                            tensor.strides + tensor.ndim)
-                                     : contiguousStrides(shape);
+  std::vector<int64_t> strides =
+      tensor.strides != nullptr ? std::vector<int64_t>(tensor.strides, tensor.strides + tensor.ndim)
+                                : contiguousStrides(shape);
   void* data = static_cast<char*>(tensor.data) + tensor.byte_offset;
   return Tensor(data, dtype, std::move(shape), std::move(strides), device);
 }

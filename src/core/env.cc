@@ -28,6 +28,14 @@ std::string_view trim(std::string_view text) {
                                             "\" is not ", expected, "; fix or unset it"));
 }
 
+// from_chars takes "-5" but not "+5"; accept a single leading '+' before a digit or point.
+std::string_view withoutPlusSign(std::string_view text) {
+  if (text.size() >= 2 && text[0] == '+' && text[1] != '-' && text[1] != '+') {
+    text.remove_prefix(1);
+  }
+  return text;
+}
+
 }  // namespace
 
 std::optional<std::string> string(const char* name) {
@@ -44,12 +52,10 @@ std::optional<long long> integer(const char* name) {
     return std::nullopt;
   }
   std::string_view text = trim(*value);
-  if (!text.empty() && text.front() == '+') {
-    text.remove_prefix(1);
-  }
+  text = withoutPlusSign(text);
   long long result = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), result);
-  if (text.empty() || error == std::errc::result_out_of_range) {
+  if (error == std::errc::result_out_of_range) {
     throwMalformed(name, *value, "an integer in range");
   }
   if (error != std::errc() || end != text.data() + text.size()) {
@@ -64,9 +70,7 @@ std::optional<std::chrono::milliseconds> seconds(const char* name) {
     return std::nullopt;
   }
   std::string_view text = trim(*value);
-  if (!text.empty() && text.front() == '+') {
-    text.remove_prefix(1);
-  }
+  text = withoutPlusSign(text);
   double result = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), result);
   if (text.empty() || error != std::errc() || end != text.data() + text.size() ||

@@ -8,7 +8,9 @@ namespace chorus::detail {
 namespace {
 
 // strerror_r comes in two flavours: GNU returns the message, XSI fills the buffer.
-[[maybe_unused]] const char* errorText(const char* result, const char* /*buffer*/) { return result; }
+[[maybe_unused]] const char* errorText(const char* result, const char* /*buffer*/) {
+  return result;
+}
 [[maybe_unused]] const char* errorText(int result, const char* buffer) {
   return result == 0 ? buffer : "unknown error";
 }

@@ -135,7 +135,8 @@ std::vector<uint8_t> encodeCurrent(std::exception_ptr error) {
   } catch (const Error& e) {
     writeHeader(out, ErrorTag::kError, e);
   } catch (const std::exception& e) {
-    writeHeader(out, ErrorTag::kInternal, InternalError(concat("unexpected exception: ", e.what())));
+    writeHeader(out, ErrorTag::kInternal,
+                InternalError(concat("unexpected exception: ", e.what())));
   } catch (...) {
     writeHeader(out, ErrorTag::kInternal,
                 InternalError("unknown exception (not derived from std::exception)"));
@@ -197,11 +198,11 @@ std::exception_ptr decodeError(const std::vector<uint8_t>& encoded,
   try {
     return decodeReport(in, prefix);
   } catch (const MalformedReport& malformed) {
-    return std::make_exception_ptr(PeerError(
-        concat(prefix, "rank ", senderRank, " failed, but its error report (", encoded.size(),
-               " bytes) is malformed: ", malformed.reason,
-               "; look at rank ", senderRank, "'s own output for the cause"),
-        senderRank));
+    return std::make_exception_ptr(
+        PeerError(concat(prefix, "rank ", senderRank, " failed, but its error report (",
+                         encoded.size(), " bytes) is malformed: ", malformed.reason,
+                         "; look at rank ", senderRank, "'s own output for the cause"),
+                  senderRank));
   }
 }
 

@@ -15,8 +15,7 @@
 namespace chorus::log {
 namespace {
 
-constexpr std::array<std::string_view, 5> kLevelNames = {"error", "warn", "info", "debug",
-                                                         "trace"};
+constexpr std::array<std::string_view, 5> kLevelNames = {"error", "warn", "info", "debug", "trace"};
 constexpr int kUnset = -1;
 
 std::atomic<int> thresholdLevel{kUnset};

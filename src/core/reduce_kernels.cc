@@ -7,6 +7,12 @@
 // results never leave the cache. float16/bfloat16 are widened block by block into float32 buffers
 // on the stack, combined there across all sources, and rounded once when narrowed back.
 //
+// Semantics beyond reduce_kernels.h: integer sum and prod wrap around (two's complement); float
+// min and max propagate NaN (if either operand is NaN the result is NaN, unlike std::min/fmin), and
+// for operands that compare equal (+0, -0) return the later source's; bool treats any non-zero
+// byte as true and writes 0 or 1. Sources are combined in index order, so every rank that reduces
+// the same buffers in the same order gets bit-identical results.
+//
 // Limits: buffers may be identical (dst == a source) but must not partially overlap. Integer avg
 // division is scalar (it runs once per collective, after the reduction).
 //

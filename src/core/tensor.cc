@@ -1,5 +1,5 @@
-// Tensor: a non-owning strided view (see chorus/tensor.h). Construction validates shape and strides;
-// everything else is arithmetic on them.
+// Tensor: a non-owning strided view (see chorus/tensor.h). Construction validates shape and
+// strides; everything else is arithmetic on them.
 #include "chorus/tensor.h"
 
 #include <sstream>

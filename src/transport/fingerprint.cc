@@ -39,14 +39,18 @@ namespace {
 
 // Names for raw header bytes, which may come from a peer built differently: never trust the range.
 std::string reduceOpName(uint8_t op) {
-  if (op == Fingerprint::kNoReduceOp) return "none";
-  if (op >= kNumReduceOps) return detail::concat("reduce op ", int{op});
+  if (op == Fingerprint::kNoReduceOp)
+    return "none";
+  if (op >= kNumReduceOps)
+    return detail::concat("reduce op ", int{op});
   return std::string(toString(static_cast<ReduceOp>(op)));
 }
 
 std::string dataTypeName(uint8_t dtype) {
-  if (dtype == Fingerprint::kNoDataType) return "none";
-  if (dtype >= kNumDataTypes) return detail::concat("dtype ", int{dtype});
+  if (dtype == Fingerprint::kNoDataType)
+    return "none";
+  if (dtype >= kNumDataTypes)
+    return detail::concat("dtype ", int{dtype});
   return std::string(toString(static_cast<DataType>(dtype)));
 }
 
@@ -68,22 +72,34 @@ std::string shortName(const Fingerprint& fingerprint) {
 }  // namespace
 
 std::string_view Fingerprint::firstDifference(const Fingerprint& other) const {
-  if (collective != other.collective) return "collective";
-  if (sequence != other.sequence) return "sequence";
-  if (reduceOp != other.reduceOp) return "reduce_op";
-  if (dataType != other.dataType) return "dtype";
-  if (count != other.count) return "count";
-  if (root != other.root) return "root";
+  if (collective != other.collective)
+    return "collective";
+  if (sequence != other.sequence)
+    return "sequence";
+  if (reduceOp != other.reduceOp)
+    return "reduce_op";
+  if (dataType != other.dataType)
+    return "dtype";
+  if (count != other.count)
+    return "count";
+  if (root != other.root)
+    return "root";
   return {};
 }
 
 std::string Fingerprint::fieldValue(std::string_view field) const {
-  if (field == "collective") return collectiveName(collective);
-  if (field == "sequence") return std::to_string(sequence);
-  if (field == "reduce_op") return reduceOpName(reduceOp);
-  if (field == "dtype") return dataTypeName(dataType);
-  if (field == "count") return std::to_string(count);
-  if (field == "root") return root < 0 ? std::string("none") : std::to_string(root);
+  if (field == "collective")
+    return collectiveName(collective);
+  if (field == "sequence")
+    return std::to_string(sequence);
+  if (field == "reduce_op")
+    return reduceOpName(reduceOp);
+  if (field == "dtype")
+    return dataTypeName(dataType);
+  if (field == "count")
+    return std::to_string(count);
+  if (field == "root")
+    return root < 0 ? std::string("none") : std::to_string(root);
   CHORUS_CHECK_ARG(false, "unknown fingerprint field '", field,
                    "'; expected collective, sequence, reduce_op, dtype, count or root");
   return {};
@@ -100,10 +116,13 @@ std::string Fingerprint::describe() const {
   } else if (count != 0) {
     add(detail::concat(count, " bytes"));
   }
-  if (reduceOp != kNoReduceOp) add(reduceOpName(reduceOp));
-  if (root >= 0) add(detail::concat("root ", root));
+  if (reduceOp != kNoReduceOp)
+    add(reduceOpName(reduceOp));
+  if (root >= 0)
+    add(detail::concat("root ", root));
   std::string text = shortName(*this);
-  if (!details.empty()) text += " (" + details + ")";
+  if (!details.empty())
+    text += " (" + details + ")";
   return text;
 }
 

@@ -23,7 +23,8 @@ constexpr TransportInfo kTransports[] = {
 std::unique_ptr<Transport> createTransport(std::string_view name, const TransportOptions& options) {
   std::string known;
   for (const auto& info : kTransports) {
-    if (info.name == name) return info.create(options);
+    if (info.name == name)
+      return info.create(options);
     known += detail::concat(known.empty() ? "" : ", ", info.name);
   }
   CHORUS_CHECK_ARG(false, "rank ", options.rank, " (this process): unknown transport '", name,

@@ -18,7 +18,8 @@ struct TransportOptions {
   // (a PrefixStore), so keys like "addr/3" do not collide.
   std::shared_ptr<store::Store> store;
   // Job token for Note [Authenticated handshake], and a name for this transport's scope
-  // (used as the handshake purpose, so a connection meant for one communicator cannot join another).
+  // (used as the handshake purpose, so a connection meant for one communicator cannot join
+  // another).
   std::string token;
   std::string scope;
   // The address to listen on; peers connect to it. "127.0.0.1" for a single node.

@@ -7,10 +7,11 @@
 //
 // Contract:
 //  - postSend/postRecv register a request and return at once; the caller's Request and buffer must
-//    stay valid until wait() returns for that request or the transport fails. `peer` must be another
-//    rank (a transport has no connection to itself): anything else is InvalidArgumentError, as is
-//    posting a Request that is already pending. A send may complete before the receiver posts its
-//    receive (the message is buffered there), so completion of a send says nothing about the peer.
+//    stay valid until wait() returns for that request or the transport fails. `peer` must be
+//    another rank (a transport has no connection to itself): anything else is InvalidArgumentError,
+//    as is posting a Request that is already pending. A send may complete before the receiver posts
+//    its receive (the message is buffered there), so completion of a send says nothing about the
+//    peer.
 //  - Matching: messages from one peer with one tag are received in the order they were sent; the
 //    k-th receive posted for (peer, tag) gets the k-th such message. Messages that arrive before
 //    their receive is posted are buffered.
@@ -23,10 +24,12 @@
 //    requests).
 //  - Failure is final: after wait() throws, or after abort(), every pending request is forgotten
 //    (its buffers are no longer touched), peers are told (so they fail promptly too), and every
-//    later call throws the first error again.
-//  - A peer that closes without saying goodbye (a crash, kill -9) fails the transport as soon as any
-//    rank notices, even while waiting on someone else. A peer that said goodbye (close()) only fails
-//    the requests that involve it.
+//    later call throws the first error again (postSend/postRecv too; they may also be where a
+//    failure is first seen, e.g. a receive that matches a mismatched buffered message).
+//  - A peer that closes without saying goodbye (a crash, kill -9) fails the transport as soon as
+//  any
+//    rank notices, even while waiting on someone else. A peer that said goodbye (close()) only
+//    fails the requests that involve it.
 //  - Threading: one thread at a time may post and wait. abort() may be called from any thread at
 //    any time, including while another thread is inside wait(), which then throws.
 #pragma once
@@ -89,7 +92,8 @@ struct Fingerprint {
 };
 static_assert(sizeof(Fingerprint) == 24);
 
-// Builds the MismatchError that a receiver raises: `self` is this rank's stamp, `theirs` the peer's.
+// Builds the MismatchError that a receiver raises: `self` is this rank's stamp, `theirs` the
+// peer's.
 MismatchError makeMismatchError(int selfRank,
                                 int peerRank,
                                 const Fingerprint& self,

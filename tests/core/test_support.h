@@ -55,15 +55,16 @@ inline uint32_t referenceEncode(double value, BinaryFormat format) {
   if (std::isinf(magnitude)) {
     return sign | format.infinityBits();
   }
-  int exponent = magnitude == 0 ? format.minExponent()
-                                : std::max(std::ilogb(magnitude), format.minExponent());
+  int exponent =
+      magnitude == 0 ? format.minExponent() : std::max(std::ilogb(magnitude), format.minExponent());
   double quantum = std::ldexp(1.0, exponent - fractionBits);
   double rounded = std::nearbyint(magnitude / quantum) * quantum;  // default mode: ties to even
   if (rounded >= std::ldexp(1.0, format.bias() + 1)) {
     return sign | format.infinityBits();
   }
   if (rounded < std::ldexp(1.0, format.minExponent())) {  // zero or subnormal
-    return sign | static_cast<uint32_t>(rounded / std::ldexp(1.0, format.minExponent() - fractionBits));
+    return sign |
+           static_cast<uint32_t>(rounded / std::ldexp(1.0, format.minExponent() - fractionBits));
   }
   int roundedExponent = std::ilogb(rounded);
   auto significand =

@@ -184,11 +184,17 @@ TEST_F(TcpStoreTest, ReplayedHandshakeIsRefused) {
     net::sendAll(out.fd(), response.data(), response.size(), d);
     net::recvAll(out.fd(), &verdict, 1, d);
     net::sendAll(in.fd(), &verdict, 1, d);
+    return out;  // the relayed, authenticated connection to the server
   });
   TcpStore recorded(net::Address{"127.0.0.1", net::boundPort(relayListener)}, token_,
                     Deadline::after(10s));
-  relay.get();
-  recorded.set("k", toBytes("v"));  // once answered, the server has counted the connection
+  net::Socket relayed = relay.get();
+  // Once a request on it is answered, the server has counted the connection: CHECK of no keys.
+  std::array<uint8_t, 9> check = {5, 0, 0, 0, /*kCheck*/ 6, 0, 0, 0, 0};
+  net::sendAll(relayed.fd(), check.data(), check.size(), Deadline::after(5s));
+  std::array<uint8_t, 6> answer{};
+  net::recvAll(relayed.fd(), answer.data(), answer.size(), Deadline::after(5s));
+  EXPECT_EQ(answer, (std::array<uint8_t, 6>{2, 0, 0, 0, /*kOk*/ 0, /*true*/ 1}));
   EXPECT_EQ(server_->acceptedConnections(), 1u);
 
   net::Socket attacker = rawConnect();

@@ -40,7 +40,8 @@ Group makeTcpGroup(int size) {
   }
   for (auto& thread : threads) thread.join();
   for (auto& error : errors) {
-    if (error) std::rethrow_exception(error);
+    if (error)
+      std::rethrow_exception(error);
   }
   return group;
 }
@@ -48,8 +49,10 @@ Group makeTcpGroup(int size) {
 }  // namespace
 
 Group makeGroup(const std::string& kind, int size) {
-  if (kind == "loopback") return loopback::createLoopbackGroup(size);
-  if (kind == "tcp") return makeTcpGroup(size);
+  if (kind == "loopback")
+    return loopback::createLoopbackGroup(size);
+  if (kind == "tcp")
+    return makeTcpGroup(size);
   throw std::invalid_argument("unknown transport kind " + kind);
 }
 
@@ -87,7 +90,8 @@ std::vector<std::exception_ptr> runRanks(Group& group,
     if (!changed.wait_for(lock, limit, [&] { return finished == size; })) {
       ADD_FAILURE() << "ranks did not finish within " << limit.count() << " ms; aborting them";
       for (auto& transport : group) {
-        if (transport) transport->abort(std::make_exception_ptr(Error("test limit reached")));
+        if (transport)
+          transport->abort(std::make_exception_ptr(Error("test limit reached")));
       }
     }
   }

@@ -25,9 +25,10 @@ void crash(Transport& transport);
 
 // Runs body(transport) on one thread per rank; returns each rank's exception (null: none). If the
 // ranks are not done within `limit`, adds a test failure and aborts every transport.
-std::vector<std::exception_ptr> runRanks(Group& group,
-                                         const std::function<void(Transport&)>& body,
-                                         std::chrono::milliseconds limit = std::chrono::seconds(20));
+std::vector<std::exception_ptr> runRanks(
+    Group& group,
+    const std::function<void(Transport&)>& body,
+    std::chrono::milliseconds limit = std::chrono::seconds(20));
 
 // A one-shot signal between rank threads whose wait gives up (throws) after a limit.
 class Signal {

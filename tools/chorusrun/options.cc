@@ -69,7 +69,11 @@ ParseResult parseOptions(int argc, const char* const* argv) {
                  "Number of ranks to start on this node (-np N also works)")
       ->check(CLI::Range(1, 1 << 16));
   app.add_option("--nnodes", options.nnodes, "Number of nodes (only 1 for now)")
-      ->check(CLI::Range(1, 1));
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            return value == "1" ? "" : "only --nnodes 1 is supported so far; run one node";
+          },
+          "1"));
   app.add_option("--timeout", timeout,
                  "Collective timeout in seconds, exported to ranks as CHORUS_TIMEOUT")
       ->check(CLI::PositiveNumber);

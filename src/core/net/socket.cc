@@ -290,9 +290,11 @@ Socket acceptTcp(const Socket& listener, Deadline deadline) {
   while (true) {
     int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) {
-      Socket socket(fd);
-      socket.setNoDelay();
-      return socket;
+      // Best effort: a connection already reset by its client may refuse options; the first
+      // transfer on it will report that properly.
+      int one = 1;
+      (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      return Socket(fd);
     }
     int error = errno;
     if (error == EAGAIN || error == EWOULDBLOCK || error == EINTR) {

@@ -92,9 +92,11 @@ class LoopbackTransport final : public Transport {
     Op& op = addOp(peer, tag, fingerprint, const_cast<void*>(data), bytes, request);
     op.isSend = true;
     Endpoint& to = endpoint(peer);
-    if (to.state != State::kOpen) return;  // wait() reports the goodbye
+    if (to.state != State::kOpen)
+      return;  // wait() reports the goodbye
     op.complete = true;
-    if (to.failure) return;  // it told us (or will); nothing reads the message
+    if (to.failure)
+      return;  // it told us (or will); nothing reads the message
     auto found = to.postedRecvs.find({rank_, tag});
     if (found != to.postedRecvs.end() && !found->second.empty()) {
       Op* recv = found->second.front();
@@ -139,16 +141,17 @@ class LoopbackTransport final : public Transport {
                            " (this process): wait() was given a request that was never posted");
           continue;
         }
-        if (op->complete) continue;
+        if (op->complete)
+          continue;
         if (endpoint(op->peer).state != State::kOpen) {
-          failLocked(rank_,
-                     std::make_exception_ptr(PeerError(
-                         detail::concat("rank ", rank_, " (this process): rank ", op->peer,
-                                        " has closed its communicator, so a ",
-                                        op->isSend ? "send to" : "receive from",
-                                        " it cannot complete"),
-                         op->peer)),
-                     /*propagate=*/true);
+          failLocked(
+              rank_,
+              std::make_exception_ptr(PeerError(
+                  detail::concat("rank ", rank_, " (this process): rank ", op->peer,
+                                 " has closed its communicator, so a ",
+                                 op->isSend ? "send to" : "receive from", " it cannot complete"),
+                  op->peer)),
+              /*propagate=*/true);
           throwIfFailedLocked();
         }
         waitingOn.push_back(op->peer);
@@ -181,7 +184,8 @@ class LoopbackTransport final : public Transport {
   void close() noexcept override {
     std::lock_guard<std::mutex> lock(group_->mutex);
     Endpoint& self = endpoint(rank_);
-    if (self.state != State::kOpen) return;
+    if (self.state != State::kOpen)
+      return;
     self.state = State::kClosed;
     leaveLocked();
   }
@@ -195,11 +199,13 @@ class LoopbackTransport final : public Transport {
   void crash() noexcept {
     std::lock_guard<std::mutex> lock(group_->mutex);
     Endpoint& self = endpoint(rank_);
-    if (self.state != State::kOpen) return;
+    if (self.state != State::kOpen)
+      return;
     self.state = State::kCrashed;
     leaveLocked();
     for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_ || endpoint(peer).state != State::kOpen) continue;
+      if (peer == rank_ || endpoint(peer).state != State::kOpen)
+        continue;
       failLocked(peer, std::make_exception_ptr(PeerError(crashMessage(peer, rank_), rank_)),
                  /*propagate=*/false);  // every peer notices by itself, as over TCP
     }
@@ -209,12 +215,14 @@ class LoopbackTransport final : public Transport {
   Endpoint& endpoint(int rank) const { return *group_->endpoints[rank]; }
 
   void throwIfFailedLocked() const {
-    if (auto failure = endpoint(rank_).failure) std::rethrow_exception(failure);
+    if (auto failure = endpoint(rank_).failure)
+      std::rethrow_exception(failure);
   }
 
   Op* findOp(const Request* request) const {
     for (const auto& op : endpoint(rank_).ops) {
-      if (op->request == request) return op.get();
+      if (op->request == request)
+        return op.get();
     }
     return nullptr;
   }
@@ -248,12 +256,8 @@ class LoopbackTransport final : public Transport {
   }
 
   // Delivers a message from `from` to the receive `recv` posted on `to`.
-  void matchLocked(int to,
-                   Op& recv,
-                   int from,
-                   const Fingerprint& theirs,
-                   const void* data,
-                   size_t bytes) {
+  void matchLocked(
+      int to, Op& recv, int from, const Fingerprint& theirs, const void* data, size_t bytes) {
     if (!recv.fingerprint.firstDifference(theirs).empty()) {
       auto error = makeMismatchError(to, from, recv.fingerprint, theirs);
       failLocked(to, std::make_exception_ptr(error), true);
@@ -264,7 +268,8 @@ class LoopbackTransport final : public Transport {
       failLocked(to, std::make_exception_ptr(error), true);
       return;
     }
-    if (bytes > 0) std::memcpy(recv.data, data, bytes);
+    if (bytes > 0)
+      std::memcpy(recv.data, data, bytes);
     recv.complete = true;
     endpoint(to).changed.notify_all();
   }
@@ -289,24 +294,25 @@ class LoopbackTransport final : public Transport {
         peers);
   }
 
-  // Fails endpoint `rank` with `error` (if it has not failed yet) and, when `propagate`, tells every
-  // open peer, which fails with an error of the same type quoting this one.
+  // Fails endpoint `rank` with `error` (if it has not failed yet) and, when `propagate`, tells
+  // every open peer, which fails with an error of the same type quoting this one.
   void failLocked(int rank, std::exception_ptr error, bool propagate) noexcept {
     Endpoint& failed = endpoint(rank);
-    if (failed.failure) return;
+    if (failed.failure)
+      return;
     failed.failure = error;
     failed.dropRequests();
     failed.changed.notify_all();
-    if (!propagate) return;
+    if (!propagate)
+      return;
     try {
       auto encoded = detail::encodeError(error);
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank || endpoint(peer).state != State::kOpen || endpoint(peer).failure) {
           continue;
         }
-        auto prefix =
-            detail::concat("rank ", peer, " (this process): aborted because rank ", rank,
-                           " reported: ");
+        auto prefix = detail::concat("rank ", peer, " (this process): aborted because rank ", rank,
+                                     " reported: ");
         failLocked(peer, detail::decodeError(encoded, prefix, rank), /*propagate=*/false);
       }
     } catch (...) {

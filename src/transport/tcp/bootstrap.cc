@@ -26,7 +26,8 @@ std::string purposeOf(const TransportOptions& options) { return "tcp-transport/"
 
 // The host peers should dial: the bind address, or this host's name when bound to every interface.
 std::string advertisedHost(const std::string& bindHost) {
-  if (!bindHost.empty() && bindHost != "0.0.0.0" && bindHost != "::") return bindHost;
+  if (!bindHost.empty() && bindHost != "0.0.0.0" && bindHost != "::")
+    return bindHost;
   char name[256] = {};
   CHORUS_SYSCHECK(::gethostname(name, sizeof(name) - 1));
   return name;
@@ -45,7 +46,8 @@ std::string rankList(const std::vector<net::Socket>& sockets, int self, int from
 std::vector<int> missingRanks(const std::vector<net::Socket>& sockets, int self) {
   std::vector<int> missing;
   for (int rank = 0; rank < static_cast<int>(sockets.size()); ++rank) {
-    if (rank != self && !sockets[rank].valid()) missing.push_back(rank);
+    if (rank != self && !sockets[rank].valid())
+      missing.push_back(rank);
   }
   return missing;
 }
@@ -73,9 +75,10 @@ net::Socket connectTo(const TransportOptions& options, int peer) {
       throw Error(detail::concat("the server there says it is rank ", serverId));
     }
   } catch (const TimeoutError& error) {
-    throw TimeoutError(detail::concat("rank ", self, " (this process): timed out connecting to rank ",
-                                      peer, " at ", text, ": ", error.what()),
-                       {peer});
+    throw TimeoutError(
+        detail::concat("rank ", self, " (this process): timed out connecting to rank ", peer,
+                       " at ", text, ": ", error.what()),
+        {peer});
   } catch (const Error& error) {
     throw PeerError(detail::concat("rank ", self, " (this process): could not connect to rank ",
                                    peer, " at ", text, ": ", error.what(),
@@ -122,10 +125,11 @@ void acceptHigher(const TransportOptions& options,
 }  // namespace
 
 std::vector<net::Socket> connectMesh(const TransportOptions& options) {
-  CHORUS_CHECK_ARG(options.size >= 1 && options.rank >= 0 && options.rank < options.size,
-                   "rank ", options.rank, " is not a rank of a group of ", options.size);
+  CHORUS_CHECK_ARG(options.size >= 1 && options.rank >= 0 && options.rank < options.size, "rank ",
+                   options.rank, " is not a rank of a group of ", options.size);
   std::vector<net::Socket> sockets(options.size);
-  if (options.size == 1) return sockets;
+  if (options.size == 1)
+    return sockets;
   CHORUS_CHECK_ARG(options.store != nullptr, "rank ", options.rank,
                    " (this process): the TCP transport needs a store to exchange addresses");
   net::Socket listener = net::listenTcp(options.bindHost, 0);

@@ -50,7 +50,8 @@ Connection::Connection(int selfRank, int peerRank, net::Socket socket)
 }
 
 Connection::Event Connection::send(Op& op) {
-  if (state_ != State::kOpen) return Event::kNone;  // the transport fails the request in wait()
+  if (state_ != State::kOpen)
+    return Event::kNone;  // the transport fails the request in wait()
   OutFrame frame;
   frame.header.magic = kFrameMagic;
   frame.header.kind = FrameKind::kData;
@@ -75,15 +76,18 @@ void Connection::checkMatch(const Op& op, const FrameHeader& header) const {
 
 void Connection::recv(Op& op) {
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
-    if (it->header.tag != op.tag) continue;
+    if (it->header.tag != op.tag)
+      continue;
     checkMatch(op, it->header);
     if (it->complete) {
-      if (op.bytes > 0) std::memcpy(op.data, it->payload.get(), op.bytes);
+      if (op.bytes > 0)
+        std::memcpy(op.data, it->payload.get(), op.bytes);
       op.complete = true;
     } else {
       // It is the frame being read now: take what came, and let the rest stream into op's buffer.
       size_t got = op.bytes - remaining_;
-      if (got > 0) std::memcpy(op.data, it->payload.get(), got);
+      if (got > 0)
+        std::memcpy(op.data, it->payload.get(), got);
       sink_ = Sink::kUser;
       recvOp_ = &op;
       dest_ = op.data + got;
@@ -106,29 +110,38 @@ void Connection::queueControl(FrameKind kind, std::vector<uint8_t> payload) {
 }
 
 Connection::Event Connection::readSome() {
-  if (dropped_) return Event::kNone;
+  if (dropped_)
+    return Event::kNone;
   size_t budget = kReadBudget;
   while (state_ == State::kOpen || state_ == State::kSaidGoodbye) {
     if (inBegin_ < inEnd_) {
       Event event = consumeBuffered();
-      if (event != Event::kNone) return event;
+      if (event != Event::kNone)
+        return event;
       continue;
     }
-    if (budget == 0) return Event::kNone;  // level-triggered epoll brings us back
+    if (budget == 0)
+      return Event::kNone;  // level-triggered epoll brings us back
     bool direct = inPayload_ && remaining_ >= kDirectReadMin;
     char* target = direct ? dest_ : inBuffer_.get();
     size_t want = direct ? remaining_ : kInBufferBytes;
     ssize_t got = ::recv(fd(), target, want, 0);
-    if (got == 0) return endOfStream();
+    if (got == 0)
+      return endOfStream();
     if (got < 0) {
       int error = errno;
-      if (error == EINTR) continue;
-      if (error == EAGAIN || error == EWOULDBLOCK) return Event::kNone;
-      if (isDisconnect(error)) return endOfStream();
+      if (error == EINTR)
+        continue;
+      if (error == EAGAIN || error == EWOULDBLOCK)
+        return Event::kNone;
+      if (isDisconnect(error))
+        return endOfStream();
       detail::throwSystemError("recv", error, __FILE__, __LINE__);
     }
     size_t bytes = static_cast<size_t>(got);
-    budget -= std::min(budget, bytes);
+    // A short read drained the socket: handle what came and let epoll say when there is more,
+    // rather than spend a system call to hear EAGAIN.
+    budget = bytes < want ? 0 : budget - std::min(budget, bytes);
     if (!direct) {
       inBegin_ = 0;
       inEnd_ = bytes;
@@ -138,7 +151,8 @@ Connection::Event Connection::readSome() {
     remaining_ -= bytes;
     if (remaining_ == 0) {
       Event event = finishPayload();
-      if (event != Event::kNone) return event;
+      if (event != Event::kNone)
+        return event;
     }
   }
   return Event::kNone;
@@ -153,19 +167,23 @@ Connection::Event Connection::consumeBuffered() {
       std::memcpy(reinterpret_cast<char*>(&inHeader_) + headerGot_, from, take);
       inBegin_ += take;
       headerGot_ += take;
-      if (headerGot_ < kHeaderBytes) continue;
+      if (headerGot_ < kHeaderBytes)
+        continue;
       headerGot_ = 0;
       Event event = onHeader();
-      if (event != Event::kNone) return event;
+      if (event != Event::kNone)
+        return event;
     } else {
       size_t take = std::min(available, remaining_);
       std::memcpy(dest_, from, take);
       dest_ += take;
       remaining_ -= take;
       inBegin_ += take;
-      if (remaining_ > 0) continue;
+      if (remaining_ > 0)
+        continue;
       Event event = finishPayload();
-      if (event != Event::kNone) return event;
+      if (event != Event::kNone)
+        return event;
     }
   }
   return Event::kNone;
@@ -174,12 +192,13 @@ Connection::Event Connection::consumeBuffered() {
 Connection::Event Connection::onHeader() {
   const FrameHeader& header = inHeader_;
   auto malformed = [this](const std::string& what) {
-    return PeerError(detail::concat("rank ", self_, " (this process): rank ", peer_,
-                                    " sent a malformed frame (", what,
-                                    "); is another program or chorus version connected?"),
-                     peer_);
+    return PeerError(
+        detail::concat("rank ", self_, " (this process): rank ", peer_, " sent a malformed frame (",
+                       what, "); is another program or chorus version connected?"),
+        peer_);
   };
-  if (header.magic != kFrameMagic) throw malformed(detail::concat("magic ", header.magic));
+  if (header.magic != kFrameMagic)
+    throw malformed(detail::concat("magic ", header.magic));
   switch (header.kind) {
     case FrameKind::kData: {
       auto it = std::find_if(posted_.begin(), posted_.end(),
@@ -218,7 +237,8 @@ Connection::Event Connection::onHeader() {
       sink_ = Sink::kAbort;
       break;
     case FrameKind::kGoodbye:
-      if (header.bytes != 0) throw malformed("a goodbye with a payload");
+      if (header.bytes != 0)
+        throw malformed("a goodbye with a payload");
       state_ = State::kSaidGoodbye;
       return Event::kGoodbye;
     default:
@@ -261,7 +281,8 @@ Connection::Event Connection::writeSome() {
     int count = 0;
     size_t total = 0;
     for (OutFrame& frame : out_) {
-      if (count + 2 > kMaxIov) break;
+      if (count + 2 > kMaxIov)
+        break;
       if (frame.sent < kHeaderBytes) {
         iov[count++] = {reinterpret_cast<char*>(&frame.header) + frame.sent,
                         kHeaderBytes - frame.sent};
@@ -276,7 +297,8 @@ Connection::Event Connection::writeSome() {
         iov[count++] = {const_cast<char*>(kZeros), zeros};
         whole = zeros == payloadLeft;
       }
-      if (!whole) break;
+      if (!whole)
+        break;
     }
     for (int i = 0; i < count; ++i) total += iov[i].iov_len;
     msghdr message{};
@@ -285,8 +307,10 @@ Connection::Event Connection::writeSome() {
     ssize_t sent = ::sendmsg(fd(), &message, MSG_NOSIGNAL);
     if (sent < 0) {
       int error = errno;
-      if (error == EINTR) continue;
-      if (error == EAGAIN || error == EWOULDBLOCK) return Event::kNone;
+      if (error == EINTR)
+        continue;
+      if (error == EAGAIN || error == EWOULDBLOCK)
+        return Event::kNone;
       // The read side sees the same end and tells a goodbye from a crash; stop writing.
       if (isDisconnect(error)) {
         writeBroken_ = true;
@@ -295,7 +319,8 @@ Connection::Event Connection::writeSome() {
       detail::throwSystemError("sendmsg", error, __FILE__, __LINE__);
     }
     accept(static_cast<size_t>(sent));
-    if (static_cast<size_t>(sent) < total) return Event::kNone;  // the socket is full
+    if (static_cast<size_t>(sent) < total)
+      return Event::kNone;  // the socket is full
   }
   return Event::kNone;
 }
@@ -308,7 +333,8 @@ void Connection::accept(size_t bytes) {
     frame.sent += take;
     bytes -= take;
     if (take == left) {
-      if (frame.op != nullptr) frame.op->complete = true;
+      if (frame.op != nullptr)
+        frame.op->complete = true;
       out_.pop_front();
     }
   }
@@ -332,13 +358,16 @@ void Connection::dropRequests() {
 }
 
 void Connection::flushAndClose(Deadline deadline) noexcept {
-  if (!socket_.valid()) return;
+  if (!socket_.valid())
+    return;
   try {
     while (wantsWrite()) {
       writeSome();
-      if (!wantsWrite() || deadline.expired()) break;
+      if (!wantsWrite() || deadline.expired())
+        break;
       pollfd entry{fd(), POLLOUT, 0};
-      if (::poll(&entry, 1, deadline.pollTimeoutMs()) < 0 && errno != EINTR) break;
+      if (::poll(&entry, 1, deadline.pollTimeoutMs()) < 0 && errno != EINTR)
+        break;
     }
   } catch (...) {
     // best effort: the peer will see the connection end instead
@@ -347,7 +376,8 @@ void Connection::flushAndClose(Deadline deadline) noexcept {
   // Drain what the peer sent, so that closing sends FIN, not RST (which could destroy our goodbye
   // before the peer reads it).
   for (int i = 0; i < 64; ++i) {
-    if (::recv(fd(), inBuffer_.get(), kInBufferBytes, MSG_DONTWAIT) <= 0) break;
+    if (::recv(fd(), inBuffer_.get(), kInBufferBytes, MSG_DONTWAIT) <= 0)
+      break;
   }
   closeNow();
 }

@@ -52,10 +52,10 @@ struct Op {
 class Connection {
  public:
   enum class State {
-    kOpen,        // healthy
-    kSaidGoodbye, // the peer closed on purpose; what it sent before is still delivered
-    kClosed,      // no socket any more (after goodbye, or we closed)
-    kCrashed,     // the peer vanished without goodbye
+    kOpen,         // healthy
+    kSaidGoodbye,  // the peer closed on purpose; what it sent before is still delivered
+    kClosed,       // no socket any more (after goodbye, or we closed)
+    kCrashed,      // the peer vanished without goodbye
   };
   // What reading or writing found; the transport turns it into failures.
   enum class Event { kNone, kGoodbye, kAbort, kCrashed, kClosed };

@@ -95,7 +95,7 @@ class TcpTransport final : public Transport {
   std::vector<std::unique_ptr<Op>> opStorage_;
   std::vector<Op*> freeOps_;
   std::vector<Op*> active_;
-  std::vector<Op*> waitOps_;   // scratch for wait()
+  std::vector<Op*> waitOps_;    // scratch for wait()
   std::vector<int> waitingOn_;  // scratch for wait()
 };
 
@@ -115,7 +115,8 @@ TcpTransport::TcpTransport(int rank, int size, std::vector<net::Socket> sockets)
     event.data.u32 = kWakeId;
     CHORUS_SYSCHECK(::epoll_ctl(epollFd_, EPOLL_CTL_ADD, wakeFd_, &event));
     for (int peer = 0; peer < size; ++peer) {
-      if (peer == rank) continue;
+      if (peer == rank)
+        continue;
       connections_[peer] = std::make_unique<Connection>(rank, peer, std::move(sockets[peer]));
       event.events = EPOLLIN;
       event.data.u32 = static_cast<uint32_t>(peer);
@@ -128,8 +129,10 @@ TcpTransport::TcpTransport(int rank, int size, std::vector<net::Socket> sockets)
 }
 
 void TcpTransport::closeFds() noexcept {
-  if (epollFd_ >= 0) ::close(epollFd_);
-  if (wakeFd_ >= 0) ::close(wakeFd_);
+  if (epollFd_ >= 0)
+    ::close(epollFd_);
+  if (wakeFd_ >= 0)
+    ::close(wakeFd_);
   epollFd_ = wakeFd_ = -1;
 }
 
@@ -139,7 +142,8 @@ Op& TcpTransport::addOp(int peer,
                         void* data,
                         size_t bytes,
                         Request& request) {
-  if (failure_) rethrowFailure();
+  if (failure_)
+    rethrowFailure();
   CHORUS_CHECK_ARG(peer >= 0 && peer < size_ && peer != rank_, "rank ", rank_,
                    " (this process): peer ", peer, " is not another rank of this group of ", size_,
                    " ranks");
@@ -162,7 +166,8 @@ Op& TcpTransport::addOp(int peer,
 
 Op* TcpTransport::findOp(const Request* request) const {
   for (Op* op : active_) {
-    if (op->request == request) return op;
+    if (op->request == request)
+      return op;
   }
   return nullptr;
 }
@@ -215,14 +220,15 @@ void TcpTransport::postRecv(int peer,
 bool TcpTransport::allComplete(std::span<Op* const> ops) {
   waitingOn_.clear();
   for (Op* op : ops) {
-    if (op == nullptr || op->complete) continue;
+    if (op == nullptr || op->complete)
+      continue;
     auto state = connections_[op->peer]->state();
     if (state == Connection::State::kSaidGoodbye || state == Connection::State::kClosed) {
-      throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", op->peer,
-                                     " has closed its communicator, so a ",
-                                     op->isSend ? "send to" : "receive from",
-                                     " it cannot complete"),
-                      op->peer);
+      throw PeerError(
+          detail::concat("rank ", rank_, " (this process): rank ", op->peer,
+                         " has closed its communicator, so a ",
+                         op->isSend ? "send to" : "receive from", " it cannot complete"),
+          op->peer);
     }
     waitingOn_.push_back(op->peer);
   }
@@ -245,7 +251,8 @@ TimeoutError makeTimeoutError(int rank, std::vector<int> peers) {
 
 void TcpTransport::wait(std::span<Request* const> requests, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (failure_) rethrowFailure();
+  if (failure_)
+    rethrowFailure();
   waitOps_.clear();
   for (Request* request : requests) {
     Op* op = findOp(request);
@@ -255,14 +262,17 @@ void TcpTransport::wait(std::span<Request* const> requests, Deadline deadline) {
   }
   try {
     while (!allComplete(waitOps_)) {
-      if (deadline.expired()) throw makeTimeoutError(rank_, waitingOn_);
+      if (deadline.expired())
+        throw makeTimeoutError(rank_, waitingOn_);
       epoll_event events[kMaxEvents];
       lock.unlock();
       int count = ::epoll_wait(epollFd_, events, kMaxEvents, deadline.pollTimeoutMs());
       int error = errno;
       lock.lock();
-      if (failure_) rethrowFailure();  // abort() from another thread
-      if (count < 0 && error != EINTR) detail::throwSystemError("epoll_wait", error, __FILE__, __LINE__);
+      if (failure_)
+        rethrowFailure();  // abort() from another thread
+      if (count < 0 && error != EINTR)
+        detail::throwSystemError("epoll_wait", error, __FILE__, __LINE__);
       for (int i = 0; i < count; ++i) dispatch(events[i]);
     }
   } catch (...) {
@@ -271,7 +281,8 @@ void TcpTransport::wait(std::span<Request* const> requests, Deadline deadline) {
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     requests[i]->done = true;
-    if (waitOps_[i] != nullptr) releaseOp(waitOps_[i]);
+    if (waitOps_[i] != nullptr)
+      releaseOp(waitOps_[i]);
   }
 }
 
@@ -282,8 +293,10 @@ void TcpTransport::dispatch(const epoll_event& event) {
     return;
   }
   Connection& connection = *connections_[event.data.u32];
-  if (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) handle(connection, connection.readSome());
-  if (event.events & EPOLLOUT) handle(connection, connection.writeSome());
+  if (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+    handle(connection, connection.readSome());
+  if (event.events & EPOLLOUT)
+    handle(connection, connection.writeSome());
   updateInterest(connection);
 }
 
@@ -303,9 +316,8 @@ void TcpTransport::handle(Connection& connection, Connection::Event event) {
                  /*tellPeers=*/false);
       rethrowFailure();
     case Connection::Event::kAbort: {
-      auto prefix =
-          detail::concat("rank ", rank_, " (this process): aborted because rank ", peer,
-                         " reported: ");
+      auto prefix = detail::concat("rank ", rank_, " (this process): aborted because rank ", peer,
+                                   " reported: ");
       failLocked(detail::decodeError(connection.takeAbortPayload(), prefix, peer),
                  /*tellPeers=*/false);
       rethrowFailure();
@@ -315,9 +327,11 @@ void TcpTransport::handle(Connection& connection, Connection::Event event) {
 
 void TcpTransport::updateInterest(Connection& connection) {
   int peer = connection.peer();
-  if (connection.state() == Connection::State::kClosed) return;  // closing removed it from epoll
+  if (connection.state() == Connection::State::kClosed)
+    return;  // closing removed it from epoll
   bool want = connection.wantsWrite();
-  if (want == writeInterest_[peer]) return;
+  if (want == writeInterest_[peer])
+    return;
   epoll_event event{};
   event.events = want ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
   event.data.u32 = static_cast<uint32_t>(peer);
@@ -326,20 +340,24 @@ void TcpTransport::updateInterest(Connection& connection) {
 }
 
 void TcpTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept {
-  if (failure_) return;
+  if (failure_)
+    return;
   failure_ = error;
   for (Op* op : active_) freeOps_.push_back(op);
   active_.clear();
   std::vector<uint8_t> notice;
   try {
-    if (tellPeers) notice = detail::encodeError(error);
+    if (tellPeers)
+      notice = detail::encodeError(error);
   } catch (...) {
     tellPeers = false;  // the peers will see the connection end instead
   }
   for (auto& connection : connections_) {
-    if (!connection) continue;
+    if (!connection)
+      continue;
     connection->dropRequests();
-    if (!tellPeers || connection->state() != Connection::State::kOpen) continue;
+    if (!tellPeers || connection->state() != Connection::State::kOpen)
+      continue;
     try {
       connection->queueControl(FrameKind::kAbort, notice);
       connection->writeSome();  // best effort; close() flushes the rest
@@ -363,7 +381,8 @@ void TcpTransport::abort(std::exception_ptr reason) noexcept {
 
 void TcpTransport::close() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (closed_) return;
+  if (closed_)
+    return;
   closed_ = true;
   failLocked(std::make_exception_ptr(
                  Error(detail::concat("rank ", rank_,
@@ -380,7 +399,8 @@ void TcpTransport::close() noexcept {
     }
   }
   for (auto& connection : connections_) {
-    if (connection) connection->flushAndClose(deadline);
+    if (connection)
+      connection->flushAndClose(deadline);
   }
   closeFds();
 }
@@ -392,10 +412,12 @@ std::exception_ptr TcpTransport::failure() const {
 
 void TcpTransport::crash() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (closed_) return;
+  if (closed_)
+    return;
   closed_ = true;
   for (auto& connection : connections_) {
-    if (connection) connection->closeNow();
+    if (connection)
+      connection->closeNow();
   }
   failLocked(std::make_exception_ptr(Error(detail::concat(
                  "rank ", rank_, " (this process): this transport crashed (test hook)"))),
@@ -412,8 +434,7 @@ std::unique_ptr<Transport> createTcpTransport(const TransportOptions& options) {
 
 void crashForTesting(Transport& transport) {
   auto* tcp = dynamic_cast<TcpTransport*>(&transport);
-  CHORUS_CHECK_ARG(tcp != nullptr, "crashForTesting needs a tcp transport, not ",
-                   transport.name());
+  CHORUS_CHECK_ARG(tcp != nullptr, "crashForTesting needs a tcp transport, not ", transport.name());
   tcp->crash();
 }
 

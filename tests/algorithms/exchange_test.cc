@@ -1,0 +1,154 @@
+// Every allgather, all-to-all and barrier row, on groups of 1..8 ranks, with block sizes 0, 1,
+// odd and multi-segment, back to back on the same transports. Allgather also runs in place (the
+// input is the rank's own block of the output).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "rank_threads.h"
+#include "rows.h"
+#include "test_values.h"
+
+namespace chorus::algorithms::testing {
+namespace {
+
+using transport::Collective;
+
+struct Case {
+  size_t bytes;
+  size_t segmentBytes;
+};
+
+constexpr Case kCases[] = {
+    {0, kDefaultSegmentBytes},
+    {1, kDefaultSegmentBytes},
+    {13, kDefaultSegmentBytes},
+    {1000, kDefaultSegmentBytes},
+    {1000, 64},
+    {1037, 40},
+};
+
+void expectClean(int size,
+                 const std::vector<std::exception_ptr>& errors,
+                 const std::vector<std::vector<std::string>>& failures) {
+  EXPECT_EQ(describeErrors(errors), "");
+  for (int rank = 0; rank < size; ++rank) {
+    EXPECT_TRUE(failures[rank].empty()) << "rank " << rank << ": " << failures[rank].front();
+  }
+}
+
+class AllgatherRows : public ::testing::TestWithParam<RowAndSize> {};
+
+TEST_P(AllgatherRows, EveryRankGetsEveryBlock) {
+  const auto& [name, size] = GetParam();
+  const auto& algorithm = rowNamed(allgatherAlgorithms(), name);
+  std::vector<std::vector<std::string>> failures(size);
+  auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
+    Workspace workspace;
+    uint64_t sequence = 0;
+    for (bool inPlace : {false, true}) {
+      for (const Case& c : kCases) {
+        std::vector<uint8_t> output(c.bytes * size, 0xee);
+        std::vector<uint8_t> separate(c.bytes);
+        uint8_t* input = inPlace ? output.data() + rank * c.bytes : separate.data();
+        fillPattern(input, rank, c.bytes);
+        Peers peers(transport, makeFingerprint(++sequence, Collective::kAllgather, c.bytes),
+                    callDeadline(), workspace);
+        peers.setSegmentBytes(c.segmentBytes);
+        algorithm.run(peers, AllgatherArgs{input, output.data(), c.bytes});
+        for (int block = 0; block < size; ++block) {
+          auto problem = checkPattern(output.data() + block * c.bytes, block, c.bytes);
+          if (!problem.empty()) {
+            failures[rank].push_back((inPlace ? "in place, " : "") + std::to_string(c.bytes) +
+                                     " bytes: " + problem);
+          }
+        }
+      }
+    }
+  });
+  expectClean(size, errors, failures);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllRows,
+                         AllgatherRows,
+                         ::testing::Combine(::testing::ValuesIn(namesOf(allgatherAlgorithms())),
+                                            ::testing::ValuesIn(kGroupSizes)),
+                         rowAndSizeName);
+
+class AllToAllRows : public ::testing::TestWithParam<RowAndSize> {};
+
+// Rank r's input block i is pattern block r * p + i; so its output block i must be rank i's
+// input block r, pattern block i * p + r.
+TEST_P(AllToAllRows, BlockIGoesToRankI) {
+  const auto& [name, size] = GetParam();
+  const auto& algorithm = rowNamed(allToAllAlgorithms(), name);
+  std::vector<std::vector<std::string>> failures(size);
+  auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
+    Workspace workspace;
+    uint64_t sequence = 0;
+    for (const Case& c : kCases) {
+      std::vector<uint8_t> input(c.bytes * size);
+      std::vector<uint8_t> output(c.bytes * size, 0xee);
+      for (int block = 0; block < size; ++block) {
+        fillPattern(input.data() + block * c.bytes, rank * size + block, c.bytes);
+      }
+      Peers peers(transport, makeFingerprint(++sequence, Collective::kAllToAll, c.bytes),
+                  callDeadline(), workspace);
+      peers.setSegmentBytes(c.segmentBytes);
+      algorithm.run(peers, AllToAllArgs{input.data(), output.data(), c.bytes});
+      for (int block = 0; block < size; ++block) {
+        auto problem = checkPattern(output.data() + block * c.bytes, block * size + rank, c.bytes);
+        if (!problem.empty()) {
+          failures[rank].push_back(std::to_string(c.bytes) + " bytes: " + problem);
+        }
+      }
+    }
+  });
+  expectClean(size, errors, failures);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllRows,
+                         AllToAllRows,
+                         ::testing::Combine(::testing::ValuesIn(namesOf(allToAllAlgorithms())),
+                                            ::testing::ValuesIn(kGroupSizes)),
+                         rowAndSizeName);
+
+class BarrierRows : public ::testing::TestWithParam<RowAndSize> {};
+
+// Each rank counts itself in before the barrier; nobody may leave round k before all p ranks have
+// counted themselves in for round k.
+TEST_P(BarrierRows, NobodyLeavesEarly) {
+  const auto& [name, size] = GetParam();
+  const auto& algorithm = rowNamed(barrierAlgorithms(), name);
+  constexpr int kRounds = 5;
+  std::vector<std::atomic<int>> arrived(kRounds);
+  std::vector<std::vector<std::string>> failures(size);
+  auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
+    Workspace workspace;
+    for (int round = 0; round < kRounds; ++round) {
+      arrived[round].fetch_add(1);
+      Peers peers(transport, makeFingerprint(round + 1, Collective::kBarrier, 0), callDeadline(),
+                  workspace);
+      algorithm.run(peers, BarrierArgs{});
+      const int seen = arrived[round].load();
+      if (seen != size) {
+        failures[rank].push_back("round " + std::to_string(round) + ": left after " +
+                                 std::to_string(seen) + " of " + std::to_string(size) +
+                                 " ranks arrived");
+      }
+    }
+  });
+  expectClean(size, errors, failures);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllRows,
+                         BarrierRows,
+                         ::testing::Combine(::testing::ValuesIn(namesOf(barrierAlgorithms())),
+                                            ::testing::ValuesIn(kGroupSizes)),
+                         rowAndSizeName);
+
+}  // namespace
+}  // namespace chorus::algorithms::testing

@@ -1,0 +1,45 @@
+// Test support for algorithm tests: ranks as threads over the loopback transport, with a deadline
+// so a broken algorithm fails the test instead of hanging it, and fingerprints for test calls.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "algorithms/peers.h"
+#include "transport/transport.h"
+
+namespace chorus::algorithms::testing {
+
+using RankFn = std::function<void(int rank, transport::Transport& transport)>;
+
+// Runs fn(rank, transport) on `size` threads, one per rank of a fresh loopback group, and returns
+// each rank's exception (null where fn returned). If the ranks are not all done within `limit`,
+// records a test failure, aborts every transport (so waits throw) and then joins the threads.
+// When `transportFailures` is given, it receives each transport's failure() after the join.
+std::vector<std::exception_ptr> runRanks(
+    int size,
+    const RankFn& fn,
+    std::chrono::milliseconds limit = std::chrono::seconds(20),
+    std::vector<std::exception_ptr>* transportFailures = nullptr);
+
+// "" when every entry is null, else "rank R: what()" lines.
+std::string describeErrors(const std::vector<std::exception_ptr>& errors);
+
+// A fingerprint for a test call. count is elements (bytes for untyped collectives).
+transport::Fingerprint makeFingerprint(uint64_t sequence,
+                                       transport::Collective collective,
+                                       uint64_t count,
+                                       int root = -1,
+                                       DataType dtype = DataType::kUInt8,
+                                       ReduceOp op = ReduceOp::kSum,
+                                       bool typed = false);
+
+// The deadline given to each Peers in tests: shorter than runRanks' limit, so a stuck algorithm
+// reports TimeoutError from the transport first.
+inline Deadline callDeadline() { return Deadline::after(std::chrono::seconds(10)); }
+
+}  // namespace chorus::algorithms::testing
