@@ -5,7 +5,7 @@
 // combined, and rounded once (round to nearest even) when written back. kAvg combines like kSum;
 // the division happens once at the end (divideBy). Bitwise ops on floats and avg on bool are
 // InvalidArgumentError (see isValidReduction). bool: sum/max/bor are "or", prod/min/band "and",
-// bxor "xor"; results are 0 or 1.
+// bxor "xor"; results are 0 or 1. Float min and max propagate NaN (a NaN operand gives NaN).
 #pragma once
 
 #include <cstddef>

@@ -58,6 +58,18 @@ int main() {
     for (int j = 0; j < p; ++j) ok = ok && receiveBlocks[j] == j * 100 + r;
     check(ok, "all_to_all", r);
 
+    std::vector<int64_t> reduced(5, r + 1);
+    comm->reduce(Tensor(reduced.data(), {5}), p / 2)->wait();
+    check(reduced == std::vector<int64_t>(5, r == p / 2 ? p * (p + 1) / 2 : r + 1), "reduce", r);
+
+    std::vector<int32_t> gathered(r == 0 ? p : 0);
+    comm->gather(Tensor(mine.data(), {1}), Tensor(gathered.data(), {r == 0 ? p : 0}), 0)->wait();
+    check(r != 0 || gathered == ranks, "gather", r);
+
+    std::vector<int32_t> scattered(1, -1);
+    comm->scatter(Tensor(ranks.data(), {p}), Tensor(scattered.data(), {1}), p - 1)->wait();
+    check(scattered[0] == r, "scatter", r);
+
     comm->barrier()->wait();
     if (r == 0) std::printf("collectives_check: %s on %d ranks\n", failures ? "FAILED" : "OK", p);
     return failures ? 1 : 0;

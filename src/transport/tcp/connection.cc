@@ -268,7 +268,7 @@ Connection::Event Connection::finishPayload() {
 
 Connection::Event Connection::endOfStream() {
   if (state_ == State::kSaidGoodbye) {
-    closeNow();
+    state_ = State::kClosed;  // the transport takes the socket out of epoll, then closes it
     return Event::kClosed;
   }
   state_ = State::kCrashed;

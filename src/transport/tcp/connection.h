@@ -54,7 +54,7 @@ class Connection {
   enum class State {
     kOpen,         // healthy
     kSaidGoodbye,  // the peer closed on purpose; what it sent before is still delivered
-    kClosed,       // no socket any more (after goodbye, or we closed)
+    kClosed,       // the stream ended after goodbye, or we closed
     kCrashed,      // the peer vanished without goodbye
   };
   // What reading or writing found; the transport turns it into failures.

@@ -293,6 +293,8 @@ void TcpTransport::dispatch(const epoll_event& event) {
     return;
   }
   Connection& connection = *connections_[event.data.u32];
+  if (connection.state() == Connection::State::kClosed)
+    return;
   if (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR))
     handle(connection, connection.readSome());
   if (event.events & EPOLLOUT)
@@ -305,7 +307,12 @@ void TcpTransport::handle(Connection& connection, Connection::Event event) {
   switch (event) {
     case Connection::Event::kNone:
     case Connection::Event::kGoodbye:
+      return;
     case Connection::Event::kClosed:
+      // Deregister before closing: a forked child may hold a copy of the socket, and then
+      // closing alone would leave it in the epoll set.
+      ::epoll_ctl(epollFd_, EPOLL_CTL_DEL, connection.fd(), nullptr);
+      connection.closeNow();
       return;
     case Connection::Event::kCrashed:
       failLocked(std::make_exception_ptr(PeerError(
@@ -328,7 +335,7 @@ void TcpTransport::handle(Connection& connection, Connection::Event event) {
 void TcpTransport::updateInterest(Connection& connection) {
   int peer = connection.peer();
   if (connection.state() == Connection::State::kClosed)
-    return;  // closing removed it from epoll
+    return;  // out of the epoll set
   bool want = connection.wantsWrite();
   if (want == writeInterest_[peer])
     return;
