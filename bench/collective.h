@@ -51,7 +51,8 @@ struct Collective {
   // False for barrier, which moves no data: it gets one row of size 0.
   bool sweeps;
   double (*busBwFactor)(int ranks);
-  // The row for a requested size in bytes (rounded down to whole elements per chunk, as nccl-tests).
+  // The row for a requested size in bytes (rounded down to whole elements per chunk, as
+  // nccl-tests).
   Shape (*shape)(int64_t bytes, size_t elementSize, int ranks);
   // Writes the check pattern into the buffers this rank contributes (and the ones it receives).
   void (*fill)(const Call& call);

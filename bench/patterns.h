@@ -6,7 +6,7 @@
 // avg on float types can round; it is compared with a relative tolerance (toleranceFor).
 //
 // Dtypes are dispatched once, in visitDataType; float16 and bfloat16 are converted with
-// core/half.h, bool is one byte read as "non-zero is true".
+// core/half.h, bool is one byte, written 0 or 1 (any other byte read back is wrong).
 #pragma once
 
 #include <cstdint>

@@ -45,13 +45,15 @@ inline void copyBytes(void* dst, const void* src, size_t bytes) {
 // fingerprint] in transport/transport.h). For a mismatch to be caught whatever the algorithms and
 // roots involved, every collective on a group of p > 1 ranks starts with this: each rank's first
 // message to rank r+1 is sent, and its first receive from rank r-1 posted, before anything else
-// (messages per peer are matched in order). Ranks whose calls differ include two neighbours on
-// that ring that differ; the later of them receives the other's first message, sees the
-// fingerprints differ and fails the transport, which fails every rank. Ring algorithms (ring
-// reduce-scatter / allgather / allreduce, pairwise all-to-all, dissemination barrier) already
-// begin this way; trees, chains, linear and butterfly algorithms call postRingCheck() first. It
-// costs one empty message per rank, posted at once and waited for with the rest, so it adds no
-// step to the critical path when ranks arrive together.
+// (messages per peer are matched in order). If the ranks' calls differ at all, some rank r's call
+// differs from rank r-1's; r's first receive from r-1 then gets r-1's first message, the
+// fingerprints differ, and r fails the transport, which fails every rank: a rank still inside the
+// call raises there, one whose part was already done (a leaf of a broadcast) at its next call. A
+// rank that never calls at all is a timeout instead. Ring algorithms (ring reduce-scatter,
+// allgather and allreduce, pairwise all-to-all, dissemination barrier) already begin this way;
+// trees, chains, linear and butterfly algorithms call postRingCheck() first. It costs one empty
+// message per rank, posted at once and waited for with the rest, so it adds no step to the
+// critical path when ranks arrive together.
 inline void postRingCheck(Peers& peers) {
   const int size = peers.size();
   if (size == 1)

@@ -20,12 +20,17 @@ struct DistContext::State {
   std::shared_ptr<Communicator> world;
   std::map<RankList, std::shared_ptr<Communicator>> pool;
   bool shutDown = false;
+  int generation = 0;
 };
 
 namespace {
 
 std::mutex instanceMutex;
 std::unique_ptr<DistContext> instance;
+// How many contexts this process has made. Every rank makes them in the same order (get() after
+// shutdown()), so the count names the world's scope in the store identically on all ranks and a
+// new world never meets the addresses an earlier one left there.
+int contextsMade = 0;
 // Contexts that were shut down stay allocated, so references handed out earlier stay valid.
 std::vector<std::unique_ptr<DistContext>> retired;
 
@@ -56,7 +61,10 @@ RankList normalizeRankList(const RankList& rankList, int worldSize) {
 DistContext& DistContext::get() {
   std::lock_guard lock(instanceMutex);
   if (instance && instance->state_->shutDown) retired.push_back(std::move(instance));
-  if (!instance) instance.reset(new DistContext());
+  if (!instance) {
+    instance.reset(new DistContext());
+    instance->state_->generation = contextsMade++;
+  }
   return *instance;
 }
 
@@ -91,6 +99,7 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
     options.backend = state.config.backend;
     options.bindHost = state.connector->hostAddress();
     options.timeout = state.config.timeout;
+    options.scope = "world" + std::to_string(state.generation);
     state.world = detail::createWorldCommunicator(options);
   }
   if (rankList.empty()) return state.world;

@@ -128,7 +128,7 @@ TEST_P(ReduceScatterRows, MatchesClosedFormAndKeepsInput) {
         if (!problem.empty()) {
           failures[rank].push_back("per rank " + std::to_string(perRank) + ": " + problem);
         }
-        if (std::memcmp(input.data(), before.data(), total * sizeof(double)) != 0) {
+        if (total > 0 && std::memcmp(input.data(), before.data(), total * sizeof(double)) != 0) {
           failures[rank].push_back("input was modified");
         }
       }

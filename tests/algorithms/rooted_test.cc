@@ -138,7 +138,8 @@ TEST_P(ReduceRows, RootGetsClosedFormInputsUnchanged) {
               }
             }
           }
-          if (std::memcmp(input.data(), before.data(), c.count * sizeof(double)) != 0) {
+          if (c.count > 0 &&
+              std::memcmp(input.data(), before.data(), c.count * sizeof(double)) != 0) {
             failures[rank].push_back(prefix + "input was modified");
           }
         }

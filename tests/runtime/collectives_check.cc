@@ -70,7 +70,36 @@ int main() {
     comm->scatter(Tensor(ranks.data(), {p}), Tensor(scattered.data(), {1}), p - 1)->wait();
     check(scattered[0] == r, "scatter", r);
 
+    // Groups from a rank_list: [[0 .. h-1], [h .. p-1]] (a single group when p == 1), served by
+    // the pool: asking again returns the same communicator.
+    const int h = (p + 1) / 2;
+    chorus::RankList halves(1);
+    for (int q = 0; q < p; ++q) {
+      if (q == h) halves.emplace_back();
+      halves.back().push_back(q);
+    }
+    auto group = context.communicator(halves);
+    check(group == context.communicator(halves), "pool caching", r);
+    const bool first = r < h;
+    check(group->size() == (first ? h : p - h) && group->rank() == (first ? r : r - h) &&
+              group->groupId() == (first ? 0 : 1) && group->groupSize() == (p > 1 ? 2 : 1) &&
+              group->worldRank() == r && group->rootRank() == (first ? 0 : h),
+          "group attributes", r);
+    std::vector<int64_t> groupSum = {r};
+    group->allreduce(Tensor(groupSum.data(), {1}))->wait();
+    const int64_t lo = first ? 0 : h, hi = first ? h : p;  // sum of lo .. hi-1
+    check(groupSum[0] == (hi * (hi - 1) - lo * (lo - 1)) / 2, "group allreduce", r);
+
     comm->barrier()->wait();
+
+    // A context made after shutdown() builds a fresh world that works like the first.
+    comm.reset();
+    group.reset();
+    context.shutdown();
+    auto again = chorus::DistContext::get().communicator();
+    std::vector<int32_t> one = {1};
+    again->allreduce(Tensor(one.data(), {1}))->wait();
+    check(one[0] == p, "allreduce after shutdown and a new context", r);
     if (r == 0) std::printf("collectives_check: %s on %d ranks\n", failures ? "FAILED" : "OK", p);
     return failures ? 1 : 0;
   } catch (const chorus::Error& e) {

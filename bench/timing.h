@@ -1,0 +1,47 @@
+// Timing for chorus-bench: per-iteration wall times with std::chrono::steady_clock, the maximum
+// across ranks of each iteration (the slowest rank decides when a collective is done), and the
+// median over every iteration of every repeat (the machine is shared and noisy; a median ignores
+// the iterations a neighbour's burst slowed down).
+//
+// Cost: one float64 allreduce(max) of `iters` values and one barrier per repeat, outside the timed
+// region.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "chorus/communicator.h"
+
+namespace chorus::bench {
+
+// Sizes up to this many bytes run the full --iters; larger ones proportionally fewer.
+inline constexpr int64_t kFullIterationsBytes = int64_t{16} << 20;
+
+// `iters` for sizes up to kFullIterationsBytes, else iters * kFullIterationsBytes / bytes, but
+// never fewer than `minimum`.
+int scaledIterations(int iters, int64_t bytes, int minimum);
+
+// Runs `iteration` `iters` times; returns each iteration's local elapsed time in seconds.
+std::vector<double> timeIterations(int iters, const std::function<void()>& iteration);
+
+// Replaces each value by its maximum over all ranks of `comm` (one blocking allreduce).
+void maxAcrossRanks(Communicator& comm, std::vector<double>& values);
+
+// The median (mean of the two middle values for an even count); 0 for an empty list.
+double median(std::vector<double> values);
+
+struct TimingPlan {
+  int warmup = 0;
+  int iters = 1;
+  int repeats = 1;
+};
+
+// Runs `warmup` untimed iterations, then `repeats` times: a barrier and `iters` timed iterations.
+// Returns the median over all timed iterations of the slowest rank's time, in seconds. Collective:
+// every rank must call it with the same plan.
+double measureMedianSeconds(Communicator& comm,
+                            const TimingPlan& plan,
+                            const std::function<void()>& iteration);
+
+}  // namespace chorus::bench
