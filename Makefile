@@ -32,10 +32,10 @@ test: build
 FORMAT_FILES = $(shell git ls-files '*.h' '*.cc')
 
 format:
-	clang-format -i $(FORMAT_FILES)
+	@clang-format -i $(FORMAT_FILES)
 
 format-check:
-	clang-format --dry-run -Werror $(FORMAT_FILES)
+	@clang-format --dry-run -Werror $(FORMAT_FILES) && echo "clang-format: all files clean"
 
 clean:
 	rm -rf $(BUILD)

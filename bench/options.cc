@@ -3,7 +3,6 @@
 
 #include <CLI/CLI.hpp>
 #include <cctype>
-#include <iostream>
 #include <sstream>
 #include <stdexcept>
 

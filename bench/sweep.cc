@@ -67,8 +67,7 @@ void printHeader(const Communicator& comm, const BenchOptions& options, const Co
               options.warmup, options.repeats, options.check ? "on" : "off");
   std::printf("#\n# %10s %12s %12s %12s %12s %8s\n", "size", "count", "time", "algbw", "busbw",
               "#wrong");
-  std::printf("# %10s %12s %12s %12s %12s %8s\n", "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)",
-              "");
+  std::printf("# %10s %12s %12s %12s %12s\n", "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)");
   std::fflush(stdout);
 }
 

@@ -20,7 +20,8 @@ int main() {
     comm->gather(chorus::Tensor(mine.data(), {2}),
                  chorus::Tensor(table.data(), {static_cast<int64_t>(table.size())}), 0)
         ->wait();
-    if (comm->rank() != 0) return 0;
+    if (comm->rank() != 0)
+      return 0;
 
     const float expected = n * (n + 1) / 2.0f;
     bool ok = true;

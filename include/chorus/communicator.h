@@ -2,12 +2,12 @@
 //
 // Contract:
 //  - Every rank of a communicator must issue the same collectives in the same order with consistent
-//    arguments (same op, dtype, count, root). An inconsistent call raises MismatchError on the ranks
-//    that see it and aborts the communicator, so the others fail promptly instead of hanging or
-//    returning wrong data. See Note [Collective fingerprint] in src/transport/transport.h.
+//    arguments (same op, dtype, count, root). An inconsistent call raises MismatchError on the
+//    ranks that see it and aborts the communicator, so the others fail promptly instead of hanging
+//    or returning wrong data. See Note [Collective fingerprint] in src/transport/transport.h.
 //  - Each operation validates its input on the calling thread (InvalidArgumentError, nothing sent),
-//    then returns a Work at once. Operations run in call order, one at a time, on the communicator's
-//    worker thread. Tensors must stay alive and untouched until the Work completes.
+//    then returns a Work at once. Operations run in call order, one at a time, on the
+//    communicator's worker thread. Tensors must stay alive and untouched until the Work completes.
 //  - Ranks and roots are ranks of this communicator (0..size()-1). Tensors must be contiguous CPU
 //    tensors (GPU tensors: UnsupportedError until a GPU backend is built).
 //  - No operation blocks forever: each has a deadline (DistConfig::timeout, CHORUS_TIMEOUT). A peer
@@ -85,8 +85,8 @@ class Communicator {
   // Splits `input` along `splitAxis` into size() chunks, sends chunk i to rank i, and concatenates
   // what it receives along `concatAxis` in rank order into `output`.
   WorkPtr allToAll(Tensor input, Tensor output, int splitAxis = 0, int concatAxis = 0);
-  // Point-to-point: a send matches the recv with the same (peer, tag) in order. Sizes and dtypes must
-  // agree (else MismatchError on both sides).
+  // Point-to-point: a send matches the recv with the same (peer, tag) in order. Sizes and dtypes
+  // must agree (else MismatchError on both sides).
   WorkPtr send(Tensor tensor, int peer, int tag = 0);
   WorkPtr recv(Tensor tensor, int peer, int tag = 0);
   // Returns once every rank has entered it.

@@ -1,15 +1,19 @@
 // chorus/dist_context.h — the process's distributed configuration and its communicators.
 //
 // Contract:
-//  - DistContext::get() returns the process-wide context, created on first use from the environment:
+//  - DistContext::get() returns the process-wide context, created on first use from the
+//  environment:
 //    chorusrun's CHORUS_* variables, else torchrun's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT,
 //    else a single rank (void). It is thread-safe.
-//  - config() describes this process: rank, size, local_rank, local_size, root_rank and the training
+//  - config() describes this process: rank, size, local_rank, local_size, root_rank and the
+//  training
 //    switches. The training switches may be changed by the program; the placement fields may not.
-//  - communicator(rankList) returns the communicator of the caller's group, creating it on first use
+//  - communicator(rankList) returns the communicator of the caller's group, creating it on first
+//  use
 //    (collective: every world rank must call it with the same rankList). An empty rankList means
 //    the world. Repeated calls return the cached object.
-//  - shutdown() aborts nothing that is in flight: it waits for pending operations, then closes every
+//  - shutdown() aborts nothing that is in flight: it waits for pending operations, then closes
+//  every
 //    communicator and the connection to the store. After shutdown, get() creates a new context.
 #pragma once
 

@@ -1,10 +1,12 @@
 // chorus/error.h — the one exception hierarchy that every chorus failure belongs to.
 //
 // Contract:
-//  - Every error chorus raises derives from chorus::Error (itself a std::runtime_error), so a caller can
-//    catch all of them in one place. what() is a complete sentence naming this process's rank, the peer
-//    ranks involved, what went wrong and, where possible, what to do.
-//  - InvalidArgumentError: the caller passed something unusable (wrong dtype, non-contiguous tensor, bad
+//  - Every error chorus raises derives from chorus::Error (itself a std::runtime_error), so a
+//  caller can
+//    catch all of them in one place. what() is a complete sentence naming this process's rank, the
+//    peer ranks involved, what went wrong and, where possible, what to do.
+//  - InvalidArgumentError: the caller passed something unusable (wrong dtype, non-contiguous
+//  tensor, bad
 //    root). Nothing was sent and nothing was changed.
 //  - TimeoutError: a deadline passed; missingRanks() lists the ranks not heard from, when known.
 //  - PeerError: a peer died, closed its connection or aborted; peerRank() names it.

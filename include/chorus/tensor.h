@@ -1,12 +1,15 @@
-// chorus/tensor.h — a non-owning view of an n-dimensional array: {data, dtype, shape, strides, device}.
+// chorus/tensor.h — a non-owning view of an n-dimensional array: {data, dtype, shape, strides,
+// device}.
 //
 // Contract:
 //  - A Tensor never owns or frees its data; the caller keeps the memory alive for as long as any
 //    operation that uses the view is in flight (until its Work completes).
 //  - Strides are in elements, as in DLPack and PyTorch. Collectives require contiguous (row-major)
 //    tensors; a non-contiguous one is refused with InvalidArgumentError, never read wrong.
-//  - fromDLPack() makes a view of a DLManagedTensor without taking ownership of it; toDLPack() makes a
-//    new DLManagedTensor describing the same memory, whose deleter frees only the metadata it allocated.
+//  - fromDLPack() makes a view of a DLManagedTensor without taking ownership of it; toDLPack()
+//  makes a
+//    new DLManagedTensor describing the same memory, whose deleter frees only the metadata it
+//    allocated.
 //  - Tensors are plain values: cheap to copy, safe to read from several threads.
 #pragma once
 

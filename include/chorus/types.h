@@ -1,9 +1,11 @@
 // chorus/types.h — the element types, reduction operators and devices that every collective speaks.
 //
 // Contract:
-//  - DataType names every element type chorus moves. float16 and bfloat16 are stored as 16-bit patterns
+//  - DataType names every element type chorus moves. float16 and bfloat16 are stored as 16-bit
+//  patterns
 //    and reduced with float32 accumulation (see chorus/communicator.h).
-//  - ReduceOp names every reduction. band, bor and bxor apply to integer and bool types only; avg divides
+//  - ReduceOp names every reduction. band, bor and bxor apply to integer and bool types only; avg
+//  divides
 //    the sum by the number of contributing ranks (truncating toward zero for integers).
 //  - Device says where a tensor's bytes live. Only kCpu is served by the CPU backends.
 //  - All functions here are pure, thread-safe and never block. Parsing functions throw
@@ -53,7 +55,8 @@ bool isFloatingPoint(DataType dtype);
 // "sum", "prod", "min", "max", "avg", "band", "bor", "bxor".
 std::string_view toString(ReduceOp op);
 ReduceOp parseReduceOp(std::string_view name);
-// True when `op` is defined on `dtype` (bitwise ops need integer or bool; avg is undefined on bool).
+// True when `op` is defined on `dtype` (bitwise ops need integer or bool; avg is undefined on
+// bool).
 bool isValidReduction(ReduceOp op, DataType dtype);
 
 enum class DeviceType : uint8_t { kCpu, kCuda };
@@ -74,18 +77,32 @@ struct Device {
 template <typename T>
 constexpr DataType dataTypeOf();
 template <>
-constexpr DataType dataTypeOf<float>() { return DataType::kFloat32; }
+constexpr DataType dataTypeOf<float>() {
+  return DataType::kFloat32;
+}
 template <>
-constexpr DataType dataTypeOf<double>() { return DataType::kFloat64; }
+constexpr DataType dataTypeOf<double>() {
+  return DataType::kFloat64;
+}
 template <>
-constexpr DataType dataTypeOf<int8_t>() { return DataType::kInt8; }
+constexpr DataType dataTypeOf<int8_t>() {
+  return DataType::kInt8;
+}
 template <>
-constexpr DataType dataTypeOf<uint8_t>() { return DataType::kUInt8; }
+constexpr DataType dataTypeOf<uint8_t>() {
+  return DataType::kUInt8;
+}
 template <>
-constexpr DataType dataTypeOf<int32_t>() { return DataType::kInt32; }
+constexpr DataType dataTypeOf<int32_t>() {
+  return DataType::kInt32;
+}
 template <>
-constexpr DataType dataTypeOf<int64_t>() { return DataType::kInt64; }
+constexpr DataType dataTypeOf<int64_t>() {
+  return DataType::kInt64;
+}
 template <>
-constexpr DataType dataTypeOf<bool>() { return DataType::kBool; }
+constexpr DataType dataTypeOf<bool>() {
+  return DataType::kBool;
+}
 
 }  // namespace chorus

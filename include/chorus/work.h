@@ -1,7 +1,8 @@
 // chorus/work.h — the handle of an operation in flight.
 //
 // Contract:
-//  - Every Communicator operation returns a std::shared_ptr<Work> at once; the operation runs in the
+//  - Every Communicator operation returns a std::shared_ptr<Work> at once; the operation runs in
+//  the
 //    background, after all operations issued earlier on the same communicator.
 //  - wait() blocks until the operation finished; if it failed, wait() rethrows its exception (a
 //    chorus::Error). wait(timeout) throws TimeoutError if the operation is still running after

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <new>
 #include <span>
 
@@ -55,7 +56,8 @@ Peers::Peers(transport::Transport& transport,
       fingerprint_(fingerprint),
       deadline_(deadline),
       workspace_(workspace),
-      tag_(tag) {
+      tag_(tag),
+      uncaughtAtStart_(std::uncaught_exceptions()) {
   workspace_.releaseRequests();
 }
 
@@ -67,14 +69,15 @@ Peers::~Peers() {
       pending = true;
   }
   workspace_.releaseRequests();
-  if (!pending || transport_.failure())
+  const bool unwinding = std::uncaught_exceptions() > uncaughtAtStart_;
+  if ((!pending && !unwinding) || transport_.failure())
     return;
-  // An algorithm left requests behind (it threw). The transport may still write into their
-  // buffers and request slots, so it must fail; peers hear of it and fail too.
+  // The algorithm stopped half-way (it threw, or left requests behind): the other ranks cannot
+  // finish, and the transport may still write into this call's buffers. Fail it; peers hear.
   try {
     transport_.abort(std::make_exception_ptr(InternalError(detail::concat(
-        "rank ", rank(), " (this process) abandoned ", fingerprint_.describe(),
-        " with requests pending after a local error; see that rank's log for the cause"))));
+        "rank ", rank(), " (this process) left ", fingerprint_.describe(),
+        " part-way because of a local error, raised on that rank; see its log or exception"))));
   } catch (...) {
     // abort() never throws; building the message might (bad_alloc): nothing more to do.
   }

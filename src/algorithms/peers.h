@@ -5,8 +5,20 @@
 //
 // Lifetime: one Peers per collective call. Requests live in the Workspace's pool, so their
 // addresses stay stable until waitAll() and the hot path allocates nothing once the pool is warm.
-// If a Peers is destroyed with requests still pending (an algorithm threw half-way, e.g. a kernel
-// error), it aborts the transport so no buffer of the abandoned call is touched afterwards.
+// If a Peers is destroyed by an exception (an algorithm threw half-way, e.g. a kernel error) or
+// with requests still pending, the other ranks can no longer finish the collective, so it aborts
+// the transport (unless it has already failed): they fail promptly instead of waiting for the
+// deadline, and no buffer of the abandoned call is touched afterwards. The abort carries a generic
+// InternalError; a caller that wants peers to see the real error aborts with it first, i.e. runs
+// the algorithm in a try block inside the Peers' scope:
+//
+//   Peers peers(...);
+//   try {
+//     algorithm.run(peers, args);
+//   } catch (...) {
+//     transport.abort(std::current_exception());
+//     throw;
+//   }
 //
 // Not thread-safe: one algorithm run uses one Peers on one thread.
 #pragma once
@@ -100,6 +112,7 @@ class Peers {
   Deadline deadline_;
   Workspace& workspace_;
   uint64_t tag_;
+  int uncaughtAtStart_;  // std::uncaught_exceptions() at construction
   size_t segmentBytes_ = kDefaultSegmentBytes;
 };
 

@@ -17,21 +17,33 @@ void AlgorithmicBackend::run(const CallContext& call,
                              Table table,
                              const char* envName,
                              const Args& args) {
-  if (auto failure = transport_->failure()) std::rethrow_exception(failure);
+  if (auto failure = transport_->failure())
+    std::rethrow_exception(failure);
+  const algorithms::AlgorithmInfo<Args>* algorithm = nullptr;
   try {
-    const auto& algorithm = algorithms::selectAlgorithm(table, args, size(), envName);
-    algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_);
-    algorithm.run(peers, args);
+    algorithm = &algorithms::selectAlgorithm(table, args, size(), envName);
   } catch (...) {
-    // A collective that failed half-way leaves the ranks out of step: the transport must fail so
-    // every peer hears of it (a no-op if the transport already failed).
+    // Nothing was sent yet, but the other ranks are entering this collective: fail them too.
+    transport_->abort(std::current_exception());
+    throw;
+  }
+  // The row joins the fingerprint, so ranks that chose different algorithms (a CHORUS_*_ALGO
+  // set on some ranks only) get a MismatchError instead of exchanging messages that do not fit.
+  transport::Fingerprint fingerprint = call.fingerprint;
+  fingerprint.algorithm = static_cast<uint8_t>(algorithm - table.data());
+  algorithms::Peers peers(*transport_, fingerprint, call.deadline, workspace_);
+  try {
+    algorithm->run(peers, args);
+  } catch (...) {
+    // A collective that failed half-way leaves the ranks out of step: the transport must fail with
+    // the real error so every peer hears of it (a no-op if the transport already failed). Peers'
+    // destructor runs after this and finds the transport failed. See Note in algorithms/peers.h.
     transport_->abort(std::current_exception());
     throw;
   }
 }
 
-void AlgorithmicBackend::allreduce(const CallContext& call,
-                                   const algorithms::AllreduceArgs& args) {
+void AlgorithmicBackend::allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) {
   run(call, algorithms::allreduceAlgorithms(), "CHORUS_ALLREDUCE_ALGO", args);
 }
 
@@ -40,13 +52,11 @@ void AlgorithmicBackend::reduceScatter(const CallContext& call,
   run(call, algorithms::reduceScatterAlgorithms(), "CHORUS_REDUCE_SCATTER_ALGO", args);
 }
 
-void AlgorithmicBackend::allgather(const CallContext& call,
-                                   const algorithms::AllgatherArgs& args) {
+void AlgorithmicBackend::allgather(const CallContext& call, const algorithms::AllgatherArgs& args) {
   run(call, algorithms::allgatherAlgorithms(), "CHORUS_ALLGATHER_ALGO", args);
 }
 
-void AlgorithmicBackend::broadcast(const CallContext& call,
-                                   const algorithms::BroadcastArgs& args) {
+void AlgorithmicBackend::broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) {
   run(call, algorithms::broadcastAlgorithms(), "CHORUS_BROADCAST_ALGO", args);
 }
 
@@ -62,8 +72,7 @@ void AlgorithmicBackend::scatter(const CallContext& call, const algorithms::Scat
   run(call, algorithms::scatterAlgorithms(), "CHORUS_SCATTER_ALGO", args);
 }
 
-void AlgorithmicBackend::allToAll(const CallContext& call,
-                                  const algorithms::AllToAllArgs& args) {
+void AlgorithmicBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
   run(call, algorithms::allToAllAlgorithms(), "CHORUS_ALLTOALL_ALGO", args);
 }
 
@@ -71,20 +80,20 @@ void AlgorithmicBackend::barrier(const CallContext& call) {
   run(call, algorithms::barrierAlgorithms(), "CHORUS_BARRIER_ALGO", algorithms::BarrierArgs{});
 }
 
-void AlgorithmicBackend::send(const CallContext& call,
-                              const void* data,
-                              size_t bytes,
-                              int peer,
-                              int tag) {
-  if (auto failure = transport_->failure()) std::rethrow_exception(failure);
+void AlgorithmicBackend::send(
+    const CallContext& call, const void* data, size_t bytes, int peer, int tag) {
+  if (auto failure = transport_->failure())
+    std::rethrow_exception(failure);
   algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_,
                           static_cast<uint64_t>(tag));
   peers.send(peer, data, bytes);
   peers.waitAll();
 }
 
-void AlgorithmicBackend::recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) {
-  if (auto failure = transport_->failure()) std::rethrow_exception(failure);
+void AlgorithmicBackend::recv(
+    const CallContext& call, void* data, size_t bytes, int peer, int tag) {
+  if (auto failure = transport_->failure())
+    std::rethrow_exception(failure);
   algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_,
                           static_cast<uint64_t>(tag));
   peers.recv(peer, data, bytes);

@@ -12,7 +12,8 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
   CHORUS_CHECK_ARG(name == "auto" || name == "tcp" || name == "void", "unknown backend '", name,
                    "'; valid backends in this build: auto, tcp, void (set by CHORUS_BACKEND)");
   // A communicator of one rank needs no connection, whatever the backend.
-  if (options.size == 1) return std::make_unique<VoidBackend>();
+  if (options.size == 1)
+    return std::make_unique<VoidBackend>();
   CHORUS_CHECK_ARG(name != "void", "backend 'void' serves only communicators of size 1, not ",
                    options.size, " ranks");
   transport::TransportOptions transportOptions;

@@ -8,7 +8,8 @@ namespace chorus::backend {
 namespace {
 
 void copyIfDistinct(void* to, const void* from, size_t bytes) {
-  if (to != from && bytes > 0) std::memmove(to, from, bytes);
+  if (to != from && bytes > 0)
+    std::memmove(to, from, bytes);
 }
 
 }  // namespace

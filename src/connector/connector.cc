@@ -5,15 +5,16 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 
+#include "connector/store_connector.h"
+#include "connector/void_connector.h"
 #include "core/check.h"
 #include "core/env.h"
 #include "core/logging.h"
 #include "core/net/socket.h"
-#include "connector/store_connector.h"
-#include "connector/void_connector.h"
 
 namespace chorus::connector {
 namespace {
@@ -32,13 +33,15 @@ int intOr(const char* name, int fallback) {
 
 std::string hostName() {
   char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+  if (gethostname(name, sizeof name - 1) != 0)
+    return "localhost";
   return name;
 }
 
 // The job token: CHORUS_JOB_TOKEN, else the file named by CHORUS_JOB_TOKEN_FILE.
 std::optional<std::string> jobToken() {
-  if (auto token = env::string("CHORUS_JOB_TOKEN")) return token;
+  if (auto token = env::string("CHORUS_JOB_TOKEN"))
+    return token;
   if (auto path = env::string("CHORUS_JOB_TOKEN_FILE")) {
     std::ifstream file(*path);
     CHORUS_CHECK_ARG(file.good(), "cannot read the job token file ", *path,
@@ -50,7 +53,9 @@ std::optional<std::string> jobToken() {
   return std::nullopt;
 }
 
-Placement readPlacement(const char* rankVar, const char* sizeVar, const char* localRankVar,
+Placement readPlacement(const char* rankVar,
+                        const char* sizeVar,
+                        const char* localRankVar,
                         const char* localSizeVar) {
   Placement placement;
   placement.rank = requiredInt(rankVar);
@@ -63,7 +68,8 @@ Placement readPlacement(const char* rankVar, const char* sizeVar, const char* lo
   placement.nodeRank = intOr("CHORUS_NODE_RANK", -1);
   placement.nodeId =
       placement.nodeRank >= 0 ? "node" + std::to_string(placement.nodeRank) : hostName();
-  if (placement.nodeRank < 0) placement.nodeRank = 0;
+  if (placement.nodeRank < 0)
+    placement.nodeRank = 0;
   return placement;
 }
 
@@ -79,6 +85,21 @@ std::unique_ptr<Connector> connectChorusrun(std::chrono::milliseconds timeout) {
   return std::make_unique<StoreConnector>(placement, std::move(store), *token, nullptr);
 }
 
+// The store that rank 0 serves under torchrun-style launching. It lives as long as the process, not
+// the connector: after DistContext::shutdown() the other ranks reconnect to the same address, and
+// a server that was stopped and restarted there would race with them.
+std::shared_ptr<store::TcpStoreServer> processStoreServer(const net::Address& address,
+                                                          const std::string& token) {
+  static std::mutex mutex;
+  static std::shared_ptr<store::TcpStoreServer> server;
+  std::lock_guard lock(mutex);
+  if (!server) {
+    std::string bindHost = address.host == "localhost" ? "127.0.0.1" : address.host;
+    server = std::make_shared<store::TcpStoreServer>(bindHost, address.port, token);
+  }
+  return server;
+}
+
 // torchrun-style: rank 0 serves the store at MASTER_ADDR:MASTER_PORT.
 std::unique_ptr<Connector> connectTorchrun(std::chrono::milliseconds timeout) {
   Placement placement = readPlacement("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
@@ -90,11 +111,9 @@ std::unique_ptr<Connector> connectTorchrun(std::chrono::milliseconds timeout) {
                          "derived from MASTER_ADDR:MASTER_PORT, which is not secret";
     token = "chorus-insecure-" + address.toString();
   }
-  std::unique_ptr<store::TcpStoreServer> server;
-  if (placement.rank == 0) {
-    std::string bindHost = address.host == "localhost" ? "127.0.0.1" : address.host;
-    server = std::make_unique<store::TcpStoreServer>(bindHost, address.port, *token);
-  }
+  std::shared_ptr<store::TcpStoreServer> server;
+  if (placement.rank == 0)
+    server = processStoreServer(address, *token);
   auto store = std::make_shared<store::TcpStore>(address, *token, Deadline::after(timeout));
   return std::make_unique<StoreConnector>(placement, std::move(store), *token, std::move(server));
 }
@@ -102,7 +121,8 @@ std::unique_ptr<Connector> connectTorchrun(std::chrono::milliseconds timeout) {
 }  // namespace
 
 std::unique_ptr<Connector> connectFromEnvironment(std::chrono::milliseconds timeout) {
-  if (env::string("CHORUS_STORE")) return connectChorusrun(timeout);
+  if (env::string("CHORUS_STORE"))
+    return connectChorusrun(timeout);
   if (env::string("RANK") && env::string("WORLD_SIZE") && env::string("MASTER_PORT")) {
     return connectTorchrun(timeout);
   }

@@ -9,7 +9,7 @@ namespace chorus::connector {
 StoreConnector::StoreConnector(Placement placement,
                                std::shared_ptr<store::TcpStore> store,
                                std::string token,
-                               std::unique_ptr<store::TcpStoreServer> server)
+                               std::shared_ptr<store::TcpStoreServer> server)
     : placement_(std::move(placement)),
       store_(std::move(store)),
       token_(std::move(token)),
@@ -23,7 +23,8 @@ std::string StoreConnector::hostAddress() const { return store_->localAddress();
 
 void StoreConnector::barrier(Deadline deadline) {
   std::string key = "connector/barrier/" + std::to_string(barrierCount_++);
-  if (store_->add(key, 1) == placement_.size) store_->set(key + "/done", store::toBytes("1"));
+  if (store_->add(key, 1) == placement_.size)
+    store_->set(key + "/done", store::toBytes("1"));
   store_->wait({key + "/done"}, deadline);
 }
 

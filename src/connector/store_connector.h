@@ -21,11 +21,12 @@ struct Placement {
 
 class StoreConnector : public Connector {
  public:
-  // `server` is non-null when this process serves the store itself (rank 0 under torchrun).
+  // `server` is non-null when this process serves the store itself (rank 0 under torchrun); it is
+  // shared because it outlives the connector (see processStoreServer in connector.cc).
   StoreConnector(Placement placement,
                  std::shared_ptr<store::TcpStore> store,
                  std::string token,
-                 std::unique_ptr<store::TcpStoreServer> server);
+                 std::shared_ptr<store::TcpStoreServer> server);
   ~StoreConnector() override;
 
   std::string kind() const override { return "store"; }
@@ -46,7 +47,7 @@ class StoreConnector : public Connector {
   Placement placement_;
   std::shared_ptr<store::TcpStore> store_;
   std::string token_;
-  std::unique_ptr<store::TcpStoreServer> server_;
+  std::shared_ptr<store::TcpStoreServer> server_;
   std::atomic<uint64_t> barrierCount_{0};
   std::atomic<uint64_t> broadcastCount_{0};
 };

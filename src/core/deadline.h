@@ -11,7 +11,9 @@ using Clock = std::chrono::steady_clock;
 
 class Deadline {
  public:
-  static Deadline after(std::chrono::milliseconds timeout) { return Deadline(Clock::now() + timeout); }
+  static Deadline after(std::chrono::milliseconds timeout) {
+    return Deadline(Clock::now() + timeout);
+  }
   static Deadline never() { return Deadline(Clock::time_point::max()); }
   explicit Deadline(Clock::time_point at) : at_(at) {}
 
@@ -20,13 +22,15 @@ class Deadline {
   bool isNever() const { return at_ == Clock::time_point::max(); }
   // Time left, never negative.
   std::chrono::milliseconds remaining() const {
-    if (isNever()) return std::chrono::milliseconds::max();
+    if (isNever())
+      return std::chrono::milliseconds::max();
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now());
     return std::max(left, std::chrono::milliseconds(0));
   }
   // remaining() clamped to an int of milliseconds for poll/epoll_wait; -1 for never.
   int pollTimeoutMs() const {
-    if (isNever()) return -1;
+    if (isNever())
+      return -1;
     auto ms = remaining().count();
     return static_cast<int>(std::min<long long>(ms, 1 << 30));
   }

@@ -23,7 +23,8 @@ inline float bfloat16ToFloat(uint16_t value) { return bitsToFloat(uint32_t{value
 
 inline uint16_t floatToBfloat16(float value) {
   uint32_t bits = floatToBits(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
   uint32_t roundingBias = 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>((bits + roundingBias) >> 16);
 }

@@ -37,7 +37,7 @@ class Line {
 
 }  // namespace chorus::log
 
-#define CHORUS_LOG(level)                                          \
-  if (!::chorus::log::enabled(::chorus::log::Level::level)) {      \
-  } else                                                           \
+#define CHORUS_LOG(level)                                     \
+  if (!::chorus::log::enabled(::chorus::log::Level::level)) { \
+  } else                                                      \
     ::chorus::log::Line(::chorus::log::Level::level)

@@ -20,11 +20,8 @@ namespace chorus::kernels {
 void reduceInto(ReduceOp op, DataType dtype, void* dst, const void* src, size_t count);
 // dst[i] = srcs[0][i] op srcs[1][i] op ... (at least one source). float16/bfloat16 accumulate
 // across all sources in float32 and round once. dst may alias srcs[0].
-void reduceMany(ReduceOp op,
-                DataType dtype,
-                void* dst,
-                std::span<const void* const> srcs,
-                size_t count);
+void reduceMany(
+    ReduceOp op, DataType dtype, void* dst, std::span<const void* const> srcs, size_t count);
 // data[i] /= divisor, for avg. Integers truncate toward zero; half types round once.
 void divideBy(DataType dtype, void* data, size_t count, int64_t divisor);
 // float16 / bfloat16 <-> float32 (any other dtype is InvalidArgumentError).

@@ -49,8 +49,10 @@ transport::Fingerprint makeFingerprint(Collective collective,
   fingerprint.collective = collective;
   fingerprint.count = count;
   fingerprint.root = root;
-  if (dtype) fingerprint.dataType = static_cast<uint8_t>(*dtype);
-  if (op) fingerprint.reduceOp = static_cast<uint8_t>(*op);
+  if (dtype)
+    fingerprint.dataType = static_cast<uint8_t>(*dtype);
+  if (op)
+    fingerprint.reduceOp = static_cast<uint8_t>(*op);
   return fingerprint;
 }
 
@@ -61,8 +63,8 @@ void checkReduction(ReduceOp op, DataType dtype, std::string_view opName, int ra
 }
 
 void checkRoot(int root, int size, std::string_view opName, int rank) {
-  CHORUS_CHECK_ARG(root >= 0 && root < size, "rank ", rank, " (this process): ", opName,
-                   ": root ", root, " is not a rank of this communicator (size ", size, ")");
+  CHORUS_CHECK_ARG(root >= 0 && root < size, "rank ", rank, " (this process): ", opName, ": root ",
+                   root, " is not a rank of this communicator (size ", size, ")");
 }
 
 DataType accumulationType(DataType dtype) {
@@ -72,13 +74,15 @@ DataType accumulationType(DataType dtype) {
 ReduceOp wireOp(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
 
 void finishAverage(ReduceOp op, DataType work, void* data, size_t count, int size) {
-  if (op == ReduceOp::kAvg && size > 1) kernels::divideBy(work, data, count, size);
+  if (op == ReduceOp::kAvg && size > 1)
+    kernels::divideBy(work, data, count, size);
 }
 
 // Copies (widening if `work` differs from `from`) count elements into `to`.
 void stageIn(DataType from, DataType work, const void* source, void* to, size_t count) {
   if (work == from) {
-    if (count > 0 && source != to) std::memcpy(to, source, count * dataTypeSize(from));
+    if (count > 0 && source != to)
+      std::memcpy(to, source, count * dataTypeSize(from));
   } else {
     kernels::widenToFloat32(from, source, static_cast<float*>(to), count);
   }
@@ -86,7 +90,8 @@ void stageIn(DataType from, DataType work, const void* source, void* to, size_t 
 
 void stageOut(DataType to, DataType work, const void* source, void* destination, size_t count) {
   if (work == to) {
-    if (count > 0 && source != destination) std::memcpy(destination, source, count * dataTypeSize(to));
+    if (count > 0 && source != destination)
+      std::memcpy(destination, source, count * dataTypeSize(to));
   } else {
     kernels::narrowFromFloat32(to, static_cast<const float*>(source), destination, count);
   }
@@ -105,9 +110,10 @@ Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, Reduc
   size_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     detail::checkTensor(tensors[i], concat("tensor ", i), "allreduce", me);
-    CHORUS_CHECK_ARG(tensors[i].dtype() == dtype, "rank ", me, " (this process): allreduce: ",
-                     "tensor ", i, " has dtype ", toString(tensors[i].dtype()), " but tensor 0 has ",
-                     toString(dtype), "; a fused allreduce needs one dtype");
+    CHORUS_CHECK_ARG(tensors[i].dtype() == dtype, "rank ", me,
+                     " (this process): allreduce: ", "tensor ", i, " has dtype ",
+                     toString(tensors[i].dtype()), " but tensor 0 has ", toString(dtype),
+                     "; a fused allreduce needs one dtype");
     total += static_cast<size_t>(tensors[i].numel());
   }
   detail::checkReduction(op, dtype, "allreduce", me);
@@ -144,8 +150,9 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
   const int me = rank();
   detail::checkTensor(input, "input", "reduce_scatter", me);
   detail::checkTensor(output, "output", "reduce_scatter", me);
-  CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", me, " (this process): reduce_scatter: ",
-                   "input is ", toString(input.dtype()), " but output is ", toString(output.dtype()));
+  CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", me,
+                   " (this process): reduce_scatter: ", "input is ", toString(input.dtype()),
+                   " but output is ", toString(output.dtype()));
   CHORUS_CHECK_ARG(input.numel() == output.numel() * size(), "rank ", me,
                    " (this process): reduce_scatter: input has ", input.numel(),
                    " elements, but must have size (", size(), ") x output elements (",
@@ -155,31 +162,31 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
   auto fingerprint =
       detail::makeFingerprint(Collective::kReduceScatter, count, input.dtype(), op, -1);
   auto& state = *state_;
-  return state_->submit(fingerprint, [&state, input, output, op,
-                                      count](const backend::CallContext& call) {
-    const DataType dtype = input.dtype();
-    const DataType work = detail::accumulationType(dtype);
-    const int size = state.info().size;
-    const void* in = input.data();
-    void* out = output.data();
-    if (work != dtype) {
-      auto* staged = static_cast<std::byte*>(state.staging().get((size + 1) * count * 4));
-      detail::stageIn(dtype, work, in, staged, size * count);
-      in = staged;
-      out = staged + size * count * 4;
-    }
-    state.backend().reduceScatter(call, {in, out, count, work, detail::wireOp(op)});
-    detail::finishAverage(op, work, out, count, size);
-    detail::stageOut(dtype, work, out, output.data(), count);
-  });
+  return state_->submit(
+      fingerprint, [&state, input, output, op, count](const backend::CallContext& call) {
+        const DataType dtype = input.dtype();
+        const DataType work = detail::accumulationType(dtype);
+        const int size = state.info().size;
+        const void* in = input.data();
+        void* out = output.data();
+        if (work != dtype) {
+          auto* staged = static_cast<std::byte*>(state.staging().get((size + 1) * count * 4));
+          detail::stageIn(dtype, work, in, staged, size * count);
+          in = staged;
+          out = staged + size * count * 4;
+        }
+        state.backend().reduceScatter(call, {in, out, count, work, detail::wireOp(op)});
+        detail::finishAverage(op, work, out, count, size);
+        detail::stageOut(dtype, work, out, output.data(), count);
+      });
 }
 
 Communicator::WorkPtr Communicator::broadcast(Tensor tensor, int root) {
   const int me = rank();
   detail::checkTensor(tensor, "tensor", "broadcast", me);
   detail::checkRoot(root, size(), "broadcast", me);
-  auto fingerprint = detail::makeFingerprint(Collective::kBroadcast, tensor.numel(),
-                                             tensor.dtype(), std::nullopt, root);
+  auto fingerprint = detail::makeFingerprint(Collective::kBroadcast, tensor.numel(), tensor.dtype(),
+                                             std::nullopt, root);
   auto& state = *state_;
   return state_->submit(fingerprint, [&state, tensor, root](const backend::CallContext& call) {
     state.backend().broadcast(call, {tensor.data(), tensor.nbytes(), root});
@@ -203,15 +210,16 @@ Communicator::WorkPtr Communicator::reduce(Tensor tensor, int root, ReduceOp op)
     // The algorithm must not write its input, and only root's tensor may change: root reduces from
     // a copy; a widened type reduces from and into staging.
     const bool needsStaging = isRoot || work != dtype;
-    auto* staged = static_cast<std::byte*>(needsStaging ? state.staging().get(2 * workBytes)
-                                                        : nullptr);
+    auto* staged =
+        static_cast<std::byte*>(needsStaging ? state.staging().get(2 * workBytes) : nullptr);
     const void* in = tensor.data();
     if (needsStaging) {
       detail::stageIn(dtype, work, tensor.data(), staged, count);
       in = staged;
     }
     void* out = nullptr;
-    if (isRoot) out = work == dtype ? tensor.data() : staged + workBytes;
+    if (isRoot)
+      out = work == dtype ? tensor.data() : staged + workBytes;
     state.backend().reduce(call, {in, out, count, work, detail::wireOp(op), root});
     if (isRoot) {
       detail::finishAverage(op, work, out, count, state.info().size);

@@ -17,8 +17,12 @@ using transport::Collective;
 namespace {
 
 // Checks that `output` is `input` with extent `factor` times larger along `axis`.
-void checkConcatShape(const Tensor& input, const Tensor& output, int axis, int factor,
-                      std::string_view op, int rank) {
+void checkConcatShape(const Tensor& input,
+                      const Tensor& output,
+                      int axis,
+                      int factor,
+                      std::string_view op,
+                      int rank) {
   CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", rank, " (this process): ", op,
                    ": input is ", toString(input.dtype()), " but output is ",
                    toString(output.dtype()));
@@ -32,7 +36,9 @@ void checkConcatShape(const Tensor& input, const Tensor& output, int axis, int f
                    " multiplied by ", factor);
 }
 
-std::vector<int64_t> withAxisScaled(std::vector<int64_t> shape, int axis, int64_t multiply,
+std::vector<int64_t> withAxisScaled(std::vector<int64_t> shape,
+                                    int axis,
+                                    int64_t multiply,
                                     int64_t divide) {
   shape[axis] = shape[axis] * multiply / divide;
   return shape;
@@ -51,18 +57,18 @@ Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int a
   auto fingerprint = detail::makeFingerprint(Collective::kAllgather, input.numel(), input.dtype(),
                                              std::nullopt, -1);
   auto& state = *state_;
-  return state_->submit(fingerprint, [&state, input, output,
-                                      axis](const backend::CallContext& call) {
-    const auto layout = detail::axisLayout(input, axis);
-    const int size = state.info().size;
-    if (layout.outer == 1) {
-      state.backend().allgather(call, {input.data(), output.data(), input.nbytes()});
-      return;
-    }
-    void* blocks = state.staging().get(size * input.nbytes());
-    state.backend().allgather(call, {input.data(), blocks, input.nbytes()});
-    detail::interleaveBlocks(blocks, output.data(), size, layout);
-  });
+  return state_->submit(
+      fingerprint, [&state, input, output, axis](const backend::CallContext& call) {
+        const auto layout = detail::axisLayout(input, axis);
+        const int size = state.info().size;
+        if (layout.outer == 1) {
+          state.backend().allgather(call, {input.data(), output.data(), input.nbytes()});
+          return;
+        }
+        void* blocks = state.staging().get(size * input.nbytes());
+        state.backend().allgather(call, {input.data(), blocks, input.nbytes()});
+        detail::interleaveBlocks(blocks, output.data(), size, layout);
+      });
 }
 
 Communicator::WorkPtr Communicator::gather(Tensor input, Tensor output, int root, int axis) {
@@ -79,20 +85,20 @@ Communicator::WorkPtr Communicator::gather(Tensor input, Tensor output, int root
   auto fingerprint = detail::makeFingerprint(Collective::kGather, input.numel(), input.dtype(),
                                              std::nullopt, root);
   auto& state = *state_;
-  return state_->submit(fingerprint, [&state, input, output, root,
-                                      axis](const backend::CallContext& call) {
-    const auto layout = detail::axisLayout(input, axis);
-    const int size = state.info().size;
-    const bool isRoot = state.info().rank == root;
-    if (!isRoot || layout.outer == 1) {
-      state.backend().gather(call, {input.data(), isRoot ? output.data() : nullptr,
-                                    input.nbytes(), root});
-      return;
-    }
-    void* blocks = state.staging().get(size * input.nbytes());
-    state.backend().gather(call, {input.data(), blocks, input.nbytes(), root});
-    detail::interleaveBlocks(blocks, output.data(), size, layout);
-  });
+  return state_->submit(
+      fingerprint, [&state, input, output, root, axis](const backend::CallContext& call) {
+        const auto layout = detail::axisLayout(input, axis);
+        const int size = state.info().size;
+        const bool isRoot = state.info().rank == root;
+        if (!isRoot || layout.outer == 1) {
+          state.backend().gather(
+              call, {input.data(), isRoot ? output.data() : nullptr, input.nbytes(), root});
+          return;
+        }
+        void* blocks = state.staging().get(size * input.nbytes());
+        state.backend().gather(call, {input.data(), blocks, input.nbytes(), root});
+        detail::interleaveBlocks(blocks, output.data(), size, layout);
+      });
 }
 
 Communicator::WorkPtr Communicator::scatter(Tensor input, Tensor output, int root) {
@@ -101,9 +107,9 @@ Communicator::WorkPtr Communicator::scatter(Tensor input, Tensor output, int roo
   detail::checkRoot(root, size(), "scatter", me);
   if (me == root) {
     detail::checkTensor(input, "input", "scatter", me);
-    CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", me, " (this process): scatter: ",
-                     "input is ", toString(input.dtype()), " but output is ",
-                     toString(output.dtype()));
+    CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", me,
+                     " (this process): scatter: ", "input is ", toString(input.dtype()),
+                     " but output is ", toString(output.dtype()));
     CHORUS_CHECK_ARG(input.numel() == output.numel() * size(), "rank ", me,
                      " (this process): scatter: input has ", input.numel(),
                      " elements, but must have size (", size(), ") x output elements (",
@@ -112,14 +118,17 @@ Communicator::WorkPtr Communicator::scatter(Tensor input, Tensor output, int roo
   auto fingerprint = detail::makeFingerprint(Collective::kScatter, output.numel(), output.dtype(),
                                              std::nullopt, root);
   auto& state = *state_;
-  return state_->submit(fingerprint, [&state, input, output, root](const backend::CallContext& call) {
-    const bool isRoot = state.info().rank == root;
-    state.backend().scatter(call, {isRoot ? input.data() : nullptr, output.data(),
-                                   output.nbytes(), root});
-  });
+  return state_->submit(
+      fingerprint, [&state, input, output, root](const backend::CallContext& call) {
+        const bool isRoot = state.info().rank == root;
+        state.backend().scatter(
+            call, {isRoot ? input.data() : nullptr, output.data(), output.nbytes(), root});
+      });
 }
 
-Communicator::WorkPtr Communicator::allToAll(Tensor input, Tensor output, int splitAxis,
+Communicator::WorkPtr Communicator::allToAll(Tensor input,
+                                             Tensor output,
+                                             int splitAxis,
                                              int concatAxis) {
   const int me = rank();
   const int p = size();
@@ -152,7 +161,8 @@ Communicator::WorkPtr Communicator::allToAll(Tensor input, Tensor output, int sp
     }
     void* receive = concatLayout.outer > 1 ? staged + size * partBytes : output.data();
     state.backend().allToAll(call, {send, receive, partBytes});
-    if (concatLayout.outer > 1) detail::interleaveBlocks(receive, output.data(), size, concatLayout);
+    if (concatLayout.outer > 1)
+      detail::interleaveBlocks(receive, output.data(), size, concatLayout);
   });
 }
 
@@ -195,8 +205,8 @@ Communicator::WorkPtr Communicator::barrier() {
   auto fingerprint =
       detail::makeFingerprint(Collective::kBarrier, 0, std::nullopt, std::nullopt, -1);
   auto& state = *state_;
-  return state_->submit(fingerprint,
-                        [&state](const backend::CallContext& call) { state.backend().barrier(call); });
+  return state_->submit(
+      fingerprint, [&state](const backend::CallContext& call) { state.backend().barrier(call); });
 }
 
 }  // namespace chorus

@@ -12,8 +12,10 @@ std::pair<int, int> localPlacement(const std::vector<std::string>& nodeIds, int 
   int localRank = 0;
   int localSize = 0;
   for (int i = 0; i < static_cast<int>(nodeIds.size()); ++i) {
-    if (nodeIds[i] != nodeIds[rank]) continue;
-    if (i < rank) ++localRank;
+    if (nodeIds[i] != nodeIds[rank])
+      continue;
+    if (i < rank)
+      ++localRank;
     ++localSize;
   }
   return {localRank, localSize};
@@ -44,8 +46,8 @@ std::shared_ptr<Communicator> assemble(CommunicatorInfo info,
 }
 
 // Every rank publishes its node id; returns all of them in rank order.
-std::vector<std::string> exchangeNodeIds(store::Store& store, int rank, int size,
-                                         const std::string& nodeId, Deadline deadline) {
+std::vector<std::string> exchangeNodeIds(
+    store::Store& store, int rank, int size, const std::string& nodeId, Deadline deadline) {
   store.set("node/" + std::to_string(rank), store::toBytes(nodeId));
   std::vector<std::string> nodeIds(size);
   for (int r = 0; r < size; ++r) {
@@ -57,10 +59,10 @@ std::vector<std::string> exchangeNodeIds(store::Store& store, int rank, int size
 }  // namespace
 
 std::shared_ptr<Communicator> createWorldCommunicator(const WorldOptions& options) {
-  CHORUS_CHECK_ARG(options.size >= 1 && options.rank >= 0 && options.rank < options.size,
-                   "rank ", options.rank, " is not valid in a world of size ", options.size);
-  CHORUS_CHECK_ARG(options.size == 1 || options.store != nullptr,
-                   "a world of ", options.size, " ranks needs a store");
+  CHORUS_CHECK_ARG(options.size >= 1 && options.rank >= 0 && options.rank < options.size, "rank ",
+                   options.rank, " is not valid in a world of size ", options.size);
+  CHORUS_CHECK_ARG(options.size == 1 || options.store != nullptr, "a world of ", options.size,
+                   " ranks needs a store");
   CommunicatorInfo info;
   info.rank = info.worldRank = options.rank;
   info.size = info.worldSize = options.size;

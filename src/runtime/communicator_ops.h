@@ -24,6 +24,7 @@ void finishAverage(ReduceOp op, DataType work, void* data, size_t count, int siz
 // Copy count elements between a tensor of dtype `tensorType` and a buffer of `work` type,
 // widening or narrowing when they differ.
 void stageIn(DataType tensorType, DataType work, const void* source, void* to, size_t count);
-void stageOut(DataType tensorType, DataType work, const void* source, void* destination, size_t count);
+void stageOut(
+    DataType tensorType, DataType work, const void* source, void* destination, size_t count);
 
 }  // namespace chorus::detail

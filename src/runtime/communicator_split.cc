@@ -18,8 +18,8 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   const int p = size();
   std::vector<int64_t> mine = {color, key};
   std::vector<int64_t> all(2 * p);
-  auto fingerprint = detail::makeFingerprint(transport::Collective::kSplit, 2, DataType::kInt64,
-                                             std::nullopt, -1);
+  auto fingerprint =
+      detail::makeFingerprint(transport::Collective::kSplit, 2, DataType::kInt64, std::nullopt, -1);
   auto& state = *state_;
   state_
       ->submit(fingerprint,
@@ -28,22 +28,25 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
                })
       ->wait();
   const uint64_t splitId = state_->nextSplitId();
-  if (color < 0) return nullptr;
+  if (color < 0)
+    return nullptr;
 
   std::set<int64_t> colors;
   std::vector<std::pair<int64_t, int>> keyed;  // (key, rank) of my color
   for (int r = 0; r < p; ++r) {
-    if (all[2 * r] >= 0) colors.insert(all[2 * r]);
-    if (all[2 * r] == color) keyed.emplace_back(all[2 * r + 1], r);
+    if (all[2 * r] >= 0)
+      colors.insert(all[2 * r]);
+    if (all[2 * r] == color)
+      keyed.emplace_back(all[2 * r + 1], r);
   }
   std::sort(keyed.begin(), keyed.end());
   std::vector<int> members;
   for (const auto& [memberKey, memberRank] : keyed) members.push_back(memberRank);
   const int groupId = static_cast<int>(std::distance(colors.begin(), colors.find(color)));
-  const std::string scope = detail::concat(state_->resources().scope, "/split", splitId, "/color",
-                                           color);
-  return detail::createGroupCommunicator(*state_, members, groupId,
-                                         static_cast<int>(colors.size()), scope);
+  const std::string scope =
+      detail::concat(state_->resources().scope, "/split", splitId, "/color", color);
+  return detail::createGroupCommunicator(*state_, members, groupId, static_cast<int>(colors.size()),
+                                         scope);
 }
 
 }  // namespace chorus

@@ -26,9 +26,8 @@ std::shared_ptr<Work> CommunicatorState::submit(transport::Fingerprint fingerpri
     fingerprint.sequence = ++collectiveSequence_;
   }
   auto work = std::make_shared<Work>(concat("rank ", info_.rank, ": ", fingerprint.describe()));
-  queue_.push([this, work, fingerprint, body = std::move(body)] {
-    execute(*work, fingerprint, body);
-  });
+  queue_.push(
+      [this, work, fingerprint, body = std::move(body)] { execute(*work, fingerprint, body); });
   return work;
 }
 
@@ -53,7 +52,8 @@ void CommunicatorState::execute(Work& work,
     auto error = std::current_exception();
     {
       std::lock_guard lock(mutex_);
-      if (!failure_) failure_ = error;
+      if (!failure_)
+        failure_ = error;
     }
     work.finish(error);
   }
@@ -81,7 +81,8 @@ void CommunicatorState::abort() noexcept {
   }
   {
     std::lock_guard lock(mutex_);
-    if (!failure_) failure_ = reason;
+    if (!failure_)
+      failure_ = reason;
   }
   backend_->abort(reason);
 }

@@ -13,6 +13,7 @@
 #include "algorithms/peers.h"
 #include "backend/backend.h"
 #include "chorus/work.h"
+#include "core/thread_annotations.h"
 #include "runtime/operation_queue.h"
 #include "store/store.h"
 
@@ -28,8 +29,8 @@ struct CommunicatorInfo {
   int worldSize = 1;
   int groupId = 0;
   int groupSize = 1;
-  std::vector<int> worldRanks;        // member i's world rank
-  std::vector<std::string> nodeIds;   // member i's node
+  std::vector<int> worldRanks;       // member i's world rank
+  std::vector<std::string> nodeIds;  // member i's node
   int rootRank() const { return worldRanks.empty() ? 0 : worldRanks.front(); }
 };
 
@@ -78,10 +79,10 @@ class CommunicatorState {
   algorithms::Workspace staging_;
 
   mutable std::mutex mutex_;
-  std::chrono::milliseconds timeout_;
-  uint64_t collectiveSequence_ = 0;
-  uint64_t splitCount_ = 0;
-  std::exception_ptr failure_;  // guarded by mutex_
+  std::chrono::milliseconds timeout_ CHORUS_GUARDED_BY(mutex_);
+  uint64_t collectiveSequence_ CHORUS_GUARDED_BY(mutex_) = 0;
+  uint64_t splitCount_ CHORUS_GUARDED_BY(mutex_) = 0;
+  std::exception_ptr failure_ CHORUS_GUARDED_BY(mutex_);
   OperationQueue queue_;
 };
 

@@ -10,7 +10,8 @@ namespace {
 // The first of the variables that is set, else `fallback`.
 int firstInt(std::initializer_list<const char*> names, int fallback) {
   for (const char* name : names) {
-    if (auto value = env::integer(name)) return static_cast<int>(*value);
+    if (auto value = env::integer(name))
+      return static_cast<int>(*value);
   }
   return fallback;
 }
@@ -27,7 +28,8 @@ DistConfig DistConfig::fromEnvironment() {
   CHORUS_CHECK_ARG(config.size >= 1 && config.rank >= 0 && config.rank < config.size,
                    "the environment gives rank ", config.rank, " in a job of size ", config.size);
   config.rootRank = 0;
-  if (auto value = env::integer("CHORUS_ENABLE_DATA_PARALLEL")) config.enableDataParallel = *value;
+  if (auto value = env::integer("CHORUS_ENABLE_DATA_PARALLEL"))
+    config.enableDataParallel = *value;
   if (auto value = env::integer("CHORUS_ZERO_OPT_LEVEL")) {
     CHORUS_CHECK_ARG(*value >= 0 && *value <= 3, "CHORUS_ZERO_OPT_LEVEL must be 0, 1, 2 or 3, not ",
                      *value);
@@ -41,7 +43,8 @@ DistConfig DistConfig::fromEnvironment() {
     CHORUS_CHECK_ARG(value->count() > 0, "CHORUS_TIMEOUT must be a positive number of seconds");
     config.timeout = *value;
   }
-  if (auto value = env::string("CHORUS_BACKEND")) config.backend = *value;
+  if (auto value = env::string("CHORUS_BACKEND"))
+    config.backend = *value;
   return config;
 }
 

@@ -51,7 +51,8 @@ RankList normalizeRankList(const RankList& rankList, int worldSize) {
     groups.push_back(group);
   }
   for (int r = 0; r < worldSize; ++r) {
-    if (!seen[r]) groups.push_back({r});
+    if (!seen[r])
+      groups.push_back({r});
   }
   return groups;
 }
@@ -60,7 +61,8 @@ RankList normalizeRankList(const RankList& rankList, int worldSize) {
 
 DistContext& DistContext::get() {
   std::lock_guard lock(instanceMutex);
-  if (instance && instance->state_->shutDown) retired.push_back(std::move(instance));
+  if (instance && instance->state_->shutDown)
+    retired.push_back(std::move(instance));
   if (!instance) {
     instance.reset(new DistContext());
     instance->state_->generation = contextsMade++;
@@ -102,9 +104,11 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
     options.scope = "world" + std::to_string(state.generation);
     state.world = detail::createWorldCommunicator(options);
   }
-  if (rankList.empty()) return state.world;
+  if (rankList.empty())
+    return state.world;
   RankList groups = normalizeRankList(rankList, state.world->size());
-  if (auto cached = state.pool.find(groups); cached != state.pool.end()) return cached->second;
+  if (auto cached = state.pool.find(groups); cached != state.pool.end())
+    return cached->second;
   const int me = state.world->rank();
   int color = 0;
   int key = 0;

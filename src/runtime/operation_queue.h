@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include "core/thread_annotations.h"
+
 namespace chorus::detail {
 
 class OperationQueue {
@@ -27,8 +29,8 @@ class OperationQueue {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> pending_;
-  bool stopping_ = false;
+  std::deque<std::function<void()>> pending_ CHORUS_GUARDED_BY(mutex_);
+  bool stopping_ CHORUS_GUARDED_BY(mutex_) = false;
   std::thread worker_;
 };
 

@@ -13,8 +13,9 @@ void checkTensor(const Tensor& tensor, std::string_view what, std::string_view o
                                   " tensor, but this build serves CPU tensors only; copy it to "
                                   "the CPU or use a GPU backend"));
   }
-  CHORUS_CHECK_ARG(tensor.isContiguous(), "rank ", rank, " (this process): ", op, ": ", what,
-                   " (", tensor.describe(), ") is not contiguous; pass a contiguous tensor "
+  CHORUS_CHECK_ARG(tensor.isContiguous(), "rank ", rank, " (this process): ", op, ": ", what, " (",
+                   tensor.describe(),
+                   ") is not contiguous; pass a contiguous tensor "
                    "(e.g. .contiguous() in PyTorch, np.ascontiguousarray in NumPy)");
   CHORUS_CHECK_ARG(tensor.data() != nullptr || tensor.numel() == 0, "rank ", rank,
                    " (this process): ", op, ": ", what, " has no data pointer");

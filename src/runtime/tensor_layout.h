@@ -22,8 +22,8 @@ void checkTensor(const Tensor& tensor, std::string_view what, std::string_view o
 int normalizeAxis(int axis, int dims, std::string_view op, int rank);
 
 struct AxisLayout {
-  size_t outer = 1;      // rows before the axis
-  size_t rowBytes = 0;   // bytes of one row from the axis on
+  size_t outer = 1;     // rows before the axis
+  size_t rowBytes = 0;  // bytes of one row from the axis on
 };
 AxisLayout axisLayout(const Tensor& tensor, int axis);
 

@@ -16,7 +16,8 @@ void Work::wait(std::chrono::milliseconds timeout) {
     throw TimeoutError(detail::concat(description_, " did not complete within ", timeout.count(),
                                       " ms; it is still running and can be waited for again"));
   }
-  if (error_) std::rethrow_exception(error_);
+  if (error_)
+    std::rethrow_exception(error_);
 }
 
 bool Work::isCompleted() const {
@@ -32,7 +33,8 @@ std::exception_ptr Work::exception() const {
 void Work::finish(std::exception_ptr error) noexcept {
   {
     std::lock_guard lock(mutex_);
-    if (completed_) return;
+    if (completed_)
+      return;
     completed_ = true;
     error_ = std::move(error);
   }

@@ -84,6 +84,8 @@ std::string_view Fingerprint::firstDifference(const Fingerprint& other) const {
     return "count";
   if (root != other.root)
     return "root";
+  if (algorithm != other.algorithm)
+    return "algorithm";
   return {};
 }
 
@@ -100,8 +102,12 @@ std::string Fingerprint::fieldValue(std::string_view field) const {
     return std::to_string(count);
   if (field == "root")
     return root < 0 ? std::string("none") : std::to_string(root);
+  if (field == "algorithm") {
+    return detail::concat("algorithm row ", int{algorithm},
+                          " (is CHORUS_<COLLECTIVE>_ALGO set differently on some ranks?)");
+  }
   CHORUS_CHECK_ARG(false, "unknown fingerprint field '", field,
-                   "'; expected collective, sequence, reduce_op, dtype, count or root");
+                   "'; expected collective, sequence, reduce_op, dtype, count, root or algorithm");
   return {};
 }
 

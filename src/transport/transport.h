@@ -77,13 +77,13 @@ struct Fingerprint {
   Collective collective = Collective::kBarrier;
   uint8_t reduceOp = kNoReduceOp;  // a chorus::ReduceOp, or kNoReduceOp
   uint8_t dataType = kNoDataType;  // a chorus::DataType, or kNoDataType
-  uint8_t reserved = 0;
+  uint8_t algorithm = 0;           // row of the collective's algorithm table (0 when untabled)
 
   static constexpr uint8_t kNoReduceOp = 0xff;
   static constexpr uint8_t kNoDataType = 0xff;
 
   // Name of the first field that differs ("collective", "sequence", "reduce_op", "dtype", "count",
-  // "root"), or empty when equal.
+  // "root", "algorithm"), or empty when equal.
   std::string_view firstDifference(const Fingerprint& other) const;
   // The value of a field, for messages ("allreduce", "sum", "float32", "1024", ...).
   std::string fieldValue(std::string_view field) const;

@@ -173,5 +173,39 @@ TEST(CollectiveMismatch, BarrierAgainstAllreduce) {
   }
 }
 
+// A local error half-way through a collective (here a kernel refusing a bitwise op on floats,
+// which the front end would normally have caught) must not leave the other ranks waiting: the
+// failing rank raises it, and its Peers fails the transport so every other rank raises too.
+TEST(LocalError, FailsEveryRankInsteadOfHanging) {
+  for (const auto& algorithm : allreduceAlgorithms()) {
+    SCOPED_TRACE(std::string(algorithm.name));
+    auto errors = runRanks(
+        3,
+        [&](int rank, transport::Transport& transport) {
+          Workspace workspace;
+          std::vector<float> data(1000, 1.0f);
+          Peers peers(transport,
+                      makeFingerprint(1, Collective::kAllreduce, data.size(), -1,
+                                      DataType::kFloat32, ReduceOp::kSum, true),
+                      Deadline::after(std::chrono::seconds(10)), workspace);
+          const ReduceOp op = rank == 1 ? ReduceOp::kBand : ReduceOp::kSum;
+          algorithm.run(peers, AllreduceArgs{data.data(), data.size(), DataType::kFloat32, op});
+        },
+        kPrompt);
+    for (size_t rank = 0; rank < errors.size(); ++rank) {
+      ASSERT_TRUE(errors[rank]) << "rank " << rank << " finished without an error";
+      try {
+        std::rethrow_exception(errors[rank]);
+      } catch (const InvalidArgumentError&) {
+        EXPECT_EQ(rank, 1u) << "only rank 1 made the bad call";
+      } catch (const TimeoutError& e) {
+        ADD_FAILURE() << "rank " << rank << " timed out: " << e.what();
+      } catch (const Error&) {
+        EXPECT_NE(rank, 1u);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace chorus::algorithms::testing

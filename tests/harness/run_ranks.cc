@@ -21,8 +21,11 @@ namespace {
 
 std::atomic<int> runCounter{0};
 
-detail::WorldOptions worldOptions(int rank, int size, const RankOptions& options,
-                                  std::shared_ptr<store::Store> store, const std::string& token,
+detail::WorldOptions worldOptions(int rank,
+                                  int size,
+                                  const RankOptions& options,
+                                  std::shared_ptr<store::Store> store,
+                                  const std::string& token,
                                   const std::string& scope) {
   detail::WorldOptions world;
   world.rank = rank;
@@ -57,8 +60,8 @@ void runRanks(int size, const RankFunction& fn, const RankOptions& options) {
   std::vector<std::future<void>> results;
   for (int rank = 0; rank < size; ++rank) {
     results.push_back(std::async(std::launch::async, [&, rank] {
-      auto comm = detail::createWorldCommunicator(
-          worldOptions(rank, size, options, store, token, scope));
+      auto comm =
+          detail::createWorldCommunicator(worldOptions(rank, size, options, store, token, scope));
       {
         std::lock_guard lock(mutex);
         comms[rank] = comm;
@@ -71,7 +74,8 @@ void runRanks(int size, const RankFunction& fn, const RankOptions& options) {
   const auto deadline = std::chrono::steady_clock::now() + options.deadline;
   bool timedOut = false;
   for (auto& result : results) {
-    if (result.wait_until(deadline) != std::future_status::ready) timedOut = true;
+    if (result.wait_until(deadline) != std::future_status::ready)
+      timedOut = true;
   }
   if (timedOut) {
     ADD_FAILURE() << "runRanks(" << size << "): ranks still running after "
@@ -79,7 +83,8 @@ void runRanks(int size, const RankFunction& fn, const RankOptions& options) {
     {
       std::lock_guard lock(mutex);
       for (auto& comm : comms) {
-        if (comm) comm->abort();
+        if (comm)
+          comm->abort();
       }
     }
     for (auto& result : results) {
@@ -109,7 +114,8 @@ std::vector<int> forkRanks(int size, const RankFunction& fn, const RankOptions& 
     if (pid == 0) {
       int status = 1;
       try {
-        auto store = std::make_shared<store::TcpStore>(address, token, Deadline::after(options.timeout));
+        auto store =
+            std::make_shared<store::TcpStore>(address, token, Deadline::after(options.timeout));
         auto comm = detail::createWorldCommunicator(
             worldOptions(rank, size, options, store, token, "forked"));
         fn(*comm);

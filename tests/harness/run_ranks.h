@@ -1,10 +1,10 @@
 // Multi-rank test harness.
 //
 // runRanks(size, fn) runs fn(communicator) on `size` threads, each with its own world communicator
-// over real TCP sockets on 127.0.0.1 and one in-process HashStore. forkRanks(size, fn) does the same
-// with one process per rank (fork) and a TCP store served by the test process: for killed-peer and
-// lifetime tests. Both fail the test, never hang: after the deadline every communicator is aborted
-// (threads) or every child is killed (processes).
+// over real TCP sockets on 127.0.0.1 and one in-process HashStore. forkRanks(size, fn) does the
+// same with one process per rank (fork) and a TCP store served by the test process: for killed-peer
+// and lifetime tests. Both fail the test, never hang: after the deadline every communicator is
+// aborted (threads) or every child is killed (processes).
 #pragma once
 
 #include <chrono>

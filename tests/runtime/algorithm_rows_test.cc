@@ -65,7 +65,8 @@ TEST_P(AlgorithmRowsTest, ReductionsAndBroadcastMatchClosedForms) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(SizesAndRows, AlgorithmRowsTest,
+INSTANTIATE_TEST_SUITE_P(SizesAndRows,
+                         AlgorithmRowsTest,
                          ::testing::Combine(::testing::Values(2, 3, 4, 7, 8),
                                             ::testing::Values(0, 1)),
                          [](const auto& info) {

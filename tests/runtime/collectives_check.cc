@@ -13,7 +13,8 @@ namespace {
 int failures = 0;
 
 void check(bool ok, const char* what, int rank) {
-  if (ok) return;
+  if (ok)
+    return;
   ++failures;
   std::fprintf(stderr, "rank %d: %s is wrong\n", rank, what);
 }
@@ -75,7 +76,8 @@ int main() {
     const int h = (p + 1) / 2;
     chorus::RankList halves(1);
     for (int q = 0; q < p; ++q) {
-      if (q == h) halves.emplace_back();
+      if (q == h)
+        halves.emplace_back();
       halves.back().push_back(q);
     }
     auto group = context.communicator(halves);
@@ -100,7 +102,8 @@ int main() {
     std::vector<int32_t> one = {1};
     again->allreduce(Tensor(one.data(), {1}))->wait();
     check(one[0] == p, "allreduce after shutdown and a new context", r);
-    if (r == 0) std::printf("collectives_check: %s on %d ranks\n", failures ? "FAILED" : "OK", p);
+    if (r == 0)
+      std::printf("collectives_check: %s on %d ranks\n", failures ? "FAILED" : "OK", p);
     return failures ? 1 : 0;
   } catch (const chorus::Error& e) {
     std::fprintf(stderr, "collectives_check failed: %s\n", e.what());

@@ -86,7 +86,8 @@ TEST_P(CollectivesTest, FusedAllreduceOfSeveralTensors) {
     auto a = rankValues<float>(comm.rank(), 3);
     std::vector<float> empty;
     auto b = rankValues<float>(comm.rank(), 1001);
-    comm.allreduce({Tensor(a.data(), {3}), Tensor(empty.data(), {0}), Tensor(b.data(), {7, 11, 13})})
+    comm.allreduce(
+            {Tensor(a.data(), {3}), Tensor(empty.data(), {0}), Tensor(b.data(), {7, 11, 13})})
         ->wait();
     for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], sumAt(p, i));
     for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(b[i], sumAt(p, i));
@@ -144,8 +145,8 @@ TEST_P(CollectivesTest, AllgatherAlongAxis0And1) {
   const int p = GetParam();
   runRanks(p, [&](Communicator& comm) {
     const int r = comm.rank();
-    std::vector<int32_t> input = {r * 10, r * 10 + 1, r * 10 + 2, r * 10 + 3, r * 10 + 4,
-                                  r * 10 + 5};  // shape [2, 3]
+    std::vector<int32_t> input = {r * 10,     r * 10 + 1, r * 10 + 2,
+                                  r * 10 + 3, r * 10 + 4, r * 10 + 5};  // shape [2, 3]
     std::vector<int32_t> rows(6 * p), cols(6 * p);
     comm.allgather(Tensor(input.data(), {2, 3}), Tensor(rows.data(), {2 * p, 3}), 0)->wait();
     comm.allgather(Tensor(input.data(), {2, 3}), Tensor(cols.data(), {2, 3 * p}), 1)->wait();
@@ -182,7 +183,8 @@ TEST_P(CollectivesTest, GatherAndScatter) {
     const int root = p - 1;
     std::vector<int64_t> mine = {comm.rank(), 100 + comm.rank()};
     std::vector<int64_t> gathered(comm.rank() == root ? 2 * p : 0, -1);
-    comm.gather(Tensor(mine.data(), {2}), Tensor(gathered.data(), {static_cast<int64_t>(gathered.size())}), root)
+    comm.gather(Tensor(mine.data(), {2}),
+                Tensor(gathered.data(), {static_cast<int64_t>(gathered.size())}), root)
         ->wait();
     if (comm.rank() == root) {
       for (int q = 0; q < p; ++q) {
@@ -193,7 +195,8 @@ TEST_P(CollectivesTest, GatherAndScatter) {
     std::vector<float> source(comm.rank() == 0 ? 3 * p : 0);
     for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<float>(i);
     std::vector<float> part(3, -1);
-    comm.scatter(Tensor(source.data(), {static_cast<int64_t>(source.size())}), Tensor(part.data(), {3}), 0)
+    comm.scatter(Tensor(source.data(), {static_cast<int64_t>(source.size())}),
+                 Tensor(part.data(), {3}), 0)
         ->wait();
     for (int i = 0; i < 3; ++i) EXPECT_EQ(part[i], comm.rank() * 3 + i);
   });
@@ -228,7 +231,8 @@ TEST_P(CollectivesTest, AllToAllWithSplitAndConcatAxes) {
 
 TEST_P(CollectivesTest, SendRecvAroundARingAndBarrier) {
   const int p = GetParam();
-  if (p == 1) GTEST_SKIP() << "send/recv needs a peer";
+  if (p == 1)
+    GTEST_SKIP() << "send/recv needs a peer";
   runRanks(p, [&](Communicator& comm) {
     const int r = comm.rank();
     std::vector<float> out(1000, static_cast<float>(r)), in(1000, -1);
@@ -275,7 +279,9 @@ TEST_P(CollectivesTest, SplitByParityInReverseKeyOrder) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(GroupSizes, CollectivesTest, ::testing::Values(1, 2, 3, 4, 7, 8),
+INSTANTIATE_TEST_SUITE_P(GroupSizes,
+                         CollectivesTest,
+                         ::testing::Values(1, 2, 3, 4, 7, 8),
                          [](const auto& info) { return "size" + std::to_string(info.param); });
 
 }  // namespace

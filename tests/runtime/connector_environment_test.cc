@@ -39,7 +39,8 @@ std::vector<std::string> environmentWith(const std::vector<std::string>& extra) 
     bool launcher = variable.rfind("CHORUS_", 0) == 0 || variable.rfind("RANK=", 0) == 0 ||
                     variable.rfind("WORLD_SIZE=", 0) == 0 || variable.rfind("MASTER_", 0) == 0 ||
                     variable.rfind("LOCAL_", 0) == 0;
-    if (!launcher) result.push_back(variable);
+    if (!launcher)
+      result.push_back(variable);
   }
   result.insert(result.end(), extra.begin(), extra.end());
   return result;
@@ -82,11 +83,11 @@ TEST(ConnectorEnvironmentTest, TorchrunStyleVariablesBootstrapAJob) {
   const int size = 3;
   std::vector<pid_t> pids;
   for (int rank = 0; rank < size; ++rank) {
-    pids.push_back(spawn(environmentWith({
-        "RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(size),
-        "LOCAL_RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=" + std::to_string(size),
-        "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
-        "CHORUS_JOB_TOKEN=torchrun-style-test-token", "CHORUS_TIMEOUT=30"})));
+    pids.push_back(spawn(environmentWith(
+        {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(size),
+         "LOCAL_RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=" + std::to_string(size),
+         "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
+         "CHORUS_JOB_TOKEN=torchrun-style-test-token", "CHORUS_TIMEOUT=30"})));
   }
   for (int status : waitAll(pids)) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;

@@ -54,6 +54,23 @@ TEST(MismatchTest, DifferentCollectivesRaiseOnEveryRank) {
   });
 }
 
+TEST(MismatchTest, DifferentAlgorithmChoicesRaiseOnEveryRank) {
+  // Ranks are processes here, each with its own environment: rank 0 forces the ring, the others
+  // choose recursive doubling for this small vector.
+  auto statuses = chorus::testing::forkRanks(3, [&](Communicator& comm) {
+    if (comm.rank() == 0)
+      setenv("CHORUS_ALLREDUCE_ALGO", "ring", 1);
+    std::vector<float> values(8, 1.0f);
+    try {
+      comm.allreduce(Tensor(values.data(), {8}))->wait();
+      ADD_FAILURE() << "rank " << comm.rank() << " returned from a mismatched allreduce";
+    } catch (const MismatchError& e) {
+      EXPECT_TRUE(mentions(e, "CHORUS_<COLLECTIVE>_ALGO")) << e.what();
+    }
+  });
+  chorus::testing::expectAllSucceeded(statuses);
+}
+
 TEST(TimeoutTest, MissingRankIsNamedAfterTheTimeout) {
   RankOptions options;
   options.timeout = std::chrono::milliseconds(1500);
@@ -113,7 +130,8 @@ TEST(PeerDeathTest, KilledRankIsNamedPromptlyOnEveryOtherRank) {
       [&](Communicator& comm) {
         std::vector<float> values(1024, 1.0f);
         comm.allreduce(Tensor(values.data(), {1024}))->wait();
-        if (comm.rank() == 1) raise(SIGKILL);
+        if (comm.rank() == 1)
+          raise(SIGKILL);
         auto start = std::chrono::steady_clock::now();
         try {
           for (int i = 0; i < 100; ++i) comm.allreduce(Tensor(values.data(), {1024}))->wait();

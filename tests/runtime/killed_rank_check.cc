@@ -12,7 +12,8 @@ int main() {
   std::vector<float> values(4096, 1.0f);
   try {
     for (int i = 0; i < 1000; ++i) {
-      if (comm->rank() == 1 && i == 3) raise(SIGKILL);
+      if (comm->rank() == 1 && i == 3)
+        raise(SIGKILL);
       comm->allreduce(chorus::Tensor(values.data(), {4096}))->wait();
     }
   } catch (const chorus::Error& e) {

@@ -21,7 +21,8 @@ Outcome run(const std::string& command) {
   Outcome outcome;
   auto start = std::chrono::steady_clock::now();
   FILE* pipe = popen(("timeout -s KILL 60 " + command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return outcome;
+  if (pipe == nullptr)
+    return outcome;
   std::array<char, 4096> buffer;
   while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) outcome.output += buffer.data();
   outcome.status = pclose(pipe);

@@ -189,8 +189,14 @@ void Launcher::checkRankExits() {
   std::optional<int> failedCode;
   for (RankProcess& process : ranks_) {
     std::optional<ExitStatus> status = process.pollExit();
-    if (!status || status->success() || stopping_) {
-      continue;  // After a stop began, exits are what the launcher asked for.
+    if (!status || status->success()) {
+      continue;
+    }
+    // After a stop began, exits are what the launcher asked for, except deaths by a signal it
+    // never sent: a rank killed at nearly the moment another failed (whose exit the launcher may
+    // have seen first, e.g. a survivor reporting the dead peer) is named too.
+    if (stopping_ && !(status->signaled && !sentSignals_.contains(status->signal))) {
+      continue;
     }
     // Forward the rank's last output before saying why it ended.
     auto [out, err] = rankStreams_[process.rank()];
@@ -223,6 +229,7 @@ void Launcher::beginStop(int signal, int exitCode) {
 }
 
 void Launcher::signalAll(int signal) {
+  sentSignals_.insert(signal);
   for (RankProcess& process : ranks_) {
     process.signalGroup(signal);
   }

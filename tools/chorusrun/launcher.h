@@ -27,6 +27,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +83,9 @@ class Launcher {
 
   int exitCode_ = 0;
   bool stopping_ = false;
+  // Signals the launcher has sent to the ranks; a rank killed by any other signal failed on its
+  // own.
+  std::set<int> sentSignals_;
   bool finishing_ = false;
   bool childrenLeft_ = true;
   std::optional<TimePoint> killAt_;
