@@ -3,7 +3,11 @@
 # everything is present it only checks (a fraction of a second) and changes nothing.
 set -euo pipefail
 
-packages=(cmake make g++ libssl-dev libcli11-dev libdlpack-dev libgtest-dev)
+packages=(
+  cmake make g++ pkg-config libssl-dev libcli11-dev libdlpack-dev libgtest-dev
+  # The Python front end and its tests, for Debian's /usr/bin/python3.
+  pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch libopenblas0-pthread
+)
 
 missing=()
 for package in "${packages[@]}"; do

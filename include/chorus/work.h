@@ -13,6 +13,8 @@
 //    untouched until the Work completes.
 //  - Implementations finish a Work exactly once with finish(); a progress thread never throws, it
 //    finishes the Work with the exception instead.
+//  - wait() with no timeout may run a queued operation on the waiting thread itself when it is next
+//    in line (runIfNext), so a blocking call costs no thread hand-off; order is unchanged.
 #pragma once
 
 #include <chrono>
@@ -40,6 +42,11 @@ class Work {
 
   // Marks the operation done; `error` null means success. Called once, by the implementation.
   void finish(std::exception_ptr error = nullptr) noexcept;
+
+ protected:
+  // Called by wait() without a timeout before it blocks: an implementation may run the operation
+  // here, on the waiting thread, if nothing must run before it. Default: nothing.
+  virtual void runIfNext() noexcept {}
 
  private:
   const std::string description_;

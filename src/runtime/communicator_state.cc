@@ -4,6 +4,30 @@
 #include "core/check.h"
 
 namespace chorus::detail {
+namespace {
+
+// A Work whose waiter runs the operation itself when it is next in line (see OperationQueue).
+class QueuedWork : public Work {
+ public:
+  QueuedWork(std::string description, std::weak_ptr<CommunicatorState> state)
+      : Work(std::move(description)), state_(std::move(state)) {}
+  void setOperation(const OperationQueue::Operation& operation) { operation_ = operation; }
+
+ protected:
+  void runIfNext() noexcept override {
+    if (isCompleted()) return;
+    auto state = state_.lock();  // keeps the communicator alive while its operation runs here
+    auto operation = operation_.lock();
+    if (state && operation) state->queue().runIfNext(operation);
+  }
+
+ private:
+  std::weak_ptr<CommunicatorState> state_;
+  // Weak: the operation holds the Work, and is dropped once it has run.
+  std::weak_ptr<std::function<void()>> operation_;
+};
+
+}  // namespace
 
 CommunicatorState::CommunicatorState(CommunicatorInfo info,
                                      CommunicatorResources resources,
@@ -25,9 +49,12 @@ std::shared_ptr<Work> CommunicatorState::submit(transport::Fingerprint fingerpri
   if (fingerprint.collective != transport::Collective::kPointToPoint) {
     fingerprint.sequence = ++collectiveSequence_;
   }
-  auto work = std::make_shared<Work>(concat("rank ", info_.rank, ": ", fingerprint.describe()));
-  queue_.push(
+  auto work = std::make_shared<QueuedWork>(
+      concat("rank ", info_.rank, ": ", fingerprint.describe()), weak_from_this());
+  auto operation = std::make_shared<std::function<void()>>(
       [this, work, fingerprint, body = std::move(body)] { execute(*work, fingerprint, body); });
+  work->setOperation(operation);
+  queue_.push(std::move(operation));
   return work;
 }
 

@@ -43,7 +43,7 @@ struct CommunicatorResources {
   std::string scope;  // unique name of this communicator, identical on its ranks
 };
 
-class CommunicatorState {
+class CommunicatorState : public std::enable_shared_from_this<CommunicatorState> {
  public:
   using Body = std::function<void(const backend::CallContext&)>;
 
@@ -59,7 +59,8 @@ class CommunicatorState {
 
   // Queues `body` after every earlier operation. Collectives get the next sequence number in
   // their fingerprint; point-to-point keeps sequence 0. The body runs on the worker thread with a
-  // deadline of now + timeout(); its exception fails the Work and aborts the communicator.
+  // deadline of now + timeout(); its exception fails the Work and aborts the communicator. The
+  // body runs on the worker thread, or on the thread that waits for the Work (runIfNext).
   std::shared_ptr<Work> submit(transport::Fingerprint fingerprint, Body body);
 
   void setTimeout(std::chrono::milliseconds timeout);
@@ -67,8 +68,9 @@ class CommunicatorState {
   void abort() noexcept;
   // Counter of split() calls, identical on every rank.
   uint64_t nextSplitId();
-  // Staging memory for the front end (packing, widening); used on the worker thread only.
+  // Staging memory for the front end (packing, widening); used by the running operation only.
   algorithms::Workspace& staging() { return staging_; }
+  OperationQueue& queue() { return queue_; }
 
  private:
   void execute(Work& work, const transport::Fingerprint& fingerprint, const Body& body);

@@ -10,30 +10,50 @@ void OperationQueue::shutdown() {
     stopping_ = true;
   }
   wake_.notify_all();
-  if (worker_.joinable())
-    worker_.join();
+  if (worker_.joinable()) worker_.join();
 }
 
-void OperationQueue::push(std::function<void()> operation) {
+void OperationQueue::push(Operation operation) {
   {
     std::lock_guard lock(mutex_);
     pending_.push_back(std::move(operation));
-    if (!worker_.joinable())
-      worker_ = std::thread([this] { workerLoop(); });
+    if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
   }
   wake_.notify_one();
+}
+
+bool OperationQueue::runIfNext(const Operation& operation) {
+  {
+    std::lock_guard lock(mutex_);
+    if (running_ || pending_.empty() || pending_.front() != operation) return false;
+    pending_.pop_front();
+    running_ = true;
+  }
+  run(operation);
+  return true;
+}
+
+void OperationQueue::run(const Operation& operation) {
+  (*operation)();
+  {
+    std::lock_guard lock(mutex_);
+    running_ = false;
+  }
+  // Whatever was queued behind it can start now (on the worker, or on its own waiter).
+  wake_.notify_all();
 }
 
 void OperationQueue::workerLoop() {
   std::unique_lock lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
-    if (pending_.empty())
-      return;  // stopping, and everything queued has run
+    // Never start while another thread (a waiter that claimed its operation) is running one.
+    wake_.wait(lock, [&] { return !running_ && (stopping_ || !pending_.empty()); });
+    if (pending_.empty()) return;  // stopping, and everything queued has run
     auto operation = std::move(pending_.front());
     pending_.pop_front();
+    running_ = true;
     lock.unlock();
-    operation();
+    run(operation);
     lock.lock();
   }
 }

@@ -1,11 +1,16 @@
-// OperationQueue: runs a communicator's operations one at a time, in the order they were pushed,
-// on one worker thread (started on first use). Operations must not throw: they report failure
-// through their Work. The destructor calls shutdown().
+// OperationQueue: runs a communicator's operations one at a time, in the order they were pushed.
+//
+// A worker thread (started on first use) runs them in the background, so operations overlap with
+// the caller's work. A thread that is about to block on an operation's result may instead run it
+// itself with runIfNext(), when that operation is at the head of the queue and nothing is running:
+// a blocking call then costs no thread hand-off (DESIGN §6), and the order is the same.
+// Operations must not throw: they report failure through their Work.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -15,21 +20,28 @@ namespace chorus::detail {
 
 class OperationQueue {
  public:
+  using Operation = std::shared_ptr<std::function<void()>>;
+
   OperationQueue() = default;
   ~OperationQueue();
   OperationQueue(const OperationQueue&) = delete;
   OperationQueue& operator=(const OperationQueue&) = delete;
 
-  void push(std::function<void()> operation);
+  void push(Operation operation);
+  // Runs `operation` on the calling thread if it is next and nothing is running; returns whether
+  // it did. Otherwise the worker will run it.
+  bool runIfNext(const Operation& operation);
   // Runs what is queued, then stops the worker. Idempotent; push() after it is a bug.
   void shutdown();
 
  private:
   void workerLoop();
+  void run(const Operation& operation);
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> pending_ CHORUS_GUARDED_BY(mutex_);
+  std::deque<Operation> pending_ CHORUS_GUARDED_BY(mutex_);
+  bool running_ CHORUS_GUARDED_BY(mutex_) = false;
   bool stopping_ CHORUS_GUARDED_BY(mutex_) = false;
   std::thread worker_;
 };

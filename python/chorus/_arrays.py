@@ -1,0 +1,199 @@
+"""Array adapters: NumPy arrays, PyTorch tensors and any object with ``__dlpack__``.
+
+Each input is turned into a :class:`Buffer`: a C-contiguous array of the input's framework (a copy
+when the input was not contiguous, native-endian or writable), its chorus dtype name, and a way to
+export it as a DLPack capsule for the C++ core. Results are allocated with the same framework, so
+an operation returns what it was given. Objects that only speak ``__dlpack__`` are imported as
+NumPy arrays, and their results are NumPy arrays.
+"""
+
+import sys
+
+import numpy as np
+
+from . import _chorus
+
+_NUMPY_DTYPES = {
+    np.dtype(np.float16): "float16",
+    np.dtype(np.float32): "float32",
+    np.dtype(np.float64): "float64",
+    np.dtype(np.int8): "int8",
+    np.dtype(np.uint8): "uint8",
+    np.dtype(np.int32): "int32",
+    np.dtype(np.int64): "int64",
+    np.dtype(np.bool_): "bool",
+}
+SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32",
+                    "int64", "bool")
+FLOAT_DTYPES = frozenset(("float16", "bfloat16", "float32", "float64"))
+_TORCH_DTYPE_NAMES = None  # torch.dtype -> chorus name, built on first torch input
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _torch_dtypes(torch):
+    global _TORCH_DTYPE_NAMES
+    if _TORCH_DTYPE_NAMES is None:
+        _TORCH_DTYPE_NAMES = {
+            torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
+            torch.float64: "float64", torch.int8: "int8", torch.uint8: "uint8",
+            torch.int32: "int32", torch.int64: "int64", torch.bool: "bool",
+        }
+    return _TORCH_DTYPE_NAMES
+
+
+def _unsupported_dtype(what, name):
+    return _chorus.InvalidArgumentError(
+        f"{what} has dtype {name}, which chorus does not support; supported dtypes: "
+        + ", ".join(SUPPORTED_DTYPES))
+
+
+class Buffer:
+    """A contiguous array ready for the C++ core.
+
+    original: what the caller passed; array: the contiguous array of the same framework (the
+    original itself when it already qualified); torch: whether it is a torch tensor; dtype: the
+    chorus dtype name.
+    """
+
+    __slots__ = ("original", "array", "torch", "dtype")
+
+    def __init__(self, original, array, is_torch, dtype):
+        self.original = original
+        self.array = array
+        self.torch = is_torch
+        self.dtype = dtype
+
+    @property
+    def shape(self):
+        return tuple(self.array.shape)
+
+    @property
+    def is_copy(self):
+        return self.array is not self.original
+
+    def capsule(self):
+        """A DLPack capsule of the array (bool exported as uint8; see export_dtype)."""
+        a = self.array
+        if self.dtype == "bool":
+            a = a.view(np.uint8) if not self.torch else a.view(_torch().uint8)
+        return a.__dlpack__()
+
+    @property
+    def export_dtype(self):
+        """The dtype override for C++: "bool" when the capsule carries bool as uint8, else ""."""
+        return "bool" if self.dtype == "bool" else ""
+
+    def empty(self, shape):
+        """A new uninitialized array of this buffer's framework and dtype."""
+        if self.torch:
+            return _torch().empty(shape, dtype=self.array.dtype)
+        return np.empty(shape, dtype=self.array.dtype)
+
+    def copy(self):
+        """A contiguous copy of the array."""
+        return self.array.clone() if self.torch else self.array.copy()
+
+    def write_back(self, result):
+        """Copies `result` into the caller's original array (used by inplace=True on a copy)."""
+        if self.torch:
+            with _torch().no_grad():
+                self.original.copy_(result)
+        else:
+            np.copyto(self.original, result)
+
+
+def prepare(x, name="x", writable=False):
+    """Wraps `x` as a Buffer. `writable`: the caller's array will be written (inplace=True)."""
+    if isinstance(x, np.ndarray):
+        return _prepare_numpy(x, x, name, writable)
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return _prepare_torch(torch, x, name)
+    if isinstance(x, np.generic):
+        if writable:
+            raise _chorus.InvalidArgumentError(
+                f"{name} is a NumPy scalar, which cannot be modified; inplace=True needs an array")
+        return _prepare_numpy(x, np.asarray(x), name, False)
+    if hasattr(x, "__dlpack__"):
+        try:
+            array = np.from_dlpack(x)
+        except (BufferError, RuntimeError, TypeError) as error:
+            device = getattr(x, "__dlpack_device__", lambda: None)()
+            if device is not None and device[0] != 1:
+                raise _chorus.UnsupportedError(
+                    f"{name} lives on DLPack device {device}; chorus was built without a GPU "
+                    "backend, move it to the CPU first") from error
+            raise _chorus.InvalidArgumentError(f"{name} could not be imported through DLPack: "
+                                               f"{error}") from error
+        if writable:
+            raise _chorus.InvalidArgumentError(
+                f"{name} ({type(x).__name__}) is imported as NumPy; inplace=True needs a NumPy "
+                "array or a torch tensor")
+        return _prepare_numpy(array, array, name, False)
+    raise _chorus.InvalidArgumentError(
+        f"{name} must be a NumPy array, a torch tensor or an object with __dlpack__, not "
+        f"{type(x).__name__}")
+
+
+def _prepare_numpy(original, array, name, writable):
+    dtype = _NUMPY_DTYPES.get(array.dtype)
+    if dtype is None:
+        if array.dtype.newbyteorder("=") in _NUMPY_DTYPES and not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
+            dtype = _NUMPY_DTYPES[array.dtype]
+        else:
+            raise _unsupported_dtype(name, array.dtype.name)
+    if writable and not original.flags.writeable:
+        raise _chorus.InvalidArgumentError(
+            f"{name} is read-only; inplace=True needs a writable array")
+    if not array.flags.c_contiguous or not array.flags.writeable:
+        # DLPack cannot export read-only arrays; a contiguous copy also fixes strides.
+        array = np.array(array, order="C", copy=True)
+    return Buffer(original, array, False, dtype)
+
+
+def _prepare_torch(torch, x, name):
+    if x.device.type != "cpu":
+        raise _chorus.UnsupportedError(
+            f"{name} is a {x.device} tensor; chorus was built without a GPU backend, so only CPU "
+            "tensors are supported (use .cpu())")
+    dtype = _torch_dtypes(torch).get(x.dtype)
+    if dtype is None:
+        raise _unsupported_dtype(name, str(x.dtype).replace("torch.", ""))
+    array = x.detach()
+    if not array.is_contiguous():
+        array = array.contiguous()
+    return Buffer(x, array, True, dtype)
+
+
+def dtype_of(spec):
+    """(framework, framework dtype, chorus name) for a dtype given as a string, NumPy dtype or
+    torch dtype; used by recv."""
+    torch = _torch()
+    if torch is not None and isinstance(spec, torch.dtype):
+        name = _torch_dtypes(torch).get(spec)
+        if name is None:
+            raise _unsupported_dtype("dtype", str(spec))
+        return "torch", spec, name
+    if spec == "bfloat16":
+        raise _chorus.InvalidArgumentError(
+            "dtype bfloat16 needs a torch dtype (NumPy has no bfloat16): pass torch.bfloat16")
+    try:
+        dt = np.dtype(spec)
+    except TypeError as error:
+        raise _chorus.InvalidArgumentError(
+            f"dtype {spec!r} is not a dtype; use one of " + ", ".join(SUPPORTED_DTYPES)) from error
+    name = _NUMPY_DTYPES.get(dt)
+    if name is None:
+        raise _unsupported_dtype("dtype", dt.name)
+    return "numpy", dt, name
+
+
+def stack(buffers):
+    """Stacks equal-shape buffers along a new axis 0 (same framework as the first)."""
+    if buffers[0].torch:
+        return _torch().stack([b.array for b in buffers])
+    return np.stack([b.array for b in buffers])

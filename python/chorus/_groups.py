@@ -1,0 +1,141 @@
+"""Communicators as Python sees them, and rank_list handling (DESIGN §4).
+
+A rank_list is a list of lists of world ranks, or a flat list (one group). Ranks in no group run
+standalone (a group of one). Communicators come from the C++ pool (DistContext::communicator) and
+are cached here by normalized rank_list, so the hot path of a collective is one dict lookup. Roots
+and peers are given as world ranks and mapped to ranks within the caller's group.
+"""
+
+import threading
+
+from . import _chorus
+
+_lock = threading.Lock()
+_cache = {}  # normalized rank_list (tuple of tuples) or None -> Communicator
+_world = None
+
+
+class Communicator:
+    """The caller's communicator: rank, size, local_rank, local_size, world_rank, world_size,
+    root_rank, group_id and group_size (DESIGN §1); `members` lists its world ranks in order."""
+
+    __slots__ = ("_native", "members", "_index")
+
+    def __init__(self, native, members):
+        self._native = native
+        self.members = tuple(members)
+        self._index = {w: g for g, w in enumerate(self.members)}
+
+    rank = property(lambda self: self._native.rank)
+    size = property(lambda self: self._native.size)
+    local_rank = property(lambda self: self._native.local_rank)
+    local_size = property(lambda self: self._native.local_size)
+    world_rank = property(lambda self: self._native.world_rank)
+    world_size = property(lambda self: self._native.world_size)
+    root_rank = property(lambda self: self._native.root_rank)
+    group_id = property(lambda self: self._native.group_id)
+    group_size = property(lambda self: self._native.group_size)
+    backend = property(lambda self: self._native.backend)
+
+    @property
+    def timeout(self):
+        """Per-operation deadline in seconds (affects operations issued later)."""
+        return self._native.timeout
+
+    @timeout.setter
+    def timeout(self, seconds):
+        self._native.timeout = seconds
+
+    def group_rank(self, world_rank, what):
+        """The rank within this group of world rank `world_rank` (`what` names the argument)."""
+        if isinstance(world_rank, bool) or not isinstance(world_rank, int):
+            try:
+                world_rank = int(world_rank.__index__())
+            except AttributeError:
+                raise _chorus.InvalidArgumentError(
+                    f"{what} must be an int (a world rank), not {type(world_rank).__name__}"
+                ) from None
+        g = self._index.get(world_rank)
+        if g is None:
+            raise _chorus.InvalidArgumentError(
+                f"rank {self.world_rank} (this process): {what}={world_rank} is not a member of "
+                f"this rank's group {list(self.members)}; {what} is a world rank inside the group")
+        return g
+
+    def __repr__(self):
+        return (f"Communicator(rank={self.rank}, size={self.size}, world_rank={self.world_rank}, "
+                f"members={list(self.members)}, backend={self.backend!r})")
+
+
+def _world_communicator():
+    global _world
+    if _world is None:
+        with _lock:
+            if _world is None:
+                native = _chorus.communicator([])
+                _world = Communicator(native, range(native.size))
+    return _world
+
+
+def normalize(rank_list, world_size):
+    """A tuple of tuples partitioning range(world_size), or None for the whole world."""
+    if rank_list is None:
+        return None
+    if isinstance(rank_list, (list, tuple)) and not rank_list:
+        return None  # like DistContext::communicator({}): the world
+    if not isinstance(rank_list, (list, tuple)):
+        raise _chorus.InvalidArgumentError(
+            "rank_list must be None, a list of world ranks, or a list of lists of world ranks; "
+            f"got {type(rank_list).__name__}")
+    if rank_list and all(isinstance(r, int) and not isinstance(r, bool) for r in rank_list):
+        rank_list = [rank_list]
+    groups, seen = [], set()
+    for group in rank_list:
+        if not isinstance(group, (list, tuple)) or not group:
+            raise _chorus.InvalidArgumentError(
+                f"rank_list entries must be non-empty lists of world ranks; got {group!r}")
+        for r in group:
+            if isinstance(r, bool) or not isinstance(r, int):
+                raise _chorus.InvalidArgumentError(f"rank_list holds {r!r}, which is not an int")
+            if not 0 <= r < world_size:
+                raise _chorus.InvalidArgumentError(
+                    f"rank_list names rank {r}, which is not a rank of this job of size "
+                    f"{world_size}")
+            if r in seen:
+                raise _chorus.InvalidArgumentError(
+                    f"Each rank can only appear on rank_list once (rank {r} appears twice)")
+            seen.add(r)
+        groups.append(tuple(group))
+    groups.extend((r,) for r in range(world_size) if r not in seen)
+    if len(groups) == 1 and groups[0] == tuple(range(world_size)):
+        return None  # the whole world, in order: the world communicator serves it
+    return tuple(groups)
+
+
+def get(rank_list=None):
+    """The caller's communicator for `rank_list` (collective on first use of a rank_list)."""
+    if rank_list is None:
+        return _world if _world is not None else _world_communicator()
+    world = _world_communicator()
+    key = normalize(rank_list, world.world_size)
+    if key is None:
+        return world
+    comm = _cache.get(key)
+    if comm is None:
+        with _lock:
+            comm = _cache.get(key)
+            if comm is None:
+                native = _chorus.communicator([list(g) for g in key])
+                me = world.world_rank
+                members = next(g for g in key if me in g)
+                comm = Communicator(native, members)
+                _cache[key] = comm
+    return comm
+
+
+def reset():
+    """Forgets every communicator (before shutdown)."""
+    global _world
+    with _lock:
+        _cache.clear()
+        _world = None

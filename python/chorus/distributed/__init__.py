@@ -1,0 +1,50 @@
+"""chorus.distributed: the process's configuration and communicators (DESIGN §4).
+
+    cfg = chorus.distributed.get_config()       # rank, size, local_rank, local_size, root_rank,
+                                                # enable_data_parallel, zero_opt_level, ...
+    comm = chorus.distributed.get_communicator()   # or get_communicator(rank_list=[[0, 1], [2, 3]])
+    dir(chorus.distributed.op)                  # the operators
+"""
+
+from .. import _chorus, _groups, _ops
+from .._chorus import DistConfig
+from .._groups import Communicator
+
+
+def get_config():
+    """The process's DistConfig (one object, shared by every caller).
+
+    Read-only: rank, size, local_rank, local_size, root_rank, node_rank, backend. Settable:
+    enable_data_parallel (bool), zero_opt_level (0..3), bucket_bytes, timeout (seconds; for
+    communicators created later). dumps() returns one "name: value" line per field.
+    """
+    return _chorus.config()
+
+
+def get_communicator(rank_list=None):
+    """The caller's communicator for `rank_list` (None: the world). Collective the first time a
+    rank_list is used: every rank must call it with the same rank_list."""
+    return _groups.get(rank_list)
+
+
+class _OperatorNamespace:
+    """The operators of chorus (chorus.distributed.op.allreduce is chorus.allreduce)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        if name in _ops.OPERATORS:
+            return getattr(_ops, name)
+        raise AttributeError(f"chorus.distributed.op has no operator {name!r}; operators: "
+                             + ", ".join(_ops.OPERATORS))
+
+    def __dir__(self):
+        return list(_ops.OPERATORS)
+
+    def __repr__(self):
+        return "<chorus.distributed.op: " + ", ".join(_ops.OPERATORS) + ">"
+
+
+op = _OperatorNamespace()
+
+__all__ = ["DistConfig", "Communicator", "get_config", "get_communicator", "op"]

@@ -1,0 +1,41 @@
+// Shared declarations of the _chorus extension module (pybind11). The module converts types only:
+// Python passes DLPack capsules, this layer makes chorus::Tensor views of them and calls the C++
+// Communicator; every blocking wait runs with the GIL released.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+namespace chorus::python {
+
+namespace py = pybind11;
+
+// Creates chorus.Error and its subclasses in `module` and installs the C++ -> Python translator.
+void bindErrors(py::module_& module);
+// DistConfig (a view of the process-wide config) and DistContext helpers.
+void bindConfig(py::module_& module);
+// Communicator objects and the collective / point-to-point operations.
+void bindOperations(py::module_& module);
+// PendingWork, the handle of an async operation.
+void bindWork(py::module_& module);
+
+// A Tensor viewing the DLPack capsule `capsule` (which must stay alive while the view is used).
+// A non-empty `dtype` replaces the exported element type (bool arrives as uint8 of equal size).
+Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype);
+
+// Finishes an issued operation: with `async` false waits (GIL released) and returns None; with
+// `async` true returns a PendingWork that keeps `keepAlive` (the Python buffers) until it is done.
+py::object finishOperation(std::shared_ptr<Work> work, py::object keepAlive, bool async);
+
+// Drops the Python references held for async operations that completed after their handle was
+// discarded. Call with the GIL held.
+void sweepAbandonedWork();
+// Waits (GIL released) for every abandoned operation, then drops their references.
+void drainAbandonedWork();
+
+}  // namespace chorus::python

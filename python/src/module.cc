@@ -1,0 +1,64 @@
+// The _chorus extension module: type conversion between Python and the C++ runtime, nothing more.
+// The Python package (python/chorus/) holds the user-facing API of DESIGN §4.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+
+namespace chorus::python {
+namespace {
+
+DistConfig& config() { return DistContext::get().mutableConfig(); }
+
+void shutdown() {
+  drainAbandonedWork();
+  py::gil_scoped_release release;
+  DistContext::get().shutdown();
+}
+
+}  // namespace
+
+void bindConfig(py::module_& module) {
+  py::class_<DistConfig>(module, "DistConfig")
+      .def_readonly("rank", &DistConfig::rank)
+      .def_readonly("size", &DistConfig::size)
+      .def_readonly("local_rank", &DistConfig::localRank)
+      .def_readonly("local_size", &DistConfig::localSize)
+      .def_readonly("root_rank", &DistConfig::rootRank)
+      .def_readonly("node_rank", &DistConfig::nodeRank)
+      .def_readonly("backend", &DistConfig::backend)
+      .def_readwrite("enable_data_parallel", &DistConfig::enableDataParallel)
+      .def_property(
+          "zero_opt_level", [](const DistConfig& c) { return c.zeroOptLevel; },
+          [](DistConfig& c, int level) {
+            if (level < 0 || level > 3)
+              throw InvalidArgumentError("zero_opt_level must be 0, 1, 2 or 3, not " +
+                                         std::to_string(level));
+            c.zeroOptLevel = level;
+          })
+      .def_readwrite("bucket_bytes", &DistConfig::bucketBytes)
+      .def_property(
+          "timeout", [](const DistConfig& c) { return c.timeout.count() / 1000.0; },
+          [](DistConfig& c, double seconds) {
+            if (!(seconds > 0))
+              throw InvalidArgumentError("timeout must be a positive number of seconds");
+            c.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+          })
+      .def("dumps", &DistConfig::dumps);
+  module.def("config", &config, py::return_value_policy::reference);
+  module.def("shutdown", &shutdown);
+  module.def("set_default_backend",
+             [](const std::string& backend) { DistContext::get().setDefaultBackend(backend); });
+  module.def("valid_reduce_op", [](const std::string& op, const std::string& dtype) {
+    return isValidReduction(parseReduceOp(op), parseDataType(dtype));
+  });
+}
+
+PYBIND11_MODULE(_chorus, module) {
+  module.doc() = "chorus C++ runtime bindings (type conversion only); use the chorus package.";
+  bindErrors(module);
+  bindConfig(module);
+  bindWork(module);
+  bindOperations(module);
+}
+
+}  // namespace chorus::python

@@ -1,0 +1,209 @@
+// The collective and point-to-point operations as seen from Python. Python allocates every result
+// buffer with the input's framework and passes DLPack capsules; this file views them as Tensors,
+// copies inputs into outputs where an operation works in place (allreduce, broadcast, reduce), and
+// issues the C++ operation. Copies and waits run with the GIL released.
+//
+// Every function takes `dtype`: empty, or the real element type when Python had to export the
+// buffer under another type of equal size (bool travels as uint8 because NumPy 1.24 and
+// PyTorch 1.13 do not export bool through DLPack).
+#include <pybind11/stl.h>
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "bindings.h"
+
+namespace chorus::python {
+namespace {
+
+constexpr uintptr_t kHugePage = 2u << 20;
+constexpr size_t kHugePageThreshold = 4u << 20;
+
+// Asks for transparent huge pages on the 2 MiB-aligned interior of a large fresh buffer: on this
+// kind of VM first touch of each 4 KiB page costs microseconds, so a 64 MiB result would spend
+// most of its time in page faults. Advisory only; failures are ignored.
+void adviseHugePages(void* data, size_t bytes) {
+  if (bytes < kHugePageThreshold)
+    return;
+  auto begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
+  auto end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePage - 1);
+  if (end > begin)
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+void copyTensor(const Tensor& from, const Tensor& to) {
+  if (from.nbytes() != to.nbytes() || from.dtype() != to.dtype())
+    throw InvalidArgumentError("internal: copy between tensors " + from.describe() + " and " +
+                               to.describe() + " of different sizes");
+  if (from.data() == to.data() || from.nbytes() == 0)
+    return;
+  adviseHugePages(to.data(), to.nbytes());
+  std::memcpy(to.data(), from.data(), from.nbytes());
+}
+
+bool present(py::handle capsule) { return !capsule.is_none(); }
+
+Tensor optionalTensor(py::handle capsule, const std::string& dtype) {
+  return present(capsule) ? tensorFromCapsule(capsule, dtype) : Tensor();
+}
+
+py::object allreduce(Communicator& comm,
+                     py::list inputs,
+                     py::list outputs,
+                     const std::string& dtype,
+                     const std::string& op,
+                     bool async) {
+  sweepAbandonedWork();
+  ReduceOp reduceOp = parseReduceOp(op);
+  std::vector<Tensor> in, out;
+  for (auto capsule : inputs) in.push_back(tensorFromCapsule(capsule, dtype));
+  for (auto capsule : outputs) out.push_back(tensorFromCapsule(capsule, dtype));
+  std::shared_ptr<Work> work;
+  {
+    py::gil_scoped_release release;
+    if (!in.empty()) {
+      if (in.size() != out.size())
+        throw InvalidArgumentError("internal: allreduce got unequal input and output lists");
+      for (size_t i = 0; i < in.size(); ++i) copyTensor(in[i], out[i]);
+    }
+    work = out.size() == 1 ? comm.allreduce(out[0], reduceOp) : comm.allreduce(out, reduceOp);
+  }
+  return finishOperation(std::move(work), py::make_tuple(inputs, outputs), async);
+}
+
+// broadcast and reduce work in place on `output`; `input` (optional) is copied into it first.
+py::object rootedInPlace(Communicator& comm,
+                         bool isBroadcast,
+                         py::object input,
+                         py::object output,
+                         const std::string& dtype,
+                         int root,
+                         const std::string& op,
+                         bool async) {
+  sweepAbandonedWork();
+  Tensor in = optionalTensor(input, dtype);
+  Tensor out = tensorFromCapsule(output, dtype);
+  ReduceOp reduceOp = isBroadcast ? ReduceOp::kSum : parseReduceOp(op);
+  std::shared_ptr<Work> work;
+  {
+    py::gil_scoped_release release;
+    // A broadcast overwrites non-root buffers, so only the root needs its input copied.
+    if (present(input) && (!isBroadcast || comm.rank() == root))
+      copyTensor(in, out);
+    work = isBroadcast ? comm.broadcast(out, root) : comm.reduce(out, root, reduceOp);
+  }
+  return finishOperation(std::move(work), py::make_tuple(input, output), async);
+}
+
+// The out-of-place collectives: allgather, reduce_scatter, gather, scatter, all_to_all.
+py::object outOfPlace(Communicator& comm,
+                      const std::string& collective,
+                      py::object input,
+                      py::object output,
+                      const std::string& dtype,
+                      int root,
+                      int axis,
+                      int axis2,
+                      const std::string& op,
+                      bool async) {
+  sweepAbandonedWork();
+  Tensor in = optionalTensor(input, dtype);
+  Tensor out = optionalTensor(output, dtype);
+  ReduceOp reduceOp = collective == "reduce_scatter" ? parseReduceOp(op) : ReduceOp::kSum;
+  std::shared_ptr<Work> work;
+  {
+    py::gil_scoped_release release;
+    if (collective == "allgather")
+      work = comm.allgather(in, out, axis);
+    else if (collective == "reduce_scatter")
+      work = comm.reduceScatter(in, out, reduceOp);
+    else if (collective == "gather")
+      work = comm.gather(in, out, root, axis);
+    else if (collective == "scatter")
+      work = comm.scatter(in, out, root);
+    else if (collective == "all_to_all")
+      work = comm.allToAll(in, out, axis, axis2);
+    else
+      throw InvalidArgumentError("internal: unknown collective " + collective);
+  }
+  return finishOperation(std::move(work), py::make_tuple(input, output), async);
+}
+
+py::object pointToPoint(Communicator& comm,
+                        bool isSend,
+                        py::object buffer,
+                        const std::string& dtype,
+                        int peer,
+                        int tag,
+                        bool async) {
+  sweepAbandonedWork();
+  Tensor tensor = tensorFromCapsule(buffer, dtype);
+  std::shared_ptr<Work> work;
+  {
+    py::gil_scoped_release release;
+    work = isSend ? comm.send(tensor, peer, tag) : comm.recv(tensor, peer, tag);
+  }
+  return finishOperation(std::move(work), py::make_tuple(buffer), async);
+}
+
+py::object barrier(Communicator& comm, bool async) {
+  sweepAbandonedWork();
+  std::shared_ptr<Work> work;
+  {
+    py::gil_scoped_release release;
+    work = comm.barrier();
+  }
+  return finishOperation(std::move(work), py::none(), async);
+}
+
+std::shared_ptr<Communicator> communicator(const RankList& rankList) {
+  py::gil_scoped_release release;  // creating a group is collective and may block
+  return DistContext::get().communicator(rankList);
+}
+
+}  // namespace
+
+Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype) {
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (managed == nullptr)
+    throw py::error_already_set();
+  Tensor tensor = Tensor::fromDLPack(managed);
+  if (!tensor.device().isCpu())
+    throw UnsupportedError("chorus was built without a GPU backend; " + tensor.device().toString() +
+                           " tensors are not supported (move the tensor to the CPU first)");
+  if (dtype.empty())
+    return tensor;
+  DataType real = parseDataType(dtype);
+  if (dataTypeSize(real) != tensor.elementSize())
+    throw InvalidArgumentError("internal: dtype override " + dtype + " has another element size");
+  return Tensor(tensor.data(), real, tensor.shape(), tensor.strides(), tensor.device());
+}
+
+void bindOperations(py::module_& module) {
+  py::class_<Communicator, std::shared_ptr<Communicator>>(module, "Communicator")
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def_property_readonly("local_rank", &Communicator::localRank)
+      .def_property_readonly("local_size", &Communicator::localSize)
+      .def_property_readonly("world_rank", &Communicator::worldRank)
+      .def_property_readonly("world_size", &Communicator::worldSize)
+      .def_property_readonly("root_rank", &Communicator::rootRank)
+      .def_property_readonly("group_id", &Communicator::groupId)
+      .def_property_readonly("group_size", &Communicator::groupSize)
+      .def_property_readonly("backend", &Communicator::backendName)
+      .def_property(
+          "timeout", [](const Communicator& c) { return c.timeout().count() / 1000.0; },
+          [](Communicator& c, double seconds) {
+            if (!(seconds > 0))
+              throw InvalidArgumentError("timeout must be a positive number of seconds");
+            c.setTimeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0)));
+          });
+  module.def("communicator", &communicator, py::arg("rank_list"));
+  module.def("allreduce", &allreduce);
+  module.def("rooted_in_place", &rootedInPlace);
+  module.def("out_of_place", &outOfPlace);
+  module.def("point_to_point", &pointToPoint);
+  module.def("barrier", &barrier);
+}
+
+}  // namespace chorus::python

@@ -1,0 +1,147 @@
+// PendingWork: the Python handle of an async operation, and the blocking wait used by every
+// synchronous call.
+//
+// Lifetime rule: the C++ operation reads and writes the memory of Python arrays, so their DLPack
+// capsules (which own a reference to the array) must live until the operation completes. A
+// PendingWork holds them; if Python drops the handle before completion, the references move to a
+// process-wide "abandoned" list that is swept (GIL held) at the next operation, and drained at
+// shutdown. Python objects are only ever released with the GIL held.
+//
+// Waiting: the GIL is released and the wait proceeds in slices of kSlice, checking for Python
+// signals (Ctrl-C) between slices; an interrupted wait leaves the operation running and its buffers
+// alive (abandoned list), and raises KeyboardInterrupt.
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <utility>
+
+#include "bindings.h"
+
+namespace chorus::python {
+namespace {
+
+constexpr std::chrono::milliseconds kSlice{200};
+
+struct Abandoned {
+  std::shared_ptr<Work> work;
+  py::object keepAlive;
+};
+
+// Leaked on purpose: it must outlive interpreter finalization ordering.
+std::vector<Abandoned>& abandonedList() {
+  static auto* list = new std::vector<Abandoned>();
+  return *list;
+}
+
+void abandon(std::shared_ptr<Work> work, py::object keepAlive) {
+  abandonedList().push_back({std::move(work), std::move(keepAlive)});
+}
+
+// Waits for `work` (GIL held on entry and exit). `timeout` < 0 means until the operation ends
+// (which its own deadline bounds). Returns false if `timeout` expired first.
+bool waitReleasingGil(const std::shared_ptr<Work>& work,
+                      std::chrono::milliseconds timeout,
+                      py::object& keepAlive) {
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    auto slice = kSlice;
+    if (timeout >= std::chrono::milliseconds::zero()) {
+      auto left = timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - start);
+      if (left <= std::chrono::milliseconds::zero())
+        return work->isCompleted();
+      slice = std::min(slice, left);
+    }
+    bool completed;
+    {
+      py::gil_scoped_release release;
+      try {
+        work->wait(slice);
+      } catch (const TimeoutError&) {
+        // Either our slice expired or the operation itself failed with a timeout.
+      }
+      completed = work->isCompleted();
+    }
+    if (completed) {
+      work->wait();  // rethrows the operation's failure, if any
+      return true;
+    }
+    if (PyErr_CheckSignals() != 0) {
+      abandon(work, std::move(keepAlive));
+      keepAlive = py::none();
+      throw py::error_already_set();
+    }
+  }
+}
+
+class PendingWork {
+ public:
+  PendingWork(std::shared_ptr<Work> work, py::object keepAlive)
+      : work_(std::move(work)), keepAlive_(std::move(keepAlive)) {}
+  PendingWork(const PendingWork&) = delete;
+  PendingWork& operator=(const PendingWork&) = delete;
+  ~PendingWork() {
+    // Runs with the GIL held (pybind11 deallocates holders under the GIL).
+    if (!keepAlive_.is_none() && !work_->isCompleted())
+      abandon(work_, std::move(keepAlive_));
+  }
+
+  // Waits until done (timeout None) or at most `timeout`; returns True when the operation
+  // completed. Rethrows the operation's failure.
+  bool wait(std::optional<double> timeoutSeconds) {
+    auto timeout = Work::kNoTimeout;
+    if (timeoutSeconds)
+      timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeoutSeconds * 1000.0));
+    bool done = waitReleasingGil(work_, timeout, keepAlive_);
+    if (done)
+      keepAlive_ = py::none();
+    return done;
+  }
+  bool isCompleted() const { return work_->isCompleted(); }
+  const std::string& description() const { return work_->description(); }
+
+ private:
+  std::shared_ptr<Work> work_;
+  py::object keepAlive_;
+};
+
+}  // namespace
+
+void sweepAbandonedWork() {
+  auto& list = abandonedList();
+  if (list.empty())
+    return;
+  std::erase_if(list, [](const Abandoned& item) { return item.work->isCompleted(); });
+}
+
+void drainAbandonedWork() {
+  auto& list = abandonedList();
+  for (auto& item : list) {
+    py::gil_scoped_release release;
+    try {
+      item.work->wait();
+    } catch (const Error&) {
+      // The failure was the abandoned operation's; nobody is left to receive it.
+    }
+  }
+  list.clear();
+}
+
+py::object finishOperation(std::shared_ptr<Work> work, py::object keepAlive, bool async) {
+  if (async)
+    return py::cast(std::make_unique<PendingWork>(std::move(work), std::move(keepAlive)));
+  waitReleasingGil(work, Work::kNoTimeout, keepAlive);
+  return py::none();
+}
+
+void bindWork(py::module_& module) {
+  py::class_<PendingWork>(module, "PendingWork")
+      .def("wait", &PendingWork::wait, py::arg("timeout") = py::none(),
+           "Blocks (GIL released) until the operation completes or `timeout` seconds pass; "
+           "returns whether it completed and rethrows its failure.")
+      .def("is_completed", &PendingWork::isCompleted)
+      .def_property_readonly("description", &PendingWork::description);
+  module.def("_sweep", &sweepAbandonedWork);
+}
+
+}  // namespace chorus::python

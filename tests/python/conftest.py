@@ -1,0 +1,40 @@
+"""pytest configuration for the chorus Python tests.
+
+Run under chorusrun (`chorusrun -np N python3 -m pytest -q -x tests/python`): every rank collects and
+runs the same tests in the same order, so their collectives line up. Skips depend only on the world
+size, never on the rank, for the same reason.
+"""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import chorus.distributed as dist  # noqa: E402
+
+# Two cores are shared by all ranks: keep torch's own thread pool out of the way.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def comm():
+    return dist.get_communicator()
+
+
+@pytest.fixture(scope="session")
+def rank(comm):
+    return comm.rank
+
+
+@pytest.fixture(scope="session")
+def size(comm):
+    return comm.size
+
+
+@pytest.fixture
+def multi_rank(size):
+    if size == 1:
+        pytest.skip("needs more than one rank")

@@ -1,0 +1,174 @@
+"""Shared helpers for the chorus Python tests.
+
+Every rank runs the same tests in the same order (pytest collection is deterministic), so the
+collectives line up across ranks. Inputs are closed forms of (rank, index); expected values are
+computed here with NumPy from those closed forms, never with chorus.
+"""
+
+import numpy as np
+import torch
+
+import chorus.distributed as dist
+
+# Element types chorus moves. bfloat16 exists in torch only.
+NP_DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool"]
+TORCH_DTYPES = NP_DTYPES + ["bfloat16"]
+FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64"}
+INT_DTYPES = {"int8", "uint8", "int32", "int64"}
+KINDS = ["numpy", "torch"]
+ARITH_OPS = ["sum", "prod", "min", "max", "avg"]
+BIT_OPS = ["band", "bor", "bxor"]
+ALL_OPS = ARITH_OPS + BIT_OPS
+
+
+def rank_size():
+    comm = dist.get_communicator()
+    return comm.rank, comm.size
+
+
+def kind_dtype_cases(dtypes=None, kinds=KINDS):
+    """(kind, dtype) pairs; bfloat16 only for torch."""
+    cases = []
+    for kind in kinds:
+        for dtype in dtypes or TORCH_DTYPES:
+            if dtype == "bfloat16" and kind != "torch":
+                continue
+            cases.append((kind, dtype))
+    return cases
+
+
+def case_id(case):
+    return "-".join(str(part) for part in case)
+
+
+def op_valid(op, dtype):
+    if op in BIT_OPS:
+        return dtype in INT_DTYPES or dtype == "bool"
+    if op == "avg":
+        return dtype != "bool"
+    return True
+
+
+def values(rank, shape, dtype, op="sum"):
+    """Closed-form input of `rank`: float64 / int64 / bool NumPy values, exact in every dtype."""
+    idx = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    if dtype == "bool":
+        return (idx + rank) % 3 == 0
+    if op == "prod":
+        # Factors in {1, 2, -1} (unsigned: {1, 2}) keep every product of <= 4 ranks exact.
+        table = np.array([1, 2, 1 if dtype == "uint8" else -1], dtype=np.int64)
+        base = table[(idx + rank) % 3]
+    elif dtype == "uint8":
+        base = (idx * 7 + rank * 3) % 11
+    else:
+        base = (idx * 7 + rank * 3) % 11 - 5
+    return base.astype(np.float64) if dtype in FLOAT_DTYPES else base
+
+
+def torch_dtype(dtype):
+    return getattr(torch, dtype)
+
+
+def make(kind, vals, dtype):
+    """An array of `kind` ("numpy" / "torch") and `dtype` holding `vals`."""
+    vals = np.asarray(vals)
+    if kind == "numpy":
+        return np.ascontiguousarray(vals.astype(dtype))
+    if dtype == "bfloat16":
+        return torch.from_numpy(vals.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(vals.astype(dtype).copy())
+
+
+def to_np(x):
+    """float64 (or bool) NumPy copy of an array of either kind."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        if x.dtype == torch.bool:
+            return x.numpy().copy()
+        return x.to(torch.float64).numpy().copy()
+    x = np.asarray(x)
+    return x.copy() if x.dtype == np.bool_ else x.astype(np.float64)
+
+
+def stored(vals, dtype):
+    """`vals` (exact) as `dtype` would store them (rounded once), back as float64 / bool."""
+    vals = np.asarray(vals)
+    if dtype == "bool":
+        return vals.astype(bool)
+    if dtype == "bfloat16":
+        return to_np(torch.from_numpy(vals.astype(np.float64)).to(torch.bfloat16))
+    return vals.astype(dtype).astype(np.float64)
+
+
+def dtype_name(x):
+    if isinstance(x, torch.Tensor):
+        return str(x.dtype).replace("torch.", "")
+    return np.asarray(x).dtype.name
+
+
+def reduce_exact(op, inputs, dtype):
+    """Reduction of `inputs` (one closed-form array per rank) in exact arithmetic, then stored."""
+    stack = np.stack([np.asarray(v) for v in inputs])
+    n = len(inputs)
+    if dtype == "bool":
+        if op in ("sum", "max", "bor"):
+            return stack.any(axis=0)
+        if op in ("prod", "min", "band"):
+            return stack.all(axis=0)
+        if op == "bxor":
+            return stack.sum(axis=0) % 2 == 1
+        raise AssertionError(op)
+    if op == "sum":
+        out = stack.sum(axis=0)
+    elif op == "prod":
+        out = stack.prod(axis=0)
+    elif op == "min":
+        out = stack.min(axis=0)
+    elif op == "max":
+        out = stack.max(axis=0)
+    elif op == "avg":
+        total = stack.sum(axis=0)
+        if dtype in FLOAT_DTYPES:
+            out = total / n
+        else:  # integers: truncate toward zero
+            out = np.sign(total) * (np.abs(total) // n)
+    elif op == "band":
+        out = np.bitwise_and.reduce(stack, axis=0)
+    elif op == "bor":
+        out = np.bitwise_or.reduce(stack, axis=0)
+    elif op == "bxor":
+        out = np.bitwise_xor.reduce(stack, axis=0)
+    else:
+        raise AssertionError(op)
+    return stored(out, dtype)
+
+
+def check_result(result, kind, dtype, expected, rtol=0.0):
+    """`result` has `kind`, `dtype`, expected's shape and values (exact unless rtol)."""
+    if kind == "numpy":
+        assert isinstance(result, np.ndarray), f"expected np.ndarray, got {type(result)}"
+    else:
+        assert isinstance(result, torch.Tensor), f"expected torch.Tensor, got {type(result)}"
+    assert dtype_name(result) == dtype, f"dtype {dtype_name(result)} != {dtype}"
+    expected = np.asarray(expected)
+    assert tuple(result.shape) == expected.shape, f"shape {tuple(result.shape)} != {expected.shape}"
+    got = to_np(result)
+    if rtol:
+        np.testing.assert_allclose(got, expected.astype(np.float64), rtol=rtol, atol=rtol)
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+def snapshot(x):
+    return x.clone() if isinstance(x, torch.Tensor) else np.array(x, copy=True)
+
+
+def assert_unchanged(x, before):
+    if isinstance(x, torch.Tensor):
+        assert torch.equal(x, before), "input was modified"
+    else:
+        np.testing.assert_array_equal(x, before, err_msg="input was modified")
+
+
+def avg_rtol(dtype):
+    return {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-6, "float64": 1e-12}.get(dtype, 0.0)

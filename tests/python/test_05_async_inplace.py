@@ -1,0 +1,68 @@
+"""allreduce with async_op=True (handle.wait() returns the result) and inplace=True (DESIGN §4)."""
+
+import pytest
+
+import chorus
+from helpers import (assert_unchanged, case_id, check_result, kind_dtype_cases, make, reduce_exact,
+                     snapshot, values)
+
+CASES = kind_dtype_cases(["float16", "bfloat16", "float32", "int64", "bool"])
+
+
+def expected_sum(size, shape, dtype, shift=0):
+    return reduce_exact("sum", [values(r + shift, shape, dtype) for r in range(size)], dtype)
+
+
+@pytest.mark.parametrize("kind,dtype", CASES, ids=case_id)
+def test_async_wait_returns_result(rank, size, kind, dtype):
+    x = make(kind, values(rank, (3, 5), dtype), dtype)
+    before = snapshot(x)
+    handle = chorus.allreduce(x, "sum", async_op=True)
+    assert hasattr(handle, "wait"), f"async_op=True should return a handle, got {type(handle)}"
+    result = handle.wait()
+    check_result(result, kind, dtype, expected_sum(size, (3, 5), dtype))
+    assert_unchanged(x, before)
+
+
+def test_async_several_outstanding_waited_in_reverse(rank, size):
+    shapes = [(4,), (0,), (2, 3)]
+    xs = [make("numpy", values(rank + i, s, "int32"), "int32") for i, s in enumerate(shapes)]
+    handles = [chorus.allreduce(x, "sum", async_op=True) for x in xs]
+    results = [h.wait() for h in reversed(handles)][::-1]
+    for i, (shape, result) in enumerate(zip(shapes, results)):
+        check_result(result, "numpy", "int32", expected_sum(size, shape, "int32", shift=i))
+
+
+def test_async_list(rank, size):
+    xs = [make("torch", values(rank, (3,), "float32"), "float32"),
+          make("torch", values(rank + 1, (2, 2), "float32"), "float32")]
+    results = chorus.allreduce(xs, "sum", async_op=True).wait()
+    assert isinstance(results, list) and len(results) == 2
+    check_result(results[0], "torch", "float32", expected_sum(size, (3,), "float32"))
+    check_result(results[1], "torch", "float32", expected_sum(size, (2, 2), "float32", shift=1))
+
+
+@pytest.mark.parametrize("kind,dtype", CASES, ids=case_id)
+def test_inplace_writes_input(rank, size, kind, dtype):
+    x = make(kind, values(rank, (3, 5), dtype), dtype)
+    result = chorus.allreduce(x, "sum", inplace=True)
+    expected = expected_sum(size, (3, 5), dtype)
+    check_result(x, kind, dtype, expected)
+    check_result(result, kind, dtype, expected)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_inplace_async(rank, size, kind):
+    x = make(kind, values(rank, (6,), "float64"), "float64")
+    result = chorus.allreduce(x, "max", inplace=True, async_op=True).wait()
+    expected = reduce_exact("max", [values(r, (6,), "float64") for r in range(size)], "float64")
+    check_result(x, kind, "float64", expected)
+    check_result(result, kind, "float64", expected)
+
+
+def test_inplace_list(rank, size):
+    xs = [make("numpy", values(rank, (3,), "int8"), "int8"),
+          make("numpy", values(rank + 1, (4,), "int8"), "int8")]
+    chorus.allreduce(xs, "sum", inplace=True)
+    check_result(xs[0], "numpy", "int8", expected_sum(size, (3,), "int8"))
+    check_result(xs[1], "numpy", "int8", expected_sum(size, (4,), "int8", shift=1))
