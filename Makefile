@@ -8,7 +8,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 NP ?= 4
 
-.PHONY: all deps configure build demo test format format-check clean
+.PHONY: all deps configure build demo test install format format-check clean
 
 all: build
 
@@ -28,6 +28,12 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 600
+
+# Installs under PREFIX (default /usr/local): libchorus.so, headers, chorusrun, the CMake package
+# (find_package(chorus)), chorus.pc, and the Python package where /usr/bin/python3 finds it.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 FORMAT_FILES = $(shell git ls-files '*.h' '*.cc')
 

@@ -1,0 +1,69 @@
+// OperationQueue: operations run one at a time in push order, whether the worker or a waiting
+// thread (runIfNext) runs them.
+#include "runtime/operation_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+#include <vector>
+
+namespace chorus::detail {
+namespace {
+
+TEST(OperationQueueTest, WaitersAndWorkerKeepOrderAndNeverOverlap) {
+  constexpr int kOperations = 2000;
+  OperationQueue queue;
+  std::atomic<int> running{0};
+  std::atomic<bool> overlapped{false};
+  std::vector<int> order;  // written only by the running operation
+  std::vector<OperationQueue::Operation> operations;
+  std::vector<std::promise<void>> done(kOperations);
+  for (int i = 0; i < kOperations; ++i) {
+    operations.push_back(std::make_shared<std::function<void()>>([&, i] {
+      if (running.fetch_add(1) != 0) overlapped = true;
+      order.push_back(i);
+      running.fetch_sub(1);
+      done[i].set_value();
+    }));
+  }
+  // Four threads each try to run every fourth operation themselves, like blocking callers.
+  std::vector<std::thread> waiters;
+  for (int t = 0; t < 4; ++t) {
+    waiters.emplace_back([&, t] {
+      for (int i = t; i < kOperations; i += 4) {
+        queue.runIfNext(operations[i]);
+        done[i].get_future().wait();
+      }
+    });
+  }
+  for (auto& operation : operations) queue.push(operation);
+  for (auto& waiter : waiters) waiter.join();
+  queue.shutdown();
+  EXPECT_FALSE(overlapped);
+  ASSERT_EQ(order.size(), static_cast<size_t>(kOperations));
+  for (int i = 0; i < kOperations; ++i) ASSERT_EQ(order[i], i);
+}
+
+TEST(OperationQueueTest, OnlyTheHeadCanBeClaimed) {
+  OperationQueue queue;
+  std::promise<void> release;
+  auto gate = release.get_future().share();
+  std::atomic<int> ran{0};
+  auto first = std::make_shared<std::function<void()>>([&] {
+    gate.wait();
+    ++ran;
+  });
+  auto second = std::make_shared<std::function<void()>>([&] { ++ran; });
+  queue.push(first);
+  queue.push(second);
+  // `second` is not at the head (or `first` is running): the caller may not jump the queue.
+  EXPECT_FALSE(queue.runIfNext(second));
+  release.set_value();
+  queue.shutdown();
+  EXPECT_EQ(ran, 2);
+}
+
+}  // namespace
+}  // namespace chorus::detail
