@@ -1,5 +1,5 @@
 # The two commands a newcomer needs:
-#   make demo   builds chorus and runs the seed example on 4 ranks (one node, no MPI)
+#   make demo   builds chorus and runs the seed examples (C++, then Python) on 4 ranks (one node, no MPI)
 #   make test   builds chorus and runs the whole test suite
 # Each installs the Debian packages it needs first (scripts/install-deps.sh).
 
@@ -25,6 +25,7 @@ build: configure
 
 demo: build
 	$(BUILD)/bin/chorusrun -np $(NP) $(BUILD)/bin/allreduce
+	PYTHONPATH=$(BUILD)/python $(BUILD)/bin/chorusrun -np $(NP) /usr/bin/python3 examples/python/allreduce.py
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 600

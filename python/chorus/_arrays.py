@@ -77,9 +77,11 @@ class Buffer:
     def capsule(self):
         """A DLPack capsule of the array (bool exported as uint8; see export_dtype)."""
         a = self.array
-        if self.dtype == "bool":
-            a = a.view(np.uint8) if not self.torch else a.view(_torch().uint8)
-        return a.__dlpack__()
+        if self.torch:
+            torch = _torch()
+            # to_dlpack is __dlpack__ without its Python-level checks (the tensor is detached).
+            return torch.utils.dlpack.to_dlpack(a.view(torch.uint8) if self.dtype == "bool" else a)
+        return (a.view(np.uint8) if self.dtype == "bool" else a).__dlpack__()
 
     @property
     def export_dtype(self):
@@ -92,9 +94,9 @@ class Buffer:
             return _torch().empty(shape, dtype=self.array.dtype)
         return np.empty(shape, dtype=self.array.dtype)
 
-    def copy(self):
-        """A contiguous copy of the array."""
-        return self.array.clone() if self.torch else self.array.copy()
+    def like(self, array):
+        """A Buffer for `array`, a new contiguous array of this buffer's framework and dtype."""
+        return Buffer(array, array, self.torch, self.dtype)
 
     def write_back(self, result):
         """Copies `result` into the caller's original array (used by inplace=True on a copy)."""

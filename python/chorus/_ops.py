@@ -139,11 +139,12 @@ def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False):
     _check_op(op, dtype)
     comm = _groups.get(rank_list)
     if inplace:
-        ins, outs = [], [b.array for b in bufs]
+        ins, outs = [], None
+        out_caps = [b.capsule() for b in bufs]
     else:
-        ins, outs = [b.capsule() for b in bufs], [b.empty(b.shape) for b in bufs]
-    out_caps = [b.capsule() for b in bufs] if inplace else [
-        _arrays.Buffer(o, o, b.torch, dtype).capsule() for o, b in zip(outs, bufs)]
+        ins = [b.capsule() for b in bufs]
+        outs = [b.empty(b.shape) for b in bufs]
+        out_caps = [b.like(o).capsule() for o, b in zip(outs, bufs)]
 
     def call(is_async):
         return _chorus.allreduce(comm._native, ins, out_caps, bufs[0].export_dtype, op, is_async)
@@ -173,7 +174,7 @@ def _rooted(collective, x, root, op, rank_list, async_op, inplace):
         else:
             out = b.empty(b.shape)
             in_cap = b.capsule() if (not is_broadcast or comm.rank == group_root) else None
-            out_cap = _arrays.Buffer(out, out, b.torch, b.dtype).capsule()
+            out_cap = b.like(out).capsule()
         outs.append(out)
         calls.append(lambda a, i=in_cap, o=out_cap, d=b.export_dtype: _chorus.rooted_in_place(
             comm._native, is_broadcast, i, o, d, group_root, op or "sum", a))
@@ -225,7 +226,7 @@ def reduce_scatter(x, op="sum", rank_list=None, async_op=False):
         chunk = _divisible(buf, 0, size, "reduce_scatter")
         out_shape = (chunk,) + buf.shape[1:]
     out = buf.empty(out_shape)
-    in_cap, out_cap = buf.capsule(), _arrays.Buffer(out, out, buf.torch, buf.dtype).capsule()
+    in_cap, out_cap = buf.capsule(), buf.like(out).capsule()
 
     def call(is_async):
         return _chorus.out_of_place(comm._native, "reduce_scatter", in_cap, out_cap,
@@ -239,7 +240,7 @@ def _reduce_scatter_uneven(comm, bufs, op, async_op):
     outs, calls = [], []
     for g, b in enumerate(bufs):
         out = b.empty(b.shape)
-        in_cap, out_cap = b.capsule(), _arrays.Buffer(out, out, b.torch, b.dtype).capsule()
+        in_cap, out_cap = b.capsule(), b.like(out).capsule()
         outs.append(out)
         calls.append(lambda a, i=in_cap, o=out_cap, r=g, d=b.export_dtype: _chorus.rooted_in_place(
             comm._native, False, i, o, d, r, op, a))
@@ -261,7 +262,7 @@ def allgather(x, axis=0, rank_list=None, async_op=False):
         shape[ax] *= comm.size
         out = b.empty(tuple(shape))
         outs.append(out)
-        in_cap, out_cap = b.capsule(), _arrays.Buffer(out, out, b.torch, b.dtype).capsule()
+        in_cap, out_cap = b.capsule(), b.like(out).capsule()
         calls.append(lambda a, i=in_cap, o=out_cap, d=b.export_dtype, ax=ax: _chorus.out_of_place(
             comm._native, "allgather", i, o, d, 0, ax, 0, "sum", a))
     return _complete(calls, lambda: outs if _is_list(x) else outs[0], async_op)
@@ -270,16 +271,16 @@ def allgather(x, axis=0, rank_list=None, async_op=False):
 def gather(x, root=0, axis=0, rank_list=None, async_op=False):
     """Concatenates every rank's `x` along `axis` on `root` (a world rank) and returns it there.
     Non-root ranks get their input `x` back unchanged (the same object)."""
+    b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
-    b = _arrays.prepare(x)
     ax = _axis(axis, len(b.shape), "axis")
     out, out_cap = None, None
     if comm.rank == group_root:
         shape = list(b.shape)
         shape[ax] *= comm.size
         out = b.empty(tuple(shape))
-        out_cap = _arrays.Buffer(out, out, b.torch, b.dtype).capsule()
+        out_cap = b.like(out).capsule()
     in_cap = b.capsule()
 
     def call(is_async):
@@ -295,13 +296,13 @@ def scatter(x, root=0, rank_list=None, async_op=False):
     Every rank passes an array of the full shape and dtype (root is a world rank); only root's
     content is read. Dimension 0 must be divisible by the group size.
     """
+    b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
-    b = _arrays.prepare(x)
     chunk = _divisible(b, 0, comm.size, "scatter")
     out = b.empty((chunk,) + b.shape[1:])
     in_cap = b.capsule() if comm.rank == group_root else None
-    out_cap = _arrays.Buffer(out, out, b.torch, b.dtype).capsule()
+    out_cap = b.like(out).capsule()
 
     def call(is_async):
         return _chorus.out_of_place(comm._native, "scatter", in_cap, out_cap, b.export_dtype,
@@ -313,8 +314,8 @@ def scatter(x, root=0, rank_list=None, async_op=False):
 def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False):
     """Splits `x` along split_axis into group-size chunks, sends chunk i to group rank i, and
     concatenates what arrives along concat_axis in group-rank order."""
-    comm = _groups.get(rank_list)
     b = _arrays.prepare(x)
+    comm = _groups.get(rank_list)
     split = _axis(split_axis, len(b.shape), "split_axis")
     concat = _axis(concat_axis, len(b.shape), "concat_axis")
     _divisible(b, split, comm.size, "all_to_all")
@@ -322,7 +323,7 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False):
     shape[split] //= comm.size
     shape[concat] *= comm.size
     out = b.empty(tuple(shape))
-    in_cap, out_cap = b.capsule(), _arrays.Buffer(out, out, b.torch, b.dtype).capsule()
+    in_cap, out_cap = b.capsule(), b.like(out).capsule()
 
     def call(is_async):
         return _chorus.out_of_place(comm._native, "all_to_all", in_cap, out_cap, b.export_dtype,
@@ -333,9 +334,9 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False):
 
 def send(x, peer, tag=0, rank_list=None, async_op=False):
     """Sends `x` to world rank `peer` (matched by the recv with the same peer and tag)."""
+    b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_peer = comm.group_rank(peer, "peer")
-    b = _arrays.prepare(x)
     cap = b.capsule()
 
     def call(is_async):

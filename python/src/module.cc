@@ -43,7 +43,14 @@ void bindConfig(py::module_& module) {
               throw InvalidArgumentError("timeout must be a positive number of seconds");
             c.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
           })
-      .def("dumps", &DistConfig::dumps);
+      .def("dumps", &DistConfig::dumps, "One \"name: value\" line per field, as a string.")
+      .def("__repr__", [](const DistConfig& c) {
+        return "DistConfig(rank=" + std::to_string(c.rank) + ", size=" + std::to_string(c.size) +
+               ", local_rank=" + std::to_string(c.localRank) +
+               ", local_size=" + std::to_string(c.localSize) +
+               ", enable_data_parallel=" + (c.enableDataParallel ? "True" : "False") +
+               ", zero_opt_level=" + std::to_string(c.zeroOptLevel) + ")";
+      });
   module.def("config", &config, py::return_value_policy::reference);
   module.def("shutdown", &shutdown);
   module.def("set_default_backend",

@@ -15,10 +15,12 @@ class QueuedWork : public Work {
 
  protected:
   void runIfNext() noexcept override {
-    if (isCompleted()) return;
+    if (isCompleted())
+      return;
     auto state = state_.lock();  // keeps the communicator alive while its operation runs here
     auto operation = operation_.lock();
-    if (state && operation) state->queue().runIfNext(operation);
+    if (state && operation)
+      state->queue().runIfNext(operation);
   }
 
  private:

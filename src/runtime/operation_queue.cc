@@ -10,14 +10,16 @@ void OperationQueue::shutdown() {
     stopping_ = true;
   }
   wake_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable())
+    worker_.join();
 }
 
 void OperationQueue::push(Operation operation) {
   {
     std::lock_guard lock(mutex_);
     pending_.push_back(std::move(operation));
-    if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
+    if (!worker_.joinable())
+      worker_ = std::thread([this] { workerLoop(); });
   }
   wake_.notify_one();
 }
@@ -25,7 +27,8 @@ void OperationQueue::push(Operation operation) {
 bool OperationQueue::runIfNext(const Operation& operation) {
   {
     std::lock_guard lock(mutex_);
-    if (running_ || pending_.empty() || pending_.front() != operation) return false;
+    if (running_ || pending_.empty() || pending_.front() != operation)
+      return false;
     pending_.pop_front();
     running_ = true;
   }
@@ -48,7 +51,8 @@ void OperationQueue::workerLoop() {
   while (true) {
     // Never start while another thread (a waiter that claimed its operation) is running one.
     wake_.wait(lock, [&] { return !running_ && (stopping_ || !pending_.empty()); });
-    if (pending_.empty()) return;  // stopping, and everything queued has run
+    if (pending_.empty())
+      return;  // stopping, and everything queued has run
     auto operation = std::move(pending_.front());
     pending_.pop_front();
     running_ = true;

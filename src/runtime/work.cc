@@ -9,7 +9,8 @@ Work::Work(std::string description) : description_(std::move(description)) {}
 Work::~Work() = default;
 
 void Work::wait(std::chrono::milliseconds timeout) {
-  if (timeout < std::chrono::milliseconds(0)) runIfNext();
+  if (timeout < std::chrono::milliseconds(0))
+    runIfNext();
   std::unique_lock lock(mutex_);
   if (timeout < std::chrono::milliseconds(0)) {
     done_.wait(lock, [&] { return completed_; });

@@ -22,7 +22,8 @@ TEST(OperationQueueTest, WaitersAndWorkerKeepOrderAndNeverOverlap) {
   std::vector<std::promise<void>> done(kOperations);
   for (int i = 0; i < kOperations; ++i) {
     operations.push_back(std::make_shared<std::function<void()>>([&, i] {
-      if (running.fetch_add(1) != 0) overlapped = true;
+      if (running.fetch_add(1) != 0)
+        overlapped = true;
       order.push_back(i);
       running.fetch_sub(1);
       done[i].set_value();

@@ -1,4 +1,5 @@
-"""More multi-rank checks (torch kinds, lists, groups, async lifetimes). chorusrun -np 4."""
+"""Multi-rank checks beyond the pytest suite (torch kinds in lists, uneven reduce_scatter lists,
+groups, dropped async handles, threads). Run by ctest as python_extras_np4 (chorusrun -np 4)."""
 
 import gc
 import sys

@@ -1,6 +1,6 @@
 """Times chorus.allreduce through Python (time.perf_counter around the call; median).
 
-    chorusrun -np 2 /usr/bin/python3 python/tests_smoke/bench_allreduce.py [--torch] [--inplace]
+    chorusrun -np 2 /usr/bin/python3 bench/python_allreduce.py [--torch] [--inplace]
 """
 
 import statistics

@@ -1,0 +1,72 @@
+"""Input kinds beyond plain contiguous arrays (DESIGN §4): objects that only speak __dlpack__,
+read-only and non-contiguous inputs (copied, never read wrong; inplace writes back), and dtypes
+chorus does not move."""
+
+import numpy as np
+import pytest
+import torch
+
+import chorus
+from helpers import check_result, make, reduce_exact, snapshot, assert_unchanged, values
+
+
+class DlpackOnly:
+    """Exposes a NumPy array through the DLPack protocol only."""
+
+    def __init__(self, array):
+        self._array = array
+        self.shape = array.shape
+
+    def __dlpack__(self, stream=None):
+        return self._array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_dlpack_only_object(rank, size):
+    inner = make("numpy", values(rank, (2, 5), "float32"), "float32")
+    before = snapshot(inner)
+    result = chorus.allreduce(DlpackOnly(inner), "sum")
+    expected = reduce_exact("sum", [values(r, (2, 5), "float32") for r in range(size)], "float32")
+    # chorus/_arrays.py documents that such objects give NumPy results.
+    check_result(result, "numpy", "float32", expected)
+    assert_unchanged(inner, before)
+
+
+def test_read_only_numpy_input(rank, size):
+    x = make("numpy", values(rank, (9,), "int64"), "int64")
+    x.flags.writeable = False
+    expected = reduce_exact("min", [values(r, (9,), "int64") for r in range(size)], "int64")
+    check_result(chorus.allreduce(x, "min"), "numpy", "int64", expected)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_inplace_on_non_contiguous_view_writes_back(rank, size, kind):
+    base = make(kind, values(rank, (4, 6), "float64"), "float64")
+    view = base[:, ::2]
+    result = chorus.allreduce(view, "sum", inplace=True)
+    full = values(rank, (4, 6), "float64")
+    full[:, ::2] = reduce_exact("sum", [values(r, (4, 6), "float64")[:, ::2] for r in range(size)],
+                                "float64")
+    check_result(base, kind, "float64", full)  # odd columns untouched, even ones reduced
+    check_result(result, kind, "float64", full[:, ::2])
+
+
+def test_torch_tensor_requiring_grad(rank, size):
+    x = make("torch", values(rank, (3,), "float32"), "float32").requires_grad_(True)
+    result = chorus.allreduce(x, "sum")
+    expected = reduce_exact("sum", [values(r, (3,), "float32") for r in range(size)], "float32")
+    check_result(result, "torch", "float32", expected)
+
+
+@pytest.mark.parametrize("make_bad", [
+    lambda: np.zeros((3,), dtype=np.complex64),
+    lambda: np.zeros((3,), dtype=np.uint16),
+    lambda: torch.zeros(3, dtype=torch.complex64),
+    lambda: torch.zeros(3, dtype=torch.int16),
+], ids=["np-complex64", "np-uint16", "torch-complex64", "torch-int16"])
+def test_unsupported_dtype_is_rejected(rank, size, make_bad):
+    with pytest.raises((ValueError, chorus.UnsupportedError)) as info:
+        chorus.allreduce(make_bad())
+    assert "dtype" in str(info.value) or "type" in str(info.value)
