@@ -44,6 +44,7 @@ void bindConfig(py::module_& module) {
             c.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
           })
       .def("dumps", &DistConfig::dumps, "One \"name: value\" line per field, as a string.")
+      .def("__str__", &DistConfig::dumps)
       .def("__repr__", [](const DistConfig& c) {
         return "DistConfig(rank=" + std::to_string(c.rank) + ", size=" + std::to_string(c.size) +
                ", local_rank=" + std::to_string(c.localRank) +

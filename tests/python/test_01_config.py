@@ -44,6 +44,7 @@ def test_config_dumps_names_fields():
     for field in ("rank", "size", "localrank", "localsize", "rootrank", "enabledataparallel",
                   "zerooptlevel"):
         assert field in flat, f"{field!r} missing from dumps():\n{text}"
+    assert str(cfg) == text  # print(cfg) prints the same lines
 
 
 def test_communicator_attributes(comm, rank, size):
