@@ -108,7 +108,8 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
     return state.world;
   RankList groups = normalizeRankList(rankList, state.world->size());
   // One group holding every rank in order is the world itself.
-  if (groups.size() == 1 && std::is_sorted(groups[0].begin(), groups[0].end())) return state.world;
+  if (groups.size() == 1 && std::is_sorted(groups[0].begin(), groups[0].end()))
+    return state.world;
   if (auto cached = state.pool.find(groups); cached != state.pool.end())
     return cached->second;
   const int me = state.world->rank();
