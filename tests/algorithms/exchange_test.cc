@@ -17,29 +17,6 @@ namespace {
 
 using transport::Collective;
 
-struct Case {
-  size_t bytes;
-  size_t segmentBytes;
-};
-
-constexpr Case kCases[] = {
-    {0, kDefaultSegmentBytes},
-    {1, kDefaultSegmentBytes},
-    {13, kDefaultSegmentBytes},
-    {1000, kDefaultSegmentBytes},
-    {1000, 64},
-    {1037, 40},
-};
-
-void expectClean(int size,
-                 const std::vector<std::exception_ptr>& errors,
-                 const std::vector<std::vector<std::string>>& failures) {
-  EXPECT_EQ(describeErrors(errors), "");
-  for (int rank = 0; rank < size; ++rank) {
-    EXPECT_TRUE(failures[rank].empty()) << "rank " << rank << ": " << failures[rank].front();
-  }
-}
-
 class AllgatherRows : public ::testing::TestWithParam<RowAndSize> {};
 
 TEST_P(AllgatherRows, EveryRankGetsEveryBlock) {
@@ -50,19 +27,19 @@ TEST_P(AllgatherRows, EveryRankGetsEveryBlock) {
     Workspace workspace;
     uint64_t sequence = 0;
     for (bool inPlace : {false, true}) {
-      for (const Case& c : kCases) {
-        std::vector<uint8_t> output(c.bytes * size, 0xee);
-        std::vector<uint8_t> separate(c.bytes);
-        uint8_t* input = inPlace ? output.data() + rank * c.bytes : separate.data();
-        fillPattern(input, rank, c.bytes);
-        Peers peers(transport, makeFingerprint(++sequence, Collective::kAllgather, c.bytes),
+      for (const SizeCase& c : kSizeCases) {
+        std::vector<uint8_t> output(c.count * size, 0xee);
+        std::vector<uint8_t> separate(c.count);
+        uint8_t* input = inPlace ? output.data() + rank * c.count : separate.data();
+        fillPattern(input, rank, c.count);
+        Peers peers(transport, makeFingerprint(++sequence, Collective::kAllgather, c.count),
                     callDeadline(), workspace);
         peers.setSegmentBytes(c.segmentBytes);
-        algorithm.run(peers, AllgatherArgs{input, output.data(), c.bytes});
+        algorithm.run(peers, AllgatherArgs{input, output.data(), c.count});
         for (int block = 0; block < size; ++block) {
-          auto problem = checkPattern(output.data() + block * c.bytes, block, c.bytes);
+          auto problem = checkPattern(output.data() + block * c.count, block, c.count);
           if (!problem.empty()) {
-            failures[rank].push_back((inPlace ? "in place, " : "") + std::to_string(c.bytes) +
+            failures[rank].push_back((inPlace ? "in place, " : "") + std::to_string(c.count) +
                                      " bytes: " + problem);
           }
         }
@@ -89,20 +66,20 @@ TEST_P(AllToAllRows, BlockIGoesToRankI) {
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
     uint64_t sequence = 0;
-    for (const Case& c : kCases) {
-      std::vector<uint8_t> input(c.bytes * size);
-      std::vector<uint8_t> output(c.bytes * size, 0xee);
+    for (const SizeCase& c : kSizeCases) {
+      std::vector<uint8_t> input(c.count * size);
+      std::vector<uint8_t> output(c.count * size, 0xee);
       for (int block = 0; block < size; ++block) {
-        fillPattern(input.data() + block * c.bytes, rank * size + block, c.bytes);
+        fillPattern(input.data() + block * c.count, rank * size + block, c.count);
       }
-      Peers peers(transport, makeFingerprint(++sequence, Collective::kAllToAll, c.bytes),
+      Peers peers(transport, makeFingerprint(++sequence, Collective::kAllToAll, c.count),
                   callDeadline(), workspace);
       peers.setSegmentBytes(c.segmentBytes);
-      algorithm.run(peers, AllToAllArgs{input.data(), output.data(), c.bytes});
+      algorithm.run(peers, AllToAllArgs{input.data(), output.data(), c.count});
       for (int block = 0; block < size; ++block) {
-        auto problem = checkPattern(output.data() + block * c.bytes, block * size + rank, c.bytes);
+        auto problem = checkPattern(output.data() + block * c.count, block * size + rank, c.count);
         if (!problem.empty()) {
-          failures[rank].push_back(std::to_string(c.bytes) + " bytes: " + problem);
+          failures[rank].push_back(std::to_string(c.count) + " bytes: " + problem);
         }
       }
     }

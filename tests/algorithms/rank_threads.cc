@@ -78,4 +78,13 @@ transport::Fingerprint makeFingerprint(uint64_t sequence,
   return fingerprint;
 }
 
+void expectClean(int size,
+                 const std::vector<std::exception_ptr>& errors,
+                 const std::vector<std::vector<std::string>>& failures) {
+  EXPECT_EQ(describeErrors(errors), "");
+  for (int rank = 0; rank < size; ++rank) {
+    EXPECT_TRUE(failures[rank].empty()) << "rank " << rank << ": " << failures[rank].front();
+  }
+}
+
 }  // namespace chorus::algorithms::testing

@@ -38,6 +38,26 @@ transport::Fingerprint makeFingerprint(uint64_t sequence,
                                        ReduceOp op = ReduceOp::kSum,
                                        bool typed = false);
 
+// Message sizes every data-moving row runs with: empty, tiny, odd, and (with small segments) many
+// uneven segments. `count` is bytes, or elements where the collective is typed.
+struct SizeCase {
+  size_t count;
+  size_t segmentBytes;
+};
+inline constexpr SizeCase kSizeCases[] = {
+    {0, kDefaultSegmentBytes},
+    {1, kDefaultSegmentBytes},
+    {13, kDefaultSegmentBytes},
+    {1000, kDefaultSegmentBytes},
+    {1000, 64},
+    {1037, 40},
+};
+
+// EXPECTs that no rank threw and no rank recorded a failure.
+void expectClean(int size,
+                 const std::vector<std::exception_ptr>& errors,
+                 const std::vector<std::vector<std::string>>& failures);
+
 // The deadline given to each Peers in tests: shorter than runRanks' limit, so a stuck algorithm
 // reports TimeoutError from the transport first.
 inline Deadline callDeadline() { return Deadline::after(std::chrono::seconds(10)); }

@@ -16,29 +16,6 @@ namespace {
 
 using transport::Collective;
 
-struct Case {
-  size_t count;  // bytes, or elements for reduce
-  size_t segmentBytes;
-};
-
-constexpr Case kCases[] = {
-    {0, kDefaultSegmentBytes},
-    {1, kDefaultSegmentBytes},
-    {13, kDefaultSegmentBytes},
-    {1000, kDefaultSegmentBytes},
-    {1000, 64},
-    {1037, 40},
-};
-
-void expectClean(int size,
-                 const std::vector<std::exception_ptr>& errors,
-                 const std::vector<std::vector<std::string>>& failures) {
-  EXPECT_EQ(describeErrors(errors), "");
-  for (int rank = 0; rank < size; ++rank) {
-    EXPECT_TRUE(failures[rank].empty()) << "rank " << rank << ": " << failures[rank].front();
-  }
-}
-
 std::string where(int root, size_t count) {
   return "root " + std::to_string(root) + ", size " + std::to_string(count) + ": ";
 }
@@ -53,7 +30,7 @@ TEST_P(BroadcastRows, EveryRankGetsRootData) {
     Workspace workspace;
     uint64_t sequence = 0;
     for (int root : testRoots(size)) {
-      for (const Case& c : kCases) {
+      for (const SizeCase& c : kSizeCases) {
         std::vector<uint8_t> data(c.count, 0xee);
         if (rank == root)
           fillPattern(data.data(), root, c.count);
@@ -109,7 +86,7 @@ TEST_P(ReduceRows, RootGetsClosedFormInputsUnchanged) {
     Workspace workspace;
     uint64_t sequence = 0;
     for (int root : testRoots(size)) {
-      for (const Case& c : kCases) {
+      for (const SizeCase& c : kSizeCases) {
         for (const Reduction& reduction : testReductions()) {
           std::vector<double> input(c.count);
           fillContribution(reduction, rank, input.data(), c.count);
@@ -165,7 +142,7 @@ TEST_P(GatherRows, RootGetsBlocksInRankOrder) {
     Workspace workspace;
     uint64_t sequence = 0;
     for (int root : testRoots(size)) {
-      for (const Case& c : kCases) {
+      for (const SizeCase& c : kSizeCases) {
         std::vector<uint8_t> input(c.count);
         fillPattern(input.data(), rank, c.count);
         std::vector<uint8_t> output(rank == root ? c.count * size : 0, 0xee);
@@ -203,7 +180,7 @@ TEST_P(ScatterRows, EveryRankGetsItsBlock) {
     Workspace workspace;
     uint64_t sequence = 0;
     for (int root : testRoots(size)) {
-      for (const Case& c : kCases) {
+      for (const SizeCase& c : kSizeCases) {
         std::vector<uint8_t> input(rank == root ? c.count * size : 0);
         for (int block = 0; rank == root && block < size; ++block) {
           fillPattern(input.data() + block * c.count, block, c.count);
