@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/check.h"
 #include "core/net/handshake.h"
+#include "job_token.h"
 #include "rank_environment.h"
 #include "store/tcp_store.h"
 
@@ -69,13 +71,35 @@ Launcher::Launcher(LaunchOptions options) : options_(std::move(options)) {
 Launcher::~Launcher() {
   ranks_.clear();  // Kills and reaps what is left.
   output_.reset();
+  nodes_.reset();
   store_.reset();
 }
 
 int Launcher::run() {
-  std::string token = net::generateToken();
-  store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0, token);
-  spawnRanks(token);
+  std::optional<std::string> token = findJobToken(options_);
+  if (!token) {
+    say(missingTokenMessage());
+    return 2;
+  }
+  if (options_.nnodes > 1) {
+    nodes_ = std::make_unique<NodeGroup>(options_, *token);
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = nodes_->eventFd();
+    CHORUS_SYSCHECK(epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, nodes_->eventFd(), &event));
+    try {
+      spawnRanks(*token, nodes_->storeHost(), nodes_->storePort());
+      eventLoop();
+    } catch (const std::exception& e) {
+      nodes_->reportFailure(
+          1, "node " + std::to_string(options_.nodeRank) + "'s chorusrun failed: " + e.what());
+      throw;
+    }
+    nodes_->finish();
+    return exitCode_;
+  }
+  store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0, *token);
+  spawnRanks(*token, "127.0.0.1", store_->port());
   eventLoop();
   return exitCode_;
 }
@@ -84,14 +108,47 @@ void Launcher::say(const std::string& message) const {
   writeAll(2, "chorusrun: " + message + "\n");
 }
 
-void Launcher::spawnRanks(const std::string& token) {
+std::string Launcher::nodeName() const {
+  return nodes_ ? "node " + std::to_string(options_.nodeRank) + " " : "";
+}
+
+void Launcher::fail(int signal, int exitCode, const std::string& message) {
+  beginStop(signal, exitCode);
+  if (nodes_ && !ownFailure_) {
+    ownFailure_ = true;
+    nodes_->reportFailure(exitCode, message);
+  }
+}
+
+void Launcher::handleNodeEvent() {
+  std::optional<NodeEvent> event = nodes_->takeEvent();
+  if (!event) {
+    return;
+  }
+  nodeSettled_ = true;
+  if (event->kind == NodeEvent::Kind::kFinished || ownFailure_) {
+    return;
+  }
+  say(event->message + "; stopping the ranks of node " + std::to_string(options_.nodeRank));
+  if (!stopping_ && !finishing_) {
+    beginStop(SIGTERM, event->exitCode);
+  } else if (exitCode_ == 0) {
+    exitCode_ = event->exitCode;
+  }
+}
+
+void Launcher::spawnRanks(const std::string& token,
+                          const std::string& storeHost,
+                          uint16_t storePort) {
   int n = options_.nprocPerNode;
   ensureFileLimit(n);
   JobEnvironment job;
-  job.size = n;
+  job.size = n * options_.nnodes;
   job.localSize = n;
-  job.storeHost = "127.0.0.1";
-  job.storePort = store_->port();
+  job.nodeRank = options_.nodeRank;
+  job.nnodes = options_.nnodes;
+  job.storeHost = storeHost;
+  job.storePort = storePort;
   job.token = token;
   job.jobId = generateJobId();
   job.timeout = options_.timeout;
@@ -102,14 +159,15 @@ void Launcher::spawnRanks(const std::string& token) {
   // A rank outside the terminal's foreground process group would stop (SIGTTIN) reading a tty.
   bool stdinIsTerminal = isatty(STDIN_FILENO);
   ranks_.reserve(n);
-  for (int rank = 0; rank < n; ++rank) {
-    spec.env = rankEnvironment(job, rank, environ);
-    spec.inheritStdin = rank == 0 && !stdinIsTerminal;
+  for (int local = 0; local < n; ++local) {
+    int rank = options_.nodeRank * n + local;
+    spec.env = rankEnvironment(job, local, environ);
+    spec.inheritStdin = rank == 0 && !stdinIsTerminal && !options_.tokenStdin;
     try {
       ranks_.emplace_back(rank, spec);
     } catch (const ExecError& e) {
-      say(e.what());
-      beginStop(SIGKILL, e.error() == ENOENT ? 127 : 126);
+      say(nodeName() + e.what());
+      fail(SIGKILL, e.error() == ENOENT ? 127 : 126, nodeName() + e.what());
       return;
     }
     RankProcess& process = ranks_.back();
@@ -125,9 +183,20 @@ void Launcher::spawnRanks(const std::string& token) {
 void Launcher::eventLoop() {
   checkRankExits();  // Covers zero ranks started (the program could not be executed).
   while (true) {
-    if (finishing_ &&
+    if (finishing_ && !drained_ &&
         ((output_->openStreams() == 0 && !childrenLeft_) || Clock::now() >= *drainUntil_)) {
+      drained_ = true;
+      drainUntil_.reset();
+      output_->closeAll();
+    }
+    if (drained_ && (!nodes_ || nodeSettled_)) {
       break;
+    }
+    if (waitNodesUntil_ && !nodeSettled_ && Clock::now() >= *waitNodesUntil_) {
+      say("node 0 gave up waiting for the other nodes to finish; exiting");
+      exitCode_ = 1;
+      nodeSettled_ = true;
+      continue;
     }
     if (killAt_ && Clock::now() >= *killAt_) {
       signalAll(SIGKILL);
@@ -148,6 +217,8 @@ void Launcher::eventLoop() {
       int fd = events[i].data.fd;
       if (fd == signals_.get()) {
         handleSignals();
+      } else if (nodes_ && fd == nodes_->eventFd()) {
+        handleNodeEvent();
       } else {
         output_->onReadable(fd);
       }
@@ -157,10 +228,14 @@ void Launcher::eventLoop() {
 }
 
 std::optional<Launcher::TimePoint> Launcher::nextDeadline() const {
-  if (killAt_ && drainUntil_) {
-    return std::min(*killAt_, *drainUntil_);
+  std::optional<TimePoint> next;
+  for (const std::optional<TimePoint>& at :
+       {killAt_, drainUntil_, nodeSettled_ ? std::nullopt : waitNodesUntil_}) {
+    if (at && (!next || *at < *next)) {
+      next = at;
+    }
   }
-  return killAt_ ? killAt_ : drainUntil_;
+  return next;
 }
 
 void Launcher::handleSignals() {
@@ -173,8 +248,9 @@ void Launcher::handleSignals() {
     } else if (finishing_) {
       drainUntil_ = Clock::now();  // Every rank is gone; stop waiting for stragglers.
     } else if (!stopping_) {
-      say("got " + signalName(signal) + "; forwarding it to all ranks");
-      beginStop(signal, 128 + signal);
+      say(nodeName() + "got " + signalName(signal) + "; forwarding it to all ranks");
+      fail(signal, 128 + signal,
+           "node " + std::to_string(options_.nodeRank) + "'s chorusrun got " + signalName(signal));
     } else {
       signalAll(SIGKILL);  // A second signal: no more grace.
       killAt_.reset();
@@ -187,6 +263,7 @@ void Launcher::handleSignals() {
 
 void Launcher::checkRankExits() {
   std::optional<int> failedCode;
+  std::string failure;
   for (RankProcess& process : ranks_) {
     std::optional<ExitStatus> status = process.pollExit();
     if (!status || status->success()) {
@@ -199,16 +276,18 @@ void Launcher::checkRankExits() {
       continue;
     }
     // Forward the rank's last output before saying why it ended.
-    auto [out, err] = rankStreams_[process.rank()];
+    auto [out, err] = rankStreams_[process.rank() - options_.nodeRank * options_.nprocPerNode];
     output_->drainAvailable(out);
     output_->drainAvailable(err);
-    say(status->describe(process.rank()));
+    std::string what = nodeName() + status->describe(process.rank());
+    say(what);
     if (!failedCode) {
       failedCode = status->launcherExitCode();
+      failure = what;
     }
   }
   if (failedCode) {
-    beginStop(SIGTERM, *failedCode);
+    fail(SIGTERM, *failedCode, failure);
   }
   if (finishing_) {
     reapChildren();
@@ -237,6 +316,14 @@ void Launcher::signalAll(int signal) {
 
 void Launcher::beginFinish() {
   finishing_ = true;
+  if (nodes_ && !stopping_) {
+    nodes_->reportDone();
+    std::chrono::milliseconds wait{300000};
+    if (options_.timeout) {
+      wait = std::chrono::milliseconds(std::llround(std::stod(*options_.timeout) * 1000.0));
+    }
+    waitNodesUntil_ = Clock::now() + std::max(wait, kExitWait);
+  }
   killAt_.reset();
   signalAll(SIGKILL);  // Whatever the ranks left behind in their process groups.
   for (RankProcess& process : ranks_) {

@@ -1,12 +1,12 @@
-// Launcher: runs one single-node chorus job — the rendezvous store, N ranks, their output, and
-// their end.
+// Launcher: runs one node's part of a chorus job — the rendezvous store (node 0), this node's
+// ranks, their output, and their end.
 //
 // Lifecycle:
 //  1. Blocks SIGINT, SIGTERM, SIGHUP and SIGCHLD (before any thread exists, so the store's threads
 //     inherit the mask) and receives them through a signalfd; becomes a child subreaper, so
 //     processes orphaned by a dying rank are re-parented to the launcher, which reaps them.
-//  2. Starts the TCP store on 127.0.0.1 (a free port) with a fresh job token, and spawns the ranks
-//     (see rank_process.h, rank_environment.h).
+//  2. Starts the TCP store on 127.0.0.1 (a free port; several nodes: see below) with a fresh job
+//     token, and spawns the ranks (see rank_process.h, rank_environment.h).
 //  3. One event loop (epoll over the output pipes and the signalfd) forwards output, notices
 //     exits and signals. Nothing sleeps; the only timed waits are the kill grace and the drain.
 //  4. A rank that exits non-zero or is killed: chorusrun says which and how on stderr, sends
@@ -17,9 +17,15 @@
 //  5. Once every rank has exited, any process left in a rank's group is killed, output is drained
 //     until the pipes close (at most kDrainTimeout), and all children are reaped.
 //
-// Limits: one node (--nnodes 1). Processes that a rank moves out of its process group (setsid,
-// setpgid) are not killed; if they keep a pipe open, the launcher stops waiting for it after
-// kDrainTimeout.
+// Several nodes (--nnodes > 1): one launcher per node; node 0's serves the store on --master,
+// and the launchers learn of each other's failures and completion through it (see node_group.h).
+// A failure on this node is recorded there; one recorded elsewhere, or the store lost, stops this
+// node's ranks like a failure here (one line naming the node and rank, that rank's exit code).
+// Node 0 exits only once every node has finished (or after --timeout, default 300 s, past its own
+// ranks), so that the others can still reach the store.
+//
+// Limits: processes that a rank moves out of its process group (setsid, setpgid) are not killed;
+// if they keep a pipe open, the launcher stops waiting for it after kDrainTimeout.
 #pragma once
 
 #include <signal.h>
@@ -32,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "node_group.h"
 #include "options.h"
 #include "output_forwarder.h"
 #include "rank_process.h"
@@ -59,7 +66,11 @@ class Launcher {
  private:
   using TimePoint = std::chrono::steady_clock::time_point;
 
-  void spawnRanks(const std::string& token);
+  void spawnRanks(const std::string& token, const std::string& storeHost, uint16_t storePort);
+  void handleNodeEvent();
+  // Stops this node's ranks after a failure here, telling the other nodes.
+  void fail(int signal, int exitCode, const std::string& message);
+  std::string nodeName() const;
   void eventLoop();
   void handleSignals();
   void checkRankExits();
@@ -77,6 +88,7 @@ class Launcher {
   UniqueFd epoll_;
   UniqueFd signals_;
   std::unique_ptr<store::TcpStoreServer> store_;
+  std::unique_ptr<NodeGroup> nodes_;
   std::unique_ptr<OutputForwarder> output_;
   std::vector<RankProcess> ranks_;
   std::vector<std::pair<int, int>> rankStreams_;  // each rank's stdout and stderr read fds
@@ -90,6 +102,12 @@ class Launcher {
   bool childrenLeft_ = true;
   std::optional<TimePoint> killAt_;
   std::optional<TimePoint> drainUntil_;
+  bool drained_ = false;
+  // Multi-node: the node group's watcher has reported (the job may end), this node's failure was
+  // reported, and (node 0) how long to wait for the other nodes once its own ranks are done.
+  bool nodeSettled_ = false;
+  bool ownFailure_ = false;
+  std::optional<TimePoint> waitNodesUntil_;
 };
 
 }  // namespace chorus::launcher

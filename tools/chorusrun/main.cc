@@ -1,8 +1,11 @@
 // chorusrun: starts N ranks of a chorus program on this machine (DESIGN §5).
 //
 //   chorusrun -np 4 python3 train.py
+//   chorusrun --nnodes 2 --node-rank 0 --master 10.0.0.1:29500 --nproc-per-node 8 prog
+//   chorusrun -H node1:8,node2:8 prog
 //
-// See options.h for the command line and launcher.h for what happens to the ranks.
+// See options.h for the command line, launcher.h for what happens to the ranks, node_group.h for
+// how the launchers of several nodes cooperate, and remote_start.h for -H / --hostfile.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 
 #include "launcher.h"
 #include "options.h"
+#include "remote_start.h"
 
 namespace {
 
@@ -36,6 +40,9 @@ int main(int argc, char** argv) {
     return parsed.exitCode;
   }
   try {
+    if (!parsed.options->hosts.empty() || !parsed.options->hostfile.empty()) {
+      return chorus::launcher::runRemoteLaunchers(*parsed.options);
+    }
     chorus::launcher::Launcher launcher(std::move(*parsed.options));
     return launcher.run();
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 namespace chorus::launcher {
@@ -17,14 +18,31 @@ CHORUS_LAUNCHER, and the torchrun-compatible RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Output lines are prefixed "[rank] ".
 When a rank fails, the others are stopped and chorusrun exits with its code.
 
+Multi-node: run one launcher per node with the same --nnodes, --master and
+--nproc-per-node; node 0 serves the store on --master (bind address:port).
+Global rank = node-rank * nproc-per-node + local rank. Every node needs the
+same job token, from CHORUS_JOB_TOKEN or --token-file (mode 0600), never argv;
+without one, a multi-node launcher refuses to start. If any rank on any node
+fails (or a launcher is signalled), every launcher stops its ranks and exits
+non-zero naming the node and rank; losing node 0's store does the same.
+-H/--hostfile starts those launchers over ssh (CHORUS_RSH overrides "ssh";
+"chorusrun" must be on the remote PATH), passing the token on their stdin.
+Hostfile lines: "node1 slots=4" or "node1:4"; '#' comments.
+
 Examples:
   chorusrun -np 4 python3 train.py
-  chorusrun -np 4 ./build/bin/allreduce --count 1024)";
+  chorusrun -np 4 ./build/bin/allreduce --count 1024
+  CHORUS_JOB_TOKEN=$(openssl rand -hex 32) chorusrun --nnodes 2 --node-rank 0 \
+      --master 10.0.0.1:29500 --nproc-per-node 8 python3 train.py
+  chorusrun -H node1:8,node2:8 --master 10.0.0.1:29500 python3 train.py)";
 
 class UsageFormatter : public CLI::Formatter {
  public:
   std::string make_usage(const CLI::App*, std::string) const override {
-    return "Usage: chorusrun -np N [options] program [args...]\n";
+    return "Usage: chorusrun -np N [options] program [args...]\n"
+           "       chorusrun --nnodes N --node-rank I --master HOST:PORT --nproc-per-node K "
+           "[options] program [args...]\n"
+           "       chorusrun -H host1:K,host2:K | --hostfile FILE [options] program [args...]\n";
   }
 };
 
@@ -54,10 +72,42 @@ std::vector<std::string> rewriteMpiStyle(const CLI::App& app, int argc, const ch
   return args;
 }
 
+// What is wrong with a parsed command line, if anything.
+std::optional<std::string> usageProblem(const LaunchOptions& options) {
+  if (options.command.empty()) {
+    return "no program given; usage: chorusrun -np N program [args...]";
+  }
+  const std::string& first = options.command.front();
+  if (first.size() > 1 && first[0] == '-') {
+    return "unknown option '" + first + "' (put options before the program name)";
+  }
+  if (!options.hosts.empty() || !options.hostfile.empty()) {
+    if (!options.hosts.empty() && !options.hostfile.empty()) {
+      return "give -H or --hostfile, not both";
+    }
+    if (options.nprocPerNode != 0 || options.nnodes != 1 || options.nodeRank != 0) {
+      return "with -H/--hostfile the slots per host set the ranks per node; drop -np, --nnodes "
+             "and --node-rank";
+    }
+  } else if (options.nprocPerNode == 0) {
+    return "say how many ranks to start, e.g. chorusrun -np 4 " + first;
+  }
+  if (options.nnodes > 1 && options.master.empty()) {
+    return "--nnodes " + std::to_string(options.nnodes) +
+           " needs --master HOST:PORT (where node 0 serves the store)";
+  }
+  if (options.nodeRank >= options.nnodes) {
+    return "--node-rank " + std::to_string(options.nodeRank) + " is not below --nnodes " +
+           std::to_string(options.nnodes);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ParseResult parseOptions(int argc, const char* const* argv) {
-  CLI::App app{"chorusrun: start N ranks of a chorus program on this machine", "chorusrun"};
+  CLI::App app{"chorusrun: start the ranks of a chorus program, on this machine or several",
+               "chorusrun"};
   app.prefix_command();
   app.footer(kFooter);
   app.formatter(std::make_shared<UsageFormatter>());
@@ -68,12 +118,25 @@ ParseResult parseOptions(int argc, const char* const* argv) {
   app.add_option("-n,--np,--nproc-per-node", options.nprocPerNode,
                  "Number of ranks to start on this node (-np N also works)")
       ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--nnodes", options.nnodes, "Number of nodes (only 1 for now)")
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            return value == "1" ? "" : "only --nnodes 1 is supported so far; run one node";
-          },
-          "1"));
+  app.add_option("--nnodes", options.nnodes, "Number of nodes, one launcher each (default 1)")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--node-rank", options.nodeRank, "This node's index, 0 to nnodes-1")
+      ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--master", options.master,
+                 "HOST:PORT where node 0 serves the store (multi-node; -H: default "
+                 "<first host>:29500)");
+  double connectTimeoutSeconds = 60.0;
+  app.add_option("--connect-timeout", connectTimeoutSeconds,
+                 "Seconds other nodes keep trying to reach node 0's store (default 60)")
+      ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--token-file", options.tokenFile,
+                 "File (mode 0600) holding the job token; also CHORUS_JOB_TOKEN_FILE");
+  app.add_flag("--token-stdin", options.tokenStdin,
+               "Read the job token from the first line of stdin (used over ssh)");
+  app.add_option("-H,--hosts", options.hosts,
+                 "host1:K,host2:K: start one launcher per host over ssh");
+  app.add_option("--hostfile", options.hostfile,
+                 "File of hosts (\"node1 slots=K\" or \"node1:K\"), as for -H");
   app.add_option("--timeout", timeout,
                  "Collective timeout in seconds, exported to ranks as CHORUS_TIMEOUT")
       ->check(CLI::PositiveNumber);
@@ -99,20 +162,16 @@ ParseResult parseOptions(int argc, const char* const* argv) {
   if (!options.command.empty() && options.command.front() == "--") {
     options.command.erase(options.command.begin());
   }
-  auto usageError = [](const std::string& message) {
-    std::cerr << "chorusrun: " << message << "\nRun with --help for more information.\n";
+  if (std::optional<std::string> problem = usageProblem(options)) {
+    std::cerr << "chorusrun: " << *problem << "\nRun with --help for more information.\n";
     return ParseResult{std::nullopt, 2};
-  };
-  if (options.command.empty()) {
-    return usageError("no program given; usage: chorusrun -np N program [args...]");
   }
-  const std::string& first = options.command.front();
-  if (first.size() > 1 && first[0] == '-') {
-    return usageError("unknown option '" + first + "' (put options before the program name)");
+  if (options.tokenFile.empty()) {
+    if (const char* file = std::getenv("CHORUS_JOB_TOKEN_FILE"); file && *file) {
+      options.tokenFile = file;
+    }
   }
-  if (options.nprocPerNode == 0) {
-    return usageError("say how many ranks to start, e.g. chorusrun -np 4 " + first);
-  }
+  options.connectTimeout = std::chrono::milliseconds(std::llround(connectTimeoutSeconds * 1000.0));
   if (!timeout.empty()) {
     options.timeout = timeout;
   }

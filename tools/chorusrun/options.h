@@ -1,4 +1,5 @@
-// chorusrun's command line: `chorusrun -np N [options] program [args...]`.
+// chorusrun's command line: `chorusrun -np N [options] program [args...]`, or for several nodes
+// `--nnodes N --node-rank I --master HOST:PORT --nproc-per-node K`, or `-H host:K,...`.
 //
 // Everything from the program name on belongs to the program and is passed to it untouched, so
 // `chorusrun -np 2 prog -np 5` gives the program "-np 5". Parsing uses CLI11 as a prefix command;
@@ -16,6 +17,19 @@ namespace chorus::launcher {
 struct LaunchOptions {
   int nprocPerNode = 0;
   int nnodes = 1;
+  int nodeRank = 0;
+  // --master HOST:PORT: where node 0 serves the store (multi-node); empty for one node.
+  std::string master;
+  // How long nodes other than 0 keep trying to reach the store.
+  std::chrono::milliseconds connectTimeout{60000};
+  // The job token's file (--token-file, else CHORUS_JOB_TOKEN_FILE); empty: none.
+  std::string tokenFile;
+  // Read the job token from the first line of stdin (what the -H coordinator passes over ssh).
+  bool tokenStdin = false;
+  // -H host:slots,... and --hostfile FILE: act as the coordinator that starts one launcher per
+  // host over ssh (see remote_start.h).
+  std::string hosts;
+  std::string hostfile;
   // --timeout as given (seconds), exported to ranks as CHORUS_TIMEOUT; unset: not exported.
   std::optional<std::string> timeout;
   bool tagOutput = true;
