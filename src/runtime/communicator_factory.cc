@@ -85,7 +85,8 @@ std::shared_ptr<Communicator> createGroupCommunicator(CommunicatorState& parent,
                                                       const std::vector<int>& members,
                                                       int groupId,
                                                       int groupSize,
-                                                      const std::string& scope) {
+                                                      const std::string& scope,
+                                                      const std::string& backend) {
   const auto& parentInfo = parent.info();
   auto position = std::find(members.begin(), members.end(), parentInfo.rank);
   CHORUS_ASSERT(position != members.end());
@@ -103,6 +104,7 @@ std::shared_ptr<Communicator> createGroupCommunicator(CommunicatorState& parent,
   std::tie(info.localRank, info.localSize) = localPlacement(info.nodeIds, info.rank);
   CommunicatorResources resources = parent.resources();
   resources.scope = scope;
+  resources.backendName = backend;
   return assemble(std::move(info), std::move(resources), parent.timeout());
 }
 

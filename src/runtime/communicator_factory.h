@@ -38,7 +38,14 @@ std::shared_ptr<Communicator> createGroupCommunicator(CommunicatorState& parent,
                                                       const std::vector<int>& members,
                                                       int groupId,
                                                       int groupSize,
-                                                      const std::string& scope);
+                                                      const std::string& scope,
+                                                      const std::string& backend);
+
+// Communicator::split with the new communicators on `backend` (split itself keeps the parent's).
+std::shared_ptr<Communicator> splitCommunicator(Communicator& parent,
+                                                int color,
+                                                int key,
+                                                const std::string& backend);
 
 // Local rank and size among `nodeIds` for member `rank`.
 std::pair<int, int> localPlacement(const std::vector<std::string>& nodeIds, int rank);

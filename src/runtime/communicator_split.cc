@@ -15,19 +15,28 @@
 namespace chorus {
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key) {
-  const int p = size();
+  return detail::splitCommunicator(*this, color, key, state_->resources().backendName);
+}
+
+namespace detail {
+
+std::shared_ptr<Communicator> splitCommunicator(Communicator& parent,
+                                                int color,
+                                                int key,
+                                                const std::string& backend) {
+  auto& state = parent.state();
+  const int p = parent.size();
   std::vector<int64_t> mine = {color, key};
   std::vector<int64_t> all(2 * p);
   auto fingerprint =
-      detail::makeFingerprint(transport::Collective::kSplit, 2, DataType::kInt64, std::nullopt, -1);
-  auto& state = *state_;
-  state_
-      ->submit(fingerprint,
-               [&state, &mine, &all](const backend::CallContext& call) {
-                 state.backend().allgather(call, {mine.data(), all.data(), 2 * sizeof(int64_t)});
-               })
+      makeFingerprint(transport::Collective::kSplit, 2, DataType::kInt64, std::nullopt, -1);
+  state
+      .submit(fingerprint,
+              [&state, &mine, &all](const backend::CallContext& call) {
+                state.backend().allgather(call, {mine.data(), all.data(), 2 * sizeof(int64_t)});
+              })
       ->wait();
-  const uint64_t splitId = state_->nextSplitId();
+  const uint64_t splitId = state.nextSplitId();
   if (color < 0)
     return nullptr;
 
@@ -43,10 +52,10 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   std::vector<int> members;
   for (const auto& [memberKey, memberRank] : keyed) members.push_back(memberRank);
   const int groupId = static_cast<int>(std::distance(colors.begin(), colors.find(color)));
-  const std::string scope =
-      detail::concat(state_->resources().scope, "/split", splitId, "/color", color);
-  return detail::createGroupCommunicator(*state_, members, groupId, static_cast<int>(colors.size()),
-                                         scope);
+  const std::string scope = concat(state.resources().scope, "/split", splitId, "/color", color);
+  return createGroupCommunicator(state, members, groupId, static_cast<int>(colors.size()), scope,
+                                 backend);
 }
 
+}  // namespace detail
 }  // namespace chorus

@@ -1,0 +1,39 @@
+// CommunicatorPool: the communicators of rank_list groups, made once per (backend, normalized
+// rank_list) and then served from the cache, so a repeated rank_list costs no new rendezvous.
+//
+// A rank_list is a list of groups of world ranks. Normalizing completes it into a partition of
+// the world: ranks in no group become groups of one (in ascending order), so `[[0, 1, 2]]` on 4
+// ranks is `[[0, 1, 2], [3]]`. A group holding every rank in order is the world itself.
+//
+// Contract: get() is collective over the world the first time a key is seen (every world rank must
+// call it with the same rank_list and backend, in the same order); later calls return the cached
+// communicator without communicating. Not thread-safe: DistContext serializes calls.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "chorus/communicator.h"
+
+namespace chorus::detail {
+
+class CommunicatorPool {
+ public:
+  explicit CommunicatorPool(std::shared_ptr<Communicator> world);
+
+  // The caller's group of `rankList`, whose collectives run on `backend`.
+  std::shared_ptr<Communicator> get(const RankList& rankList, const std::string& backend);
+  void clear();
+
+  // Duplicates ("Each rank can only appear on rank_list once"), ranks outside the world and empty
+  // groups are InvalidArgumentError.
+  static RankList normalize(const RankList& rankList, int worldSize);
+
+ private:
+  std::shared_ptr<Communicator> world_;
+  std::map<std::pair<std::string, RankList>, std::shared_ptr<Communicator>> groups_;
+};
+
+}  // namespace chorus::detail
