@@ -25,7 +25,8 @@ RankList CommunicatorPool::normalize(const RankList& rankList, int worldSize) {
     groups.push_back(group);
   }
   for (int r = 0; r < worldSize; ++r) {
-    if (!seen[r]) groups.push_back({r});
+    if (!seen[r])
+      groups.push_back({r});
   }
   return groups;
 }
@@ -34,9 +35,11 @@ std::shared_ptr<Communicator> CommunicatorPool::get(const RankList& rankList,
                                                     const std::string& backend) {
   RankList groups = normalize(rankList, world_->size());
   const bool isWorld = groups.size() == 1 && std::is_sorted(groups[0].begin(), groups[0].end());
-  if (isWorld && backend == world_->state().resources().backendName) return world_;
+  if (isWorld && backend == world_->state().resources().backendName)
+    return world_;
   auto key = std::make_pair(backend, groups);
-  if (auto cached = groups_.find(key); cached != groups_.end()) return cached->second;
+  if (auto cached = groups_.find(key); cached != groups_.end())
+    return cached->second;
   // My group's index is the split color, my position in it the key: group order is list order.
   const int me = world_->rank();
   int color = 0;
