@@ -36,7 +36,8 @@ PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
-FORMAT_FILES = $(shell git ls-files '*.h' '*.cc')
+# Tracked and new (untracked, not ignored) sources, so a file not yet added is checked too.
+FORMAT_FILES = $(shell git ls-files --cached --others --exclude-standard '*.h' '*.cc')
 
 format:
 	@clang-format -i $(FORMAT_FILES)
