@@ -1,9 +1,11 @@
 // Backend: an engine that runs whole collectives for one communicator.
 //
 // Kinds: "void" (size 1, identity), "algorithmic" (the algorithms of src/algorithms/ over a
-// transport: tcp today), later "shm", "mpi" and "nccl". The communicator front end (src/runtime/)
-// validates, flattens tensors, widens float16/bfloat16, turns avg into sum-then-divide and fuses
-// tensor lists before calling a backend, so a backend sees flat buffers only.
+// transport: tcp, or mpi as backend "mpi_algorithms"), "mpi" (native MPI collectives,
+// src/backend/mpi/; builds with CHORUS_WITH_MPI), later "shm" and "nccl". The communicator front
+// end (src/runtime/) validates, flattens tensors, widens float16/bfloat16, turns avg into
+// sum-then-divide and fuses tensor lists before calling a backend, so a backend sees flat buffers
+// only.
 //
 // Contract: methods are called from one thread at a time, in the communicator's call order. Each
 // call finishes or throws a chorus::Error before `call.deadline`. After a throw the backend is

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "store/store.h"
@@ -10,10 +11,15 @@
 namespace chorus::backend {
 
 struct BackendOptions {
-  // "auto" (size 1: void, else tcp), "tcp", "void" (only for size 1).
+  // "auto" (size 1: void; else tcp when there is a store, mpi without one), "tcp", "void" (only
+  // for size 1); in builds with CHORUS_WITH_MPI also "mpi" (native MPI collectives) and
+  // "mpi_algorithms" (chorus's algorithms over the MPI transport), which need the MPI connector.
   std::string name = "auto";
   int rank = 0;
   int size = 1;
+  // The members' world ranks, in communicator rank order (the MPI backends build their
+  // communicator from them).
+  std::vector<int> worldRanks;
   // Scoped to this communicator (a PrefixStore); unused for size 1.
   std::shared_ptr<store::Store> store;
   std::string token;
@@ -23,7 +29,8 @@ struct BackendOptions {
   Deadline deadline = Deadline::never();
 };
 
-// Collective over the communicator's ranks when size > 1 (transports connect through the store).
+// Collective over the communicator's ranks when size > 1 (transports connect through the store;
+// the MPI backends through MPI).
 std::unique_ptr<Backend> createBackend(const BackendOptions& options);
 
 }  // namespace chorus::backend

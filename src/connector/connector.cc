@@ -1,5 +1,6 @@
 // Choosing the connector from the environment: chorusrun's CHORUS_* variables first, then the
-// torchrun-compatible RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, else a single rank.
+// torchrun-compatible RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, then mpirun's (MPI builds),
+// else a single rank.
 #include "connector/connector.h"
 
 #include <unistd.h>
@@ -10,6 +11,9 @@
 #include <sstream>
 
 #include "connector/store_connector.h"
+#ifdef CHORUS_WITH_MPI
+#include "connector/mpi_connector.h"
+#endif
 #include "connector/void_connector.h"
 #include "core/check.h"
 #include "core/env.h"
@@ -118,6 +122,11 @@ std::unique_ptr<Connector> connectTorchrun(std::chrono::milliseconds timeout) {
   return std::make_unique<StoreConnector>(placement, std::move(store), *token, std::move(server));
 }
 
+// mpirun's environment: Open MPI sets OMPI_COMM_WORLD_SIZE, MPICH/Hydra PMI_SIZE, PMIx PMIX_RANK.
+bool launchedByMpirun() {
+  return env::string("OMPI_COMM_WORLD_SIZE") || env::string("PMI_SIZE") || env::string("PMIX_RANK");
+}
+
 }  // namespace
 
 std::unique_ptr<Connector> connectFromEnvironment(std::chrono::milliseconds timeout) {
@@ -125,6 +134,14 @@ std::unique_ptr<Connector> connectFromEnvironment(std::chrono::milliseconds time
     return connectChorusrun(timeout);
   if (env::string("RANK") && env::string("WORLD_SIZE") && env::string("MASTER_PORT")) {
     return connectTorchrun(timeout);
+  }
+  if (launchedByMpirun()) {
+#ifdef CHORUS_WITH_MPI
+    return std::make_unique<MpiConnector>();
+#else
+    CHORUS_LOG(kWarn) << "this process was started by mpirun, but chorus was built without MPI "
+                         "(CHORUS_WITH_MPI=OFF): it runs as a job of one rank";
+#endif
   }
   return std::make_unique<VoidConnector>();
 }

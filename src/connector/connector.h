@@ -6,6 +6,8 @@
 //    CHORUS_LOCAL_SIZE, CHORUS_NODE_RANK, CHORUS_STORE, CHORUS_JOB_TOKEN) or torchrun-style
 //    (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 then serves
 //    the store itself). Rendezvous goes through the TCP store.
+//  - "mpi": launched by mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set, CHORUS_STORE not
+//    set) in a build with CHORUS_WITH_MPI. Rendezvous goes through MPI; there is no store.
 //  - "void": no launcher; a single rank.
 //
 // Contract: barrier() and broadcast() are collective over all ranks of the job and give up at
@@ -34,7 +36,11 @@ class Connector {
   virtual int nodeRank() const = 0;
   // Identity of this node: "node<rank>" when the launcher assigns node ranks, else the host name.
   virtual std::string nodeId() const = 0;
-  // The job's rendezvous store (null for void) and the token that authenticates connections.
+  // Node ids of all ranks in rank order when the connector knows them without a store (MPI);
+  // empty otherwise (they are then exchanged through the store).
+  virtual std::vector<std::string> nodeIds() const { return {}; }
+  // The job's rendezvous store (null for void and MPI) and the token that authenticates
+  // connections.
   virtual std::shared_ptr<store::Store> store() const = 0;
   virtual const std::string& token() const = 0;
   // The address on which other ranks can reach this process.

@@ -30,8 +30,8 @@ std::shared_ptr<Communicator> assemble(CommunicatorInfo info,
   options.name = resources.backendName;
   options.rank = info.rank;
   options.size = info.size;
-  if (info.size > 1) {
-    CHORUS_ASSERT(resources.store != nullptr);
+  options.worldRanks = info.worldRanks;
+  if (info.size > 1 && resources.store != nullptr) {
     options.store = std::make_shared<store::PrefixStore>("comm/" + resources.scope + "/backend",
                                                          resources.store);
   }
@@ -61,14 +61,17 @@ std::vector<std::string> exchangeNodeIds(
 std::shared_ptr<Communicator> createWorldCommunicator(const WorldOptions& options) {
   CHORUS_CHECK_ARG(options.size >= 1 && options.rank >= 0 && options.rank < options.size, "rank ",
                    options.rank, " is not valid in a world of size ", options.size);
-  CHORUS_CHECK_ARG(options.size == 1 || options.store != nullptr, "a world of ", options.size,
-                   " ranks needs a store");
+  CHORUS_CHECK_ARG(options.size == 1 || options.store != nullptr ||
+                       static_cast<int>(options.nodeIds.size()) == options.size,
+                   "a world of ", options.size, " ranks needs a store (or the MPI connector)");
   CommunicatorInfo info;
   info.rank = info.worldRank = options.rank;
   info.size = info.worldSize = options.size;
   info.worldRanks.resize(options.size);
   for (int r = 0; r < options.size; ++r) info.worldRanks[r] = r;
-  if (options.size > 1) {
+  if (!options.nodeIds.empty()) {
+    info.nodeIds = options.nodeIds;
+  } else if (options.size > 1) {
     store::PrefixStore scoped("comm/" + options.scope + "/nodes", options.store);
     info.nodeIds = exchangeNodeIds(scoped, options.rank, options.size, options.nodeId,
                                    Deadline::after(options.timeout));

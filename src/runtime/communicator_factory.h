@@ -18,7 +18,10 @@ struct WorldOptions {
   int size = 1;
   // Identity of this rank's node; ranks with equal ids count as local to each other.
   std::string nodeId = "node0";
-  // The job's store (unscoped; null only for size 1) and its token.
+  // Every rank's node id in rank order when the connector knows them (MPI); empty: exchanged
+  // through the store.
+  std::vector<std::string> nodeIds;
+  // The job's store (unscoped; null for size 1 and under the MPI connector) and its token.
   std::shared_ptr<store::Store> store;
   std::string token;
   std::string backend = "auto";

@@ -16,6 +16,30 @@ int firstInt(std::initializer_list<const char*> names, int fallback) {
   return fallback;
 }
 
+// mpirun's placement, read from its environment (no MPI call) so that config() is right before any
+// communicator exists: Open MPI's OMPI_COMM_WORLD_*, else MPICH/Hydra's PMI_RANK / PMI_SIZE. Only
+// where the connector would choose MPI (no CHORUS_STORE, no torchrun-style RANK).
+void applyMpirunPlacement(DistConfig& config) {
+  if (env::string("CHORUS_STORE") || env::string("RANK"))
+    return;
+  auto rank = env::integer("OMPI_COMM_WORLD_RANK");
+  auto size = env::integer("OMPI_COMM_WORLD_SIZE");
+  auto localRank = env::integer("OMPI_COMM_WORLD_LOCAL_RANK");
+  auto localSize = env::integer("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!rank || !size) {
+    rank = env::integer("PMI_RANK");
+    size = env::integer("PMI_SIZE");
+    localRank = env::integer("MPI_LOCALRANKID");
+    localSize = env::integer("MPI_LOCALNRANKS");
+  }
+  if (!rank || !size || *size < 1 || *rank < 0 || *rank >= *size)
+    return;
+  config.rank = static_cast<int>(*rank);
+  config.size = static_cast<int>(*size);
+  config.localRank = static_cast<int>(localRank.value_or(*rank));
+  config.localSize = static_cast<int>(localSize.value_or(*size));
+}
+
 }  // namespace
 
 DistConfig DistConfig::fromEnvironment() {
@@ -25,6 +49,9 @@ DistConfig DistConfig::fromEnvironment() {
   config.localRank = firstInt({"CHORUS_LOCAL_RANK", "LOCAL_RANK"}, config.rank);
   config.localSize = firstInt({"CHORUS_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}, config.size);
   config.nodeRank = firstInt({"CHORUS_NODE_RANK", "GROUP_RANK"}, 0);
+#ifdef CHORUS_WITH_MPI
+  applyMpirunPlacement(config);  // the MPI connector serves processes started by mpirun
+#endif
   CHORUS_CHECK_ARG(config.size >= 1 && config.rank >= 0 && config.rank < config.size,
                    "the environment gives rank ", config.rank, " in a job of size ", config.size);
   config.rootRank = 0;

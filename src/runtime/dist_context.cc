@@ -2,10 +2,12 @@
 // communicator and the pool of group communicators keyed by normalized rank_list.
 #include "chorus/dist_context.h"
 
+#include <cstdlib>
 #include <mutex>
 
 #include "connector/connector.h"
 #include "core/check.h"
+#include "core/env.h"
 #include "core/logging.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/communicator_pool.h"
@@ -32,6 +34,21 @@ std::unique_ptr<DistContext> instance;
 int contextsMade = 0;
 // Contexts that were shut down stay allocated, so references handed out earlier stay valid.
 std::vector<std::unique_ptr<DistContext>> retired;
+
+// Under the MPI connector chorus finalizes MPI at exit, with an atexit handler registered when MPI
+// was initialized (connector/mpi_environment.h). That handler runs before the static `instance` is
+// destroyed, so the context is shut down by a handler registered after it (handlers run in
+// reverse order): communicators close while MPI is still up.
+void shutDownBeforeMpiFinalize() {
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    std::atexit([] {
+      std::lock_guard lock(instanceMutex);
+      if (instance)
+        instance->shutdown();
+    });
+  });
+}
 
 }  // namespace
 
@@ -68,10 +85,20 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
   CHORUS_CHECK_ARG(!state.shutDown, "the chorus context was shut down");
   if (!state.world) {
     state.connector = connector::connectFromEnvironment(state.config.timeout);
+    if (state.connector->kind() == "mpi") {
+      shutDownBeforeMpiFinalize();
+      // The connector's placement is authoritative (MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED).
+      state.config.rank = state.connector->rank();
+      state.config.size = state.connector->size();
+      state.config.localRank = state.connector->localRank();
+      state.config.localSize = state.connector->localSize();
+      state.config.nodeRank = state.connector->nodeRank();
+    }
     detail::WorldOptions options;
     options.rank = state.connector->rank();
     options.size = state.connector->size();
     options.nodeId = state.connector->nodeId();
+    options.nodeIds = state.connector->nodeIds();
     options.store = state.connector->store();
     options.token = state.connector->token();
     options.backend = state.config.backend;

@@ -3,9 +3,11 @@
 //   chorusrun -np 4 python3 train.py
 //   chorusrun --nnodes 2 --node-rank 0 --master 10.0.0.1:29500 --nproc-per-node 8 prog
 //   chorusrun -H node1:8,node2:8 prog
+//   chorusrun --launcher mpi -np 4 prog
 //
 // See options.h for the command line, launcher.h for what happens to the ranks, node_group.h for
-// how the launchers of several nodes cooperate, and remote_start.h for -H / --hostfile.
+// how the launchers of several nodes cooperate, and remote_start.h for -H / --hostfile, and
+// mpi_launch.h for --launcher mpi.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <exception>
 
 #include "launcher.h"
+#include "mpi_launch.h"
 #include "options.h"
 #include "remote_start.h"
 
@@ -40,6 +43,9 @@ int main(int argc, char** argv) {
     return parsed.exitCode;
   }
   try {
+    if (parsed.options->launcher == "mpi") {
+      return chorus::launcher::runWithMpirun(*parsed.options);
+    }
     if (!parsed.options->hosts.empty() || !parsed.options->hostfile.empty()) {
       return chorus::launcher::runRemoteLaunchers(*parsed.options);
     }

@@ -29,12 +29,19 @@ non-zero naming the node and rank; losing node 0's store does the same.
 "chorusrun" must be on the remote PATH), passing the token on their stdin.
 Hostfile lines: "node1 slots=4" or "node1:4"; '#' comments.
 
+--launcher mpi: runs "mpirun -np N [-H ...] [--hostfile FILE] program args"
+instead (CHORUS_MPIRUN overrides "mpirun"), adding --allow-run-as-root as
+root and --oversubscribe when -np exceeds this machine's cores; the ranks
+then bootstrap through MPI. Output and the exit status are mpirun's own
+(untagged; mpirun's hostfile format applies).
+
 Examples:
   chorusrun -np 4 python3 train.py
   chorusrun -np 4 ./build/bin/allreduce --count 1024
   CHORUS_JOB_TOKEN=$(openssl rand -hex 32) chorusrun --nnodes 2 --node-rank 0 \
       --master 10.0.0.1:29500 --nproc-per-node 8 python3 train.py
-  chorusrun -H node1:8,node2:8 --master 10.0.0.1:29500 python3 train.py)";
+  chorusrun -H node1:8,node2:8 --master 10.0.0.1:29500 python3 train.py
+  chorusrun --launcher mpi -np 4 python3 train.py)";
 
 class UsageFormatter : public CLI::Formatter {
  public:
@@ -80,6 +87,16 @@ std::optional<std::string> usageProblem(const LaunchOptions& options) {
   const std::string& first = options.command.front();
   if (first.size() > 1 && first[0] == '-') {
     return "unknown option '" + first + "' (put options before the program name)";
+  }
+  if (options.launcher == "mpi") {
+    if (options.nnodes != 1 || options.nodeRank != 0 || !options.master.empty()) {
+      return "--launcher mpi takes -np, -H and --hostfile (mpirun places the ranks); drop "
+             "--nnodes, --node-rank and --master";
+    }
+    if (options.nprocPerNode == 0 && options.hosts.empty() && options.hostfile.empty()) {
+      return "say how many ranks to start, e.g. chorusrun --launcher mpi -np 4 " + first;
+    }
+    return std::nullopt;
   }
   if (!options.hosts.empty() || !options.hostfile.empty()) {
     if (!options.hosts.empty() && !options.hostfile.empty()) {
@@ -140,6 +157,10 @@ ParseResult parseOptions(int argc, const char* const* argv) {
   app.add_option("--timeout", timeout,
                  "Collective timeout in seconds, exported to ranks as CHORUS_TIMEOUT")
       ->check(CLI::PositiveNumber);
+  app.add_option("--launcher", options.launcher,
+                 "chorus (default: start the ranks here) or mpi (run them with mpirun, passing "
+                 "-np, -H and --hostfile through)")
+      ->check(CLI::IsMember({"chorus", "mpi"}));
   app.add_flag("--tag-output,!--no-tag-output", options.tagOutput,
                "Prefix each output line with \"[rank] \" (default on)");
   app.add_option("--kill-grace", killGraceSeconds,

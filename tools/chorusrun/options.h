@@ -1,5 +1,6 @@
 // chorusrun's command line: `chorusrun -np N [options] program [args...]`, or for several nodes
-// `--nnodes N --node-rank I --master HOST:PORT --nproc-per-node K`, or `-H host:K,...`.
+// `--nnodes N --node-rank I --master HOST:PORT --nproc-per-node K`, or `-H host:K,...`; with
+// `--launcher mpi`, mpirun starts the ranks instead (-np, -H and --hostfile are passed to it).
 //
 // Everything from the program name on belongs to the program and is passed to it untouched, so
 // `chorusrun -np 2 prog -np 5` gives the program "-np 5". Parsing uses CLI11 as a prefix command;
@@ -35,6 +36,9 @@ struct LaunchOptions {
   bool tagOutput = true;
   // How long ranks get between SIGTERM (or a forwarded signal) and SIGKILL.
   std::chrono::milliseconds killGrace{3000};
+  // --launcher: "chorus" (start the ranks here, the default) or "mpi" (hand the job to mpirun;
+  // see mpi_launch.h).
+  std::string launcher = "chorus";
   // The program and its arguments (never empty after a successful parse).
   std::vector<std::string> command;
 };

@@ -1,0 +1,268 @@
+// The native MPI backend: see mpi_backend.h. Cost: whatever the MPI library's collective costs
+// (Open MPI's tuned module picks ring / recursive doubling / binomial trees by size), plus one
+// MPI_Test per yield of the CPU while waiting.
+#include "backend/mpi/mpi_backend.h"
+
+#include <sched.h>
+
+#include <climits>
+
+#include "backend/mpi/mpi_error.h"
+#include "connector/mpi_environment.h"
+#include "core/check.h"
+
+namespace chorus::backend::mpi {
+namespace {
+
+// The MPI type of `dtype`, or MPI_DATATYPE_NULL where the fallback must run (float16, bfloat16
+// and bool reductions).
+MPI_Datatype mpiType(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    default:
+      return MPI_DATATYPE_NULL;
+  }
+}
+
+bool isInteger(DataType dtype) {
+  return dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt32 ||
+         dtype == DataType::kInt64;
+}
+
+// The MPI operator of `op` on `dtype`, or MPI_OP_NULL where the fallback must run.
+MPI_Op mpiOp(ReduceOp op, DataType dtype) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kProd:
+      return MPI_PROD;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kBand:
+      return isInteger(dtype) ? MPI_BAND : MPI_OP_NULL;
+    case ReduceOp::kBor:
+      return isInteger(dtype) ? MPI_BOR : MPI_OP_NULL;
+    case ReduceOp::kBxor:
+      return isInteger(dtype) ? MPI_BXOR : MPI_OP_NULL;
+    default:
+      return MPI_OP_NULL;
+  }
+}
+
+bool native(DataType dtype, ReduceOp op, size_t count) {
+  return mpiType(dtype) != MPI_DATATYPE_NULL && mpiOp(op, dtype) != MPI_OP_NULL &&
+         count <= static_cast<size_t>(INT_MAX);
+}
+
+bool fitsInt(size_t n) { return n <= static_cast<size_t>(INT_MAX); }
+
+int asInt(size_t n) { return static_cast<int>(n); }
+
+}  // namespace
+
+MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<Backend> fallback)
+    : comm_(comm), fallback_(std::move(fallback)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  int* tagUb = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &found);
+  if (found && tagUb != nullptr)
+    tagUpperBound_ = *tagUb;
+}
+
+MpiBackend::~MpiBackend() {
+  fallback_.reset();
+  if (comm_ != MPI_COMM_NULL && !connector::mpiFinalized())
+    MPI_Comm_free(&comm_);
+}
+
+void MpiBackend::checkUsable() {
+  if (!failed_.load())
+    return;
+  std::lock_guard lock(failureMutex_);
+  std::rethrow_exception(failure_);
+}
+
+void MpiBackend::abort(std::exception_ptr reason) noexcept {
+  {
+    std::lock_guard lock(failureMutex_);
+    if (!failure_)
+      failure_ = reason;
+    failed_.store(true);
+  }
+  if (fallback_)
+    fallback_->abort(reason);
+}
+
+void MpiBackend::close() noexcept {
+  if (fallback_)
+    fallback_->close();
+}
+
+template <typename Start>
+MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, Start start) {
+  checkUsable();
+  try {
+    MPI_Request request = MPI_REQUEST_NULL;
+    checkMpi(start(&request), what, rank_, peer);
+    MPI_Status status;
+    for (int pass = 0;; ++pass) {
+      int done = 0;
+      checkMpi(MPI_Test(&request, &done, &status), what, rank_, peer);
+      if (done)
+        break;
+      if ((pass & 63) == 0) {
+        checkUsable();
+        if (call.deadline.expired()) {
+          throw TimeoutError(detail::concat(
+              "rank ", rank_, " (this process) timed out in ", what,
+              peer >= 0 ? detail::concat(" with rank ", peer)
+                        : std::string(" (a rank of this communicator did not join it)"),
+              "; raise the timeout (CHORUS_TIMEOUT) or make every rank call it"));
+        }
+      }
+      sched_yield();
+    }
+    return status;
+  } catch (...) {
+    abort(std::current_exception());
+    throw;
+  }
+}
+
+Backend& MpiBackend::fallback(const char* what) {
+  if (!fallback_) {
+    throw UnsupportedError(detail::concat("backend 'mpi' cannot run this ", what,
+                                          " natively (float16/bfloat16, bool, bitwise ops on "
+                                          "floats or more than INT_MAX elements) and "
+                                          "this build has no MPI transport for chorus's "
+                                          "algorithms; convert the tensor or use another "
+                                          "backend"));
+  }
+  return *fallback_;
+}
+
+void MpiBackend::allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) {
+  if (!native(args.dtype, args.op, args.count))
+    return fallback("allreduce").allreduce(call, args);
+  run(call, "MPI_Iallreduce", -1, [&](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, args.data, asInt(args.count), mpiType(args.dtype),
+                          mpiOp(args.op, args.dtype), comm_, request);
+  });
+}
+
+void MpiBackend::reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) {
+  if (!native(args.dtype, args.op, args.countPerRank * size_))
+    return fallback("reduce_scatter").reduceScatter(call, args);
+  run(call, "MPI_Ireduce_scatter_block", -1, [&](MPI_Request* request) {
+    return MPI_Ireduce_scatter_block(args.input, args.output, asInt(args.countPerRank),
+                                     mpiType(args.dtype), mpiOp(args.op, args.dtype), comm_,
+                                     request);
+  });
+}
+
+void MpiBackend::allgather(const CallContext& call, const algorithms::AllgatherArgs& args) {
+  if (!fitsInt(args.bytesPerRank * size_))
+    return fallback("allgather").allgather(call, args);
+  char* mine = static_cast<char*>(args.output) + args.bytesPerRank * rank_;
+  const bool inPlace = args.input == mine;
+  run(call, "MPI_Iallgather", -1, [&](MPI_Request* request) {
+    return MPI_Iallgather(inPlace ? MPI_IN_PLACE : args.input, asInt(args.bytesPerRank), MPI_BYTE,
+                          args.output, asInt(args.bytesPerRank), MPI_BYTE, comm_, request);
+  });
+}
+
+void MpiBackend::broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) {
+  if (!fitsInt(args.bytes))
+    return fallback("broadcast").broadcast(call, args);
+  run(call, "MPI_Ibcast", -1, [&](MPI_Request* request) {
+    return MPI_Ibcast(args.data, asInt(args.bytes), MPI_BYTE, args.root, comm_, request);
+  });
+}
+
+void MpiBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
+  if (!native(args.dtype, args.op, args.count))
+    return fallback("reduce").reduce(call, args);
+  run(call, "MPI_Ireduce", -1, [&](MPI_Request* request) {
+    return MPI_Ireduce(args.input, rank_ == args.root ? args.output : nullptr, asInt(args.count),
+                       mpiType(args.dtype), mpiOp(args.op, args.dtype), args.root, comm_, request);
+  });
+}
+
+void MpiBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
+  if (!fitsInt(args.bytesPerRank * size_))
+    return fallback("gather").gather(call, args);
+  run(call, "MPI_Igather", -1, [&](MPI_Request* request) {
+    return MPI_Igather(args.input, asInt(args.bytesPerRank), MPI_BYTE, args.output,
+                       asInt(args.bytesPerRank), MPI_BYTE, args.root, comm_, request);
+  });
+}
+
+void MpiBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
+  if (!fitsInt(args.bytesPerRank * size_))
+    return fallback("scatter").scatter(call, args);
+  run(call, "MPI_Iscatter", -1, [&](MPI_Request* request) {
+    return MPI_Iscatter(args.input, asInt(args.bytesPerRank), MPI_BYTE, args.output,
+                        asInt(args.bytesPerRank), MPI_BYTE, args.root, comm_, request);
+  });
+}
+
+void MpiBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
+  if (!fitsInt(args.bytesPerRank * size_))
+    return fallback("all_to_all").allToAll(call, args);
+  run(call, "MPI_Ialltoall", -1, [&](MPI_Request* request) {
+    return MPI_Ialltoall(args.input, asInt(args.bytesPerRank), MPI_BYTE, args.output,
+                         asInt(args.bytesPerRank), MPI_BYTE, comm_, request);
+  });
+}
+
+void MpiBackend::barrier(const CallContext& call) {
+  run(call, "MPI_Ibarrier", -1, [&](MPI_Request* request) { return MPI_Ibarrier(comm_, request); });
+}
+
+void MpiBackend::send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) {
+  CHORUS_CHECK_ARG(tag >= 0 && tag <= tagUpperBound_, "tag ", tag,
+                   " is outside the MPI library's range 0..", tagUpperBound_);
+  if (!fitsInt(bytes))
+    return fallback("send").send(call, data, bytes, peer, tag);
+  run(call, "MPI_Isend", peer, [&](MPI_Request* request) {
+    return MPI_Isend(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, request);
+  });
+}
+
+void MpiBackend::recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) {
+  CHORUS_CHECK_ARG(tag >= 0 && tag <= tagUpperBound_, "tag ", tag,
+                   " is outside the MPI library's range 0..", tagUpperBound_);
+  if (!fitsInt(bytes))
+    return fallback("recv").recv(call, data, bytes, peer, tag);
+  MPI_Status status = run(call, "MPI_Irecv", peer, [&](MPI_Request* request) {
+    return MPI_Irecv(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, request);
+  });
+  int received = 0;
+  MPI_Get_count(&status, MPI_BYTE, &received);
+  if (received != asInt(bytes)) {
+    auto error = std::make_exception_ptr(MismatchError(
+        detail::concat("rank ", rank_, " (this process) expected ", bytes, " bytes from rank ",
+                       peer, " with tag ", tag, " but rank ", peer, " sent ", received,
+                       "; send and recv must agree on the size"),
+        "count", {rank_, peer}));
+    abort(error);
+    std::rethrow_exception(error);
+  }
+}
+
+}  // namespace chorus::backend::mpi

@@ -1,0 +1,86 @@
+// The native MPI backend ("mpi"): each collective is one non-blocking MPI collective on the
+// communicator's own MPI communicator (MPI_Iallreduce in place, MPI_Ireduce_scatter_block,
+// MPI_Iallgather, MPI_Ibcast, MPI_Ireduce, MPI_Igather, MPI_Iscatter, MPI_Ialltoall,
+// MPI_Ibarrier; MPI_Isend / MPI_Irecv with the caller's tag), completed by testing it until the
+// call's deadline (there is no blocking MPI call with a timeout).
+//
+// What MPI cannot do natively falls back to chorus's algorithms (backend::AlgorithmicBackend) over
+// the MPI transport (src/transport/mpi/): float16 and bfloat16 reductions, reductions of bool,
+// bitwise ops on floating types, and counts above INT_MAX. (avg never arrives here: the front end
+// sums and divides.) The fallback's transport is made when the backend is, so every rank makes it
+// at the same point.
+//
+// Limits:
+//  - Note [Collective fingerprint]: MPI's native collectives do not carry chorus's fingerprint, so
+//    under this backend a mismatch between ranks (different op, dtype or root) is detected only as
+//    far as MPI detects it: a longer message than the buffer is a MismatchError (truncation);
+//    other disagreements may give wrong results or a TimeoutError at the deadline. Use backend
+//    "mpi_algorithms" (or tcp) where mismatch detection matters more than speed.
+//  - After a timeout the MPI request cannot be cancelled: the backend is failed and the buffers
+//    of that operation may still be written by MPI later.
+//  - Creating the communicator (MPI_Comm_create_group) blocks without a deadline until every member
+//    takes part; chorus's group creation makes all members take part.
+//
+// Only compiled when CHORUS_WITH_MPI is on.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/deadline.h"
+
+namespace chorus::backend::mpi {
+
+class MpiBackend : public Backend {
+ public:
+  // Takes ownership of `comm` (freed at destruction unless MPI was finalized by then). `fallback`
+  // (may be null) runs what MPI cannot; it must span the same ranks.
+  MpiBackend(MPI_Comm comm, std::unique_ptr<Backend> fallback);
+  ~MpiBackend() override;
+
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) override;
+  void reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) override;
+  void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) override;
+  void broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) override;
+  void reduce(const CallContext& call, const algorithms::ReduceArgs& args) override;
+  void gather(const CallContext& call, const algorithms::GatherArgs& args) override;
+  void scatter(const CallContext& call, const algorithms::ScatterArgs& args) override;
+  void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) override;
+  void barrier(const CallContext& call) override;
+  void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
+  void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
+  void abort(std::exception_ptr reason) noexcept override;
+  void close() noexcept override;
+
+ private:
+  // Throws the first failure again, if any.
+  void checkUsable();
+  // Runs `start` (which posts one MPI request) and completes the request by the deadline; any
+  // failure fails the backend. `peer` names the peer of point-to-point calls (-1 otherwise).
+  template <typename Start>
+  MPI_Status run(const CallContext& call, const char* what, int peer, Start start);
+  // The algorithmic backend over the MPI transport; UnsupportedError naming `what` without one.
+  Backend& fallback(const char* what);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int tagUpperBound_ = 32767;
+  std::unique_ptr<Backend> fallback_;
+  std::mutex failureMutex_;
+  std::exception_ptr failure_;  // guarded by failureMutex_
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace chorus::backend::mpi

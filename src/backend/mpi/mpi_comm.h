@@ -1,0 +1,23 @@
+// The MPI communicator behind a chorus communicator of the MPI backends.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "core/deadline.h"
+
+namespace chorus::backend::mpi {
+
+// Makes the MPI communicator of a chorus communicator whose members have world ranks `worldRanks`
+// (in communicator rank order), with MPI_ERRORS_RETURN set. The whole world in rank order is a
+// duplicate of MPI_COMM_WORLD (MPI_Comm_idup, completed by `deadline`); any other member list is
+// MPI_Comm_create_group on MPI_COMM_WORLD with a tag derived from `scope` (collective over the
+// members only, so it matches how chorus creates groups; it blocks without a deadline). The caller
+// owns the result.
+MPI_Comm createMpiComm(const std::vector<int>& worldRanks,
+                       const std::string& scope,
+                       Deadline deadline);
+
+}  // namespace chorus::backend::mpi

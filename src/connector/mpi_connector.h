@@ -1,0 +1,54 @@
+// The MPI connector: a job launched by mpirun. Rank and size come from MPI_COMM_WORLD, local rank
+// and size from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), the node id from the processor name
+// (MPI_Get_processor_name, else the host name). There is no store and no token: communicators of
+// this job use the MPI backends ("auto" means "mpi"). barrier() and broadcast() run on a private
+// duplicate of MPI_COMM_WORLD, so they never match the program's own MPI traffic.
+//
+// See connector/mpi_environment.h for who initializes and finalizes MPI. Only compiled when
+// CHORUS_WITH_MPI is on.
+#pragma once
+
+#include <mpi.h>
+
+#include <mutex>
+
+#include "connector/connector.h"
+
+namespace chorus::connector {
+
+class MpiConnector : public Connector {
+ public:
+  // Collective over MPI_COMM_WORLD (duplicates it and gathers every rank's node id).
+  MpiConnector();
+  ~MpiConnector() override;
+
+  std::string kind() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int localRank() const override { return localRank_; }
+  int localSize() const override { return localSize_; }
+  int nodeRank() const override { return nodeRank_; }
+  std::string nodeId() const override { return nodeIds_[rank_]; }
+  std::vector<std::string> nodeIds() const override { return nodeIds_; }
+  std::shared_ptr<store::Store> store() const override { return nullptr; }
+  const std::string& token() const override { return token_; }
+  std::string hostAddress() const override { return "127.0.0.1"; }
+
+  void barrier(Deadline deadline) override;
+  store::Bytes broadcast(const store::Bytes& bytes, int root, Deadline deadline) override;
+
+ private:
+  void gatherNodeIds();
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::mutex mutex_;  // one barrier/broadcast at a time, so calls match in order across ranks
+  int rank_ = 0;
+  int size_ = 1;
+  int localRank_ = 0;
+  int localSize_ = 1;
+  int nodeRank_ = 0;
+  std::vector<std::string> nodeIds_;
+  std::string token_;
+};
+
+}  // namespace chorus::connector

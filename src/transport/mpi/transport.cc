@@ -1,0 +1,774 @@
+// The MPI transport: every chorus message is a header (magic, bytes, chorus tag, Fingerprint) and
+// its payload, sent with MPI_Isend on a private duplicate of the caller's communicator. Payloads
+// up to kInlineBytes travel inside the header's message (one MPI message); larger ones follow it as
+// separate messages of at most kChunkBytes on the same (peer, MPI tag), which MPI's non-overtaking
+// rule keeps in order.
+//
+// Receiving: the receives posted for one (peer, MPI tag) form a queue; only its head has a header
+// MPI_Irecv posted. When that header arrives it is checked (fingerprint, byte count: a
+// MismatchError, see Note [Collective fingerprint]) and only then are the payload receives posted
+// straight into the caller's buffer, followed by the next head's header receive, so MPI's ordered
+// matching gives the k-th receive the k-th message. Messages that arrive early wait in MPI's own
+// unexpected-message queue.
+//
+// Tags: MPI tag 0 carries control notices (abort, goodbye), 1 + k the collective tag
+// kCollectiveTag + k (k < 1024), and 1025 + t the point-to-point tag t. The full chorus tag is also
+// in the header, and checked.
+//
+// Progress: there is no progress thread and no blocking MPI call with a timeout, so wait() tests
+// every pending MPI request (and probes the control tag) in a loop, yielding the CPU (sched_yield)
+// between passes, until its requests are done or the deadline passes (TimeoutError naming the
+// peers of unfinished requests). Cost: one MPI message per small chorus message (header + up to
+// kInlineBytes, copied once on each side), 1 + ceil(bytes / kChunkBytes) for large ones (no copy);
+// a waiting thread spins on one core.
+//
+// Failure: the first error is kept; pending MPI requests are cancelled (receives for good; Open MPI
+// cannot cancel sends, but a send is only read, and its peer fails too) and given a short while to
+// finish, after which they are freed and their internal buffers deliberately leaked; errors found
+// here are sent to every peer as an abort notice (encodeError), which their wait() raises as an
+// error of the same type. close() sends a goodbye notice; requests that involve a peer that said
+// goodbye fail with PeerError (after kGoodbyeGrace, in which messages it sent before leaving may
+// still land). close() then retires the duplicate (Note [Retiring an MPI communicator]). A dead
+// peer is normally handled by mpirun, which aborts the whole job.
+//
+// Threads: one mutex serializes this transport's MPI calls (wait() drops it between passes, so
+// abort() from another thread gets in); other threads calling MPI at the same time need MPI
+// initialized with MPI_THREAD_MULTIPLE.
+#include "transport/mpi/transport.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "core/check.h"
+#include "core/error_codec.h"
+
+namespace chorus::transport::mpi {
+namespace {
+
+constexpr int kControlTag = 0;
+constexpr int kFirstCollectiveMpiTag = 1;
+constexpr uint64_t kCollectiveMpiTags = 1024;  // kCollectiveTag + k for k below this
+constexpr int kFirstUserMpiTag = kFirstCollectiveMpiTag + static_cast<int>(kCollectiveMpiTags);
+constexpr uint32_t kMagic = 0x4d504943;  // "MPIC"
+constexpr size_t kInlineBytes = 4096;
+constexpr size_t kChunkBytes = size_t{1} << 30;
+constexpr uint8_t kAbortNotice = 1;
+constexpr uint8_t kGoodbyeNotice = 2;
+// How long pending requests get to finish after a failure before they are freed.
+constexpr std::chrono::milliseconds kCancelTimeout{200};
+// How long close() gives its notices to leave.
+constexpr std::chrono::milliseconds kGoodbyeTimeout{1000};
+// How long after a goodbye a request involving that peer may still complete.
+constexpr std::chrono::milliseconds kGoodbyeGrace{200};
+
+struct Header {
+  uint32_t magic;
+  uint32_t reserved;
+  uint64_t bytes;
+  uint64_t tag;
+  Fingerprint fingerprint;
+};
+static_assert(sizeof(Header) == 48);
+
+bool mpiFinalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+std::string mpiErrorString(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
+    return detail::concat("MPI error ", code);
+  return std::string(text, length);
+}
+
+// The one place this transport turns MPI error codes into chorus errors.
+void checkMpi(int code, const char* call, int rank, int peer = -1) {
+  if (code == MPI_SUCCESS)
+    return;
+  int errorClass = code;
+  MPI_Error_class(code, &errorClass);
+  std::string where = peer >= 0 ? detail::concat(" with rank ", peer) : std::string();
+  std::string message = detail::concat("rank ", rank, " (this process): ", call, where,
+                                       " failed: ", mpiErrorString(code));
+  if (peer >= 0 && errorClass != MPI_ERR_TRUNCATE && errorClass != MPI_ERR_ARG)
+    throw PeerError(message + "; the peer may have died", peer);
+  throw InternalError(message + "; this is a bug in chorus or the MPI library, please report it");
+}
+
+enum class Stage : uint8_t { kQueued, kHeader, kPayload, kDone };
+
+struct Op {
+  Request* request = nullptr;
+  bool isSend = false;
+  Stage stage = Stage::kQueued;
+  int peer = -1;
+  int mpiTag = 0;
+  uint64_t tag = 0;
+  Fingerprint fingerprint;
+  char* data = nullptr;
+  size_t bytes = 0;
+  std::vector<MPI_Request> mpiRequests;  // sends: header + chunks; receives: header, then chunks
+  std::vector<char> buffer;              // the header message (with an inline payload)
+};
+
+// Note [Retiring an MPI communicator]
+// Open MPI reuses a freed communicator's context id for the next one, and a message that arrives
+// for a freed communicator is replayed into its successor with a stale sequence number, which
+// breaks the successor's message order. Every close() leaves such messages in flight (the goodbyes
+// of peers that close later; abort notices). So a closed transport's duplicate is not freed at
+// once but retired: whenever a transport is created or closed, the control notices that reached
+// retired communicators are read, and a retired communicator is freed once every peer's goodbye,
+// its last message, has arrived (ordered matching guarantees that everything the peer sent before
+// it has arrived too, so nothing more can come). Data messages still queued there are dropped
+// unread with the communicator, so a large send that was never matched is never transferred. A
+// peer that never closes keeps the duplicate alive until MPI_Finalize, which costs only memory.
+struct Retired {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::vector<bool> gone;  // by rank: goodbye received (this rank counts as gone)
+};
+
+std::mutex& retiredMutex() {
+  static auto* mutex = new std::mutex;  // leaked: used until process exit
+  return *mutex;
+}
+
+std::vector<Retired>& retiredComms() {
+  static auto* retired = new std::vector<Retired>;
+  return *retired;
+}
+
+// Reads the control notices of retired communicators and frees those whose peers have all said
+// goodbye.
+void sweepRetired() noexcept {
+  std::lock_guard<std::mutex> lock(retiredMutex());
+  auto& retired = retiredComms();
+  for (size_t i = 0; i < retired.size();) {
+    Retired& entry = retired[i];
+    while (true) {
+      int flag = 0;
+      MPI_Message message;
+      MPI_Status status;
+      if (MPI_Improbe(MPI_ANY_SOURCE, kControlTag, entry.comm, &flag, &message, &status) !=
+              MPI_SUCCESS ||
+          !flag) {
+        break;
+      }
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      std::vector<char> discard(static_cast<size_t>(std::max(count, 1)));
+      if (MPI_Mrecv(discard.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        break;
+      if (count > 0 && discard[0] == kGoodbyeNotice)
+        entry.gone[status.MPI_SOURCE] = true;
+    }
+    if (std::all_of(entry.gone.begin(), entry.gone.end(), [](bool gone) { return gone; })) {
+      MPI_Comm_free(&entry.comm);
+      retired[i] = std::move(retired.back());
+      retired.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+struct ControlSend {
+  std::unique_ptr<std::vector<char>> buffer;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(MPI_Comm comm, Deadline deadline);
+  ~MpiTransport() override { close(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view name() const override { return "mpi"; }
+
+  void postSend(int peer,
+                uint64_t tag,
+                const Fingerprint& fingerprint,
+                const void* data,
+                size_t bytes,
+                Request& request) override;
+  void postRecv(int peer,
+                uint64_t tag,
+                const Fingerprint& fingerprint,
+                void* data,
+                size_t bytes,
+                Request& request) override;
+  void wait(std::span<Request* const> requests, Deadline deadline) override;
+  void abort(std::exception_ptr reason) noexcept override;
+  void close() noexcept override;
+  std::exception_ptr failure() const override;
+
+ private:
+  [[noreturn]] void rethrowFailure() const { std::rethrow_exception(failure_); }
+  Op& addOp(int peer,
+            uint64_t tag,
+            const Fingerprint& fingerprint,
+            void* data,
+            size_t bytes,
+            Request& request);
+  Op* findOp(const Request* request) const;
+  void releaseOp(Op* op);
+  void duplicate(MPI_Comm comm, Deadline deadline);
+  int mpiTagFor(uint64_t tag) const;
+  void postHeaderRecv(Op& op);
+  void onHeader(Op& op, const MPI_Status& status);
+  void progress();
+  void progressOp(Op& op);
+  void pollControl();
+  bool allComplete(std::span<Op* const> ops, std::vector<int>& waitingOn);
+  void sendNotice(int peer, uint8_t kind, const std::vector<uint8_t>& body) noexcept;
+  void drainControlSends(Deadline deadline) noexcept;
+  void cancelPending() noexcept;
+  void failLocked(std::exception_ptr error, bool tellPeers) noexcept;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int tagUb_ = 32767;
+
+  mutable std::mutex mutex_;
+  std::exception_ptr failure_;
+  bool closed_ = false;
+  std::vector<std::optional<Clock::time_point>> goodbyeAt_;  // by rank: when its goodbye came
+  std::vector<std::unique_ptr<Op>> opStorage_;
+  std::vector<Op*> freeOps_;
+  std::vector<Op*> active_;
+  std::map<std::pair<int, int>, std::deque<Op*>> recvQueues_;  // (peer, MPI tag) -> receives
+  std::vector<ControlSend> controlSends_;
+  std::vector<Op*> waitOps_;  // scratch for wait()
+};
+
+// comm_ = a duplicate of `comm`, made with MPI_Comm_idup so that it can give up at `deadline`.
+// A non-blocking collective cannot be cancelled, so on timeout the request and the handle it will
+// write are left to MPI (leaked), and later collectives on `comm` from this rank are unsafe.
+void MpiTransport::duplicate(MPI_Comm comm, Deadline deadline) {
+  int rank = -1;
+  MPI_Comm_rank(comm, &rank);
+  auto result = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
+  auto request = std::make_unique<MPI_Request>(MPI_REQUEST_NULL);
+  checkMpi(MPI_Comm_idup(comm, result.get(), request.get()), "MPI_Comm_idup", rank);
+  while (true) {
+    int done = 0;
+    checkMpi(MPI_Test(request.get(), &done, MPI_STATUS_IGNORE), "MPI_Test (MPI_Comm_idup)", rank);
+    if (done) {
+      comm_ = *result;
+      return;
+    }
+    if (deadline.expired()) {
+      (void)result.release();
+      (void)request.release();
+      throw TimeoutError(detail::concat(
+          "rank ", rank,
+          " (this process): timed out creating the MPI transport: not every member of the MPI "
+          "communicator joined MPI_Comm_idup; check that all ranks create the communicator "
+          "(raise CHORUS_TIMEOUT if they are only slow)"));
+    }
+    sched_yield();
+  }
+}
+
+MpiTransport::MpiTransport(MPI_Comm comm, Deadline deadline) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized || mpiFinalized()) {
+    throw UnsupportedError(
+        "the MPI transport needs MPI to be initialized (and not finalized); start the program "
+        "with mpirun and let chorus's MPI connector initialize MPI, or call MPI_Init_thread first");
+  }
+  sweepRetired();
+  duplicate(comm, deadline);
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  int* tagUb = nullptr;
+  int flag = 0;
+  if (MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tagUb, &flag) == MPI_SUCCESS && flag && tagUb)
+    tagUb_ = *tagUb;
+  goodbyeAt_.resize(size_);
+}
+
+int MpiTransport::mpiTagFor(uint64_t tag) const {
+  if (tag >= kCollectiveTag) {
+    CHORUS_CHECK_ARG(tag - kCollectiveTag < kCollectiveMpiTags, "rank ", rank_,
+                     " (this process): collective tag ", tag, " is beyond the MPI transport's ",
+                     kCollectiveMpiTags, " collective tags");
+    return kFirstCollectiveMpiTag + static_cast<int>(tag - kCollectiveTag);
+  }
+  uint64_t limit = static_cast<uint64_t>(tagUb_ - kFirstUserMpiTag);
+  CHORUS_CHECK_ARG(tag <= limit, "rank ", rank_, " (this process): tag ", tag,
+                   " is too large for the MPI transport, whose tags go up to ", limit,
+                   " (MPI_TAG_UB - ", kFirstUserMpiTag, "); use a smaller tag");
+  return static_cast<int>(tag) + kFirstUserMpiTag;
+}
+
+Op& MpiTransport::addOp(int peer,
+                        uint64_t tag,
+                        const Fingerprint& fingerprint,
+                        void* data,
+                        size_t bytes,
+                        Request& request) {
+  if (failure_)
+    rethrowFailure();
+  CHORUS_CHECK_ARG(peer >= 0 && peer < size_ && peer != rank_, "rank ", rank_,
+                   " (this process): peer ", peer, " is not another rank of this group of ", size_,
+                   " ranks");
+  CHORUS_CHECK_ARG(data != nullptr || bytes == 0, "rank ", rank_,
+                   " (this process): a null buffer of ", bytes, " bytes was posted");
+  CHORUS_CHECK_ARG(findOp(&request) == nullptr, "rank ", rank_,
+                   " (this process): this request is already pending; wait for it first");
+  int mpiTag = mpiTagFor(tag);
+  if (freeOps_.empty()) {
+    opStorage_.push_back(std::make_unique<Op>());
+    freeOps_.push_back(opStorage_.back().get());
+  }
+  Op* op = freeOps_.back();
+  freeOps_.pop_back();
+  op->request = &request;
+  op->isSend = false;
+  op->stage = Stage::kQueued;
+  op->peer = peer;
+  op->mpiTag = mpiTag;
+  op->tag = tag;
+  op->fingerprint = fingerprint;
+  op->data = static_cast<char*>(data);
+  op->bytes = bytes;
+  op->mpiRequests.clear();
+  active_.push_back(op);
+  request.peer = peer;
+  request.done = false;
+  return *op;
+}
+
+Op* MpiTransport::findOp(const Request* request) const {
+  for (Op* op : active_) {
+    if (op->request == request)
+      return op;
+  }
+  return nullptr;
+}
+
+void MpiTransport::releaseOp(Op* op) {
+  auto it = std::find(active_.begin(), active_.end(), op);
+  CHORUS_ASSERT(it != active_.end());
+  *it = active_.back();
+  active_.pop_back();
+  freeOps_.push_back(op);
+}
+
+void MpiTransport::postSend(int peer,
+                            uint64_t tag,
+                            const Fingerprint& fingerprint,
+                            const void* data,
+                            size_t bytes,
+                            Request& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Op& op = addOp(peer, tag, fingerprint, const_cast<void*>(data), bytes, request);
+  op.isSend = true;
+  op.stage = Stage::kPayload;
+  try {
+    bool inlined = bytes <= kInlineBytes;
+    Header header{kMagic, 0, bytes, tag, fingerprint};
+    op.buffer.resize(sizeof(Header) + (inlined ? bytes : 0));
+    std::memcpy(op.buffer.data(), &header, sizeof(Header));
+    if (inlined && bytes > 0)
+      std::memcpy(op.buffer.data() + sizeof(Header), data, bytes);
+    op.mpiRequests.push_back(MPI_REQUEST_NULL);
+    checkMpi(MPI_Isend(op.buffer.data(), static_cast<int>(op.buffer.size()), MPI_BYTE, peer,
+                       op.mpiTag, comm_, &op.mpiRequests.back()),
+             "MPI_Isend", rank_, peer);
+    for (size_t offset = 0; !inlined && offset < bytes; offset += kChunkBytes) {
+      int length = static_cast<int>(std::min(kChunkBytes, bytes - offset));
+      op.mpiRequests.push_back(MPI_REQUEST_NULL);
+      checkMpi(MPI_Isend(op.data + offset, length, MPI_BYTE, peer, op.mpiTag, comm_,
+                         &op.mpiRequests.back()),
+               "MPI_Isend", rank_, peer);
+    }
+  } catch (...) {
+    failLocked(std::current_exception(), /*tellPeers=*/true);
+    rethrowFailure();
+  }
+}
+
+void MpiTransport::postRecv(int peer,
+                            uint64_t tag,
+                            const Fingerprint& fingerprint,
+                            void* data,
+                            size_t bytes,
+                            Request& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Op& op = addOp(peer, tag, fingerprint, data, bytes, request);
+  try {
+    auto& queue = recvQueues_[{peer, op.mpiTag}];
+    queue.push_back(&op);
+    if (queue.size() == 1)
+      postHeaderRecv(op);
+  } catch (...) {
+    failLocked(std::current_exception(), /*tellPeers=*/true);
+    rethrowFailure();
+  }
+}
+
+void MpiTransport::postHeaderRecv(Op& op) {
+  op.stage = Stage::kHeader;
+  op.buffer.resize(sizeof(Header) + kInlineBytes);
+  op.mpiRequests.assign(1, MPI_REQUEST_NULL);
+  checkMpi(MPI_Irecv(op.buffer.data(), static_cast<int>(op.buffer.size()), MPI_BYTE, op.peer,
+                     op.mpiTag, comm_, &op.mpiRequests[0]),
+           "MPI_Irecv", rank_, op.peer);
+}
+
+// The head receive of (peer, MPI tag) got its header: check it, post the payload, then the next
+// head's header (in that order, so MPI matches the payload first).
+void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
+  int received = 0;
+  MPI_Get_count(&status, MPI_BYTE, &received);
+  Header header;
+  if (static_cast<size_t>(received) < sizeof(Header) ||
+      (std::memcpy(&header, op.buffer.data(), sizeof(Header)), header.magic != kMagic)) {
+    throw PeerError(detail::concat("rank ", rank_,
+                                   " (this process): received a malformed message "
+                                   "from rank ",
+                                   op.peer, "; is it running the same chorus version?"),
+                    op.peer);
+  }
+  if (!header.fingerprint.firstDifference(op.fingerprint).empty())
+    throw makeMismatchError(rank_, op.peer, op.fingerprint, header.fingerprint);
+  if (header.tag != op.tag) {
+    throw MismatchError(detail::concat("rank ", rank_,
+                                       " (this process): expected a message with "
+                                       "tag ",
+                                       op.tag, " from rank ", op.peer, " but it sent tag ",
+                                       header.tag, " (during ", op.fingerprint.describe(), ")"),
+                        "tag", {rank_, op.peer});
+  }
+  if (header.bytes != op.bytes)
+    throw makeByteCountMismatchError(rank_, op.peer, op.fingerprint, op.bytes, header.bytes);
+  auto& queue = recvQueues_[{op.peer, op.mpiTag}];
+  CHORUS_ASSERT(!queue.empty() && queue.front() == &op);
+  queue.pop_front();
+  op.mpiRequests.clear();
+  if (op.bytes <= kInlineBytes) {
+    CHORUS_ASSERT(static_cast<size_t>(received) == sizeof(Header) + op.bytes);
+    if (op.bytes > 0)
+      std::memcpy(op.data, op.buffer.data() + sizeof(Header), op.bytes);
+    op.stage = Stage::kDone;
+  } else {
+    op.stage = Stage::kPayload;
+    for (size_t offset = 0; offset < op.bytes; offset += kChunkBytes) {
+      int length = static_cast<int>(std::min(kChunkBytes, op.bytes - offset));
+      op.mpiRequests.push_back(MPI_REQUEST_NULL);
+      checkMpi(MPI_Irecv(op.data + offset, length, MPI_BYTE, op.peer, op.mpiTag, comm_,
+                         &op.mpiRequests.back()),
+               "MPI_Irecv", rank_, op.peer);
+    }
+  }
+  if (queue.empty())
+    recvQueues_.erase({op.peer, op.mpiTag});
+  else
+    postHeaderRecv(*queue.front());
+}
+
+void MpiTransport::progressOp(Op& op) {
+  if (op.stage == Stage::kHeader) {
+    int flag = 0;
+    MPI_Status status;
+    checkMpi(MPI_Test(&op.mpiRequests[0], &flag, &status), "MPI_Test", rank_, op.peer);
+    if (flag)
+      onHeader(op, status);
+  }
+  if (op.stage == Stage::kPayload) {
+    int flag = 0;
+    checkMpi(MPI_Testall(static_cast<int>(op.mpiRequests.size()), op.mpiRequests.data(), &flag,
+                         MPI_STATUSES_IGNORE),
+             "MPI_Testall", rank_, op.peer);
+    if (flag)
+      op.stage = Stage::kDone;
+  }
+}
+
+void MpiTransport::progress() {
+  pollControl();
+  // onHeader() may move another op from kQueued to kHeader; it is tested on the next pass.
+  for (size_t i = 0; i < active_.size(); ++i) progressOp(*active_[i]);
+}
+
+// Reads every control notice that has arrived: a goodbye marks its sender, an abort fails this
+// transport with an error of the type the sender had.
+void MpiTransport::pollControl() {
+  while (true) {
+    int flag = 0;
+    MPI_Status status;
+    checkMpi(MPI_Iprobe(MPI_ANY_SOURCE, kControlTag, comm_, &flag, &status), "MPI_Iprobe", rank_);
+    if (!flag)
+      return;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    std::vector<uint8_t> notice(static_cast<size_t>(count));
+    int peer = status.MPI_SOURCE;
+    checkMpi(MPI_Recv(notice.data(), count, MPI_BYTE, peer, kControlTag, comm_, MPI_STATUS_IGNORE),
+             "MPI_Recv", rank_, peer);
+    if (!notice.empty() && notice[0] == kGoodbyeNotice) {
+      goodbyeAt_[peer] = Clock::now();
+      continue;
+    }
+    std::vector<uint8_t> encoded(notice.begin() + (notice.empty() ? 0 : 1), notice.end());
+    auto prefix = detail::concat("rank ", rank_, " (this process): aborted because rank ", peer,
+                                 " reported: ");
+    failLocked(detail::decodeError(encoded, prefix, peer), /*tellPeers=*/false);
+    rethrowFailure();
+  }
+}
+
+// True when every op is done; otherwise fills waitingOn with the peers still owing something.
+// Throws PeerError for an op that still waits on a peer that said goodbye a while ago.
+bool MpiTransport::allComplete(std::span<Op* const> ops, std::vector<int>& waitingOn) {
+  waitingOn.clear();
+  for (Op* op : ops) {
+    if (op == nullptr || op->stage == Stage::kDone)
+      continue;
+    const auto& goodbye = goodbyeAt_[op->peer];
+    if (goodbye && Clock::now() - *goodbye >= kGoodbyeGrace) {
+      throw PeerError(
+          detail::concat("rank ", rank_, " (this process): rank ", op->peer,
+                         " has closed its communicator, so a ",
+                         op->isSend ? "send to" : "receive from", " it cannot complete"),
+          op->peer);
+    }
+    waitingOn.push_back(op->peer);
+  }
+  return waitingOn.empty();
+}
+
+TimeoutError makeTimeoutError(int rank, std::vector<int> peers) {
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  std::string names;
+  for (int peer : peers) names += detail::concat(names.empty() ? "" : ", ", peer);
+  return TimeoutError(
+      detail::concat("rank ", rank,
+                     " (this process): timed out waiting for sends and receives with rank(s) ",
+                     names,
+                     "; they may have crashed, be stuck, or have called a different collective "
+                     "(raise CHORUS_TIMEOUT if they are only slow)"),
+      peers);
+}
+
+void MpiTransport::wait(std::span<Request* const> requests, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (failure_)
+    rethrowFailure();
+  waitOps_.clear();
+  for (Request* request : requests) {
+    Op* op = findOp(request);
+    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", rank_,
+                     " (this process): wait() was given a request that was never posted");
+    waitOps_.push_back(op);
+  }
+  std::vector<int> waitingOn;
+  try {
+    while (true) {
+      progress();
+      if (allComplete(waitOps_, waitingOn))
+        break;
+      if (deadline.expired())
+        throw makeTimeoutError(rank_, waitingOn);
+      lock.unlock();
+      sched_yield();
+      lock.lock();
+      if (failure_)
+        rethrowFailure();  // abort() from another thread
+    }
+  } catch (...) {
+    failLocked(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
+    rethrowFailure();
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i]->done = true;
+    if (waitOps_[i] != nullptr)
+      releaseOp(waitOps_[i]);
+  }
+}
+
+void MpiTransport::sendNotice(int peer, uint8_t kind, const std::vector<uint8_t>& body) noexcept {
+  try {
+    ControlSend send;
+    send.buffer = std::make_unique<std::vector<char>>(body.size() + 1);
+    (*send.buffer)[0] = static_cast<char>(kind);
+    std::copy(body.begin(), body.end(), send.buffer->begin() + 1);
+    if (MPI_Isend(send.buffer->data(), static_cast<int>(send.buffer->size()), MPI_BYTE, peer,
+                  kControlTag, comm_, &send.request) == MPI_SUCCESS) {
+      controlSends_.push_back(std::move(send));
+    }
+  } catch (...) {
+    // Best effort: the peer then times out instead of failing at once.
+  }
+}
+
+// Gives the notices until `deadline` to leave; what is left is cancelled and freed, and its
+// buffer leaked (MPI may still read it).
+void MpiTransport::drainControlSends(Deadline deadline) noexcept {
+  while (!controlSends_.empty()) {
+    for (size_t i = 0; i < controlSends_.size();) {
+      int flag = 0;
+      if (MPI_Test(&controlSends_[i].request, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) {
+        controlSends_[i] = std::move(controlSends_.back());
+        controlSends_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (deadline.expired())
+      break;
+    sched_yield();
+  }
+  for (ControlSend& send : controlSends_) {
+    MPI_Cancel(&send.request);
+    MPI_Request_free(&send.request);
+    (void)send.buffer.release();
+  }
+  controlSends_.clear();
+}
+
+// Drops the requests of `requests` that have finished (or failed).
+void dropFinished(std::vector<MPI_Request*>& requests) {
+  for (size_t i = 0; i < requests.size();) {
+    int flag = 0;
+    if (MPI_Test(requests[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) {
+      requests[i] = requests.back();
+      requests.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+// Cancels the MPI requests of every pending op and forgets the ops. Receives get kCancelTimeout
+// to finish cancelling; sends one test (Open MPI cannot cancel them, so waiting is pointless).
+// What is left is freed, and its op (whose buffer MPI may still use) deliberately leaked.
+void MpiTransport::cancelPending() noexcept {
+  std::vector<MPI_Request*> receives, leftover;
+  for (Op* op : active_) {
+    for (MPI_Request& request : op->mpiRequests) {
+      if (request == MPI_REQUEST_NULL)
+        continue;
+      MPI_Cancel(&request);
+      (op->isSend ? leftover : receives).push_back(&request);
+    }
+  }
+  Deadline deadline = Deadline::after(kCancelTimeout);
+  while (true) {
+    dropFinished(receives);
+    if (receives.empty() || deadline.expired())
+      break;
+    sched_yield();
+  }
+  dropFinished(leftover);
+  leftover.insert(leftover.end(), receives.begin(), receives.end());
+  for (MPI_Request* request : leftover) MPI_Request_free(request);
+  for (Op* op : active_) {
+    bool stillUsed = std::any_of(leftover.begin(), leftover.end(), [op](MPI_Request* request) {
+      return request >= op->mpiRequests.data() &&
+             request < op->mpiRequests.data() + op->mpiRequests.size();
+    });
+    if (stillUsed) {
+      auto it = std::find_if(opStorage_.begin(), opStorage_.end(),
+                             [op](const std::unique_ptr<Op>& owned) { return owned.get() == op; });
+      if (it != opStorage_.end()) {
+        (void)it->release();  // deliberately leaked: MPI may still use its buffer
+        opStorage_.erase(it);
+      }
+    } else {
+      freeOps_.push_back(op);
+    }
+  }
+  active_.clear();
+  recvQueues_.clear();
+}
+
+void MpiTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept {
+  if (failure_)
+    return;
+  failure_ = error;
+  if (comm_ == MPI_COMM_NULL || mpiFinalized())
+    return;
+  cancelPending();
+  if (!tellPeers)
+    return;
+  std::vector<uint8_t> notice;
+  try {
+    notice = detail::encodeError(error);
+  } catch (...) {
+    return;  // the peers then time out
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && !goodbyeAt_[peer])
+      sendNotice(peer, kAbortNotice, notice);
+  }
+}
+
+void MpiTransport::abort(std::exception_ptr reason) noexcept {
+  if (!reason) {
+    reason = std::make_exception_ptr(
+        InternalError(detail::concat("rank ", rank_, " (this process): aborted")));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  failLocked(reason, /*tellPeers=*/true);
+}
+
+void MpiTransport::close() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_)
+    return;
+  closed_ = true;
+  failLocked(std::make_exception_ptr(
+                 Error(detail::concat("rank ", rank_,
+                                      " (this process): this transport is closed; create a new "
+                                      "communicator to keep communicating"))),
+             /*tellPeers=*/false);
+  if (comm_ == MPI_COMM_NULL || mpiFinalized())
+    return;  // too late to talk to MPI; the duplicate went with MPI_Finalize
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && !goodbyeAt_[peer])
+      sendNotice(peer, kGoodbyeNotice, {});
+  }
+  drainControlSends(Deadline::after(kGoodbyeTimeout));
+  // See Note [Retiring an MPI communicator].
+  try {
+    Retired entry{comm_, std::vector<bool>(size_)};
+    for (int peer = 0; peer < size_; ++peer) entry.gone[peer] = peer == rank_ || goodbyeAt_[peer];
+    std::lock_guard<std::mutex> retiredLock(retiredMutex());
+    retiredComms().push_back(std::move(entry));
+  } catch (...) {
+    // Out of memory: leave the duplicate unfreed.
+  }
+  comm_ = MPI_COMM_NULL;
+  sweepRetired();
+}
+
+std::exception_ptr MpiTransport::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> createMpiTransport(MPI_Comm comm, Deadline deadline) {
+  return std::make_unique<MpiTransport>(comm, deadline);
+}
+
+}  // namespace chorus::transport::mpi

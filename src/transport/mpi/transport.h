@@ -1,0 +1,33 @@
+// The MPI transport: chorus's point-to-point contract (src/transport/transport.h) over MPI
+// non-blocking sends and receives on a private duplicate of an MPI communicator. It lets chorus's
+// own algorithms (backend "mpi_algorithms", and the fallbacks of backend "mpi") run where the
+// processes were started by mpirun.
+//
+// Limits:
+//  - MPI must be initialized (MPI_Init_thread, MPI_THREAD_MULTIPLE when several threads use MPI)
+//    before createMpiTransport and still initialized when the transport is destroyed.
+//  - Point-to-point tags must be at most MPI_TAG_UB - 1025 (MPI guarantees MPI_TAG_UB >= 32767;
+//    Open MPI gives 2^31 - 1), and collective tags below kCollectiveTag + 1024; others are
+//    InvalidArgumentError. MPI tag 0 is reserved for control notices.
+//  - A peer that dies is usually handled by the MPI library itself: Open MPI (mpirun) kills the
+//    whole job when a rank exits without MPI_Finalize, so chorus never sees a "dead peer". With
+//    ULFM-style libraries the failed MPI call is reported as PeerError.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "transport/transport.h"
+
+namespace chorus::transport::mpi {
+
+// Duplicates `comm` (collective over its members; the transport owns and frees the duplicate),
+// sets MPI_ERRORS_RETURN on it, and returns a transport whose ranks are the ranks in `comm`. The
+// duplicate is freed once this transport and every peer's have closed (Note [Retiring an MPI
+// communicator] in transport.cc), or left to MPI_Finalize.
+// Throws UnsupportedError when MPI is not initialized, and TimeoutError when some member has not
+// joined the duplication by `deadline` (MPI_Comm_idup, tested in a loop).
+std::unique_ptr<Transport> createMpiTransport(MPI_Comm comm, Deadline deadline = Deadline::never());
+
+}  // namespace chorus::transport::mpi
