@@ -1,5 +1,6 @@
 // Fingerprint comparison and the MismatchError a receiver raises. See Note [Collective fingerprint]
 // in transport.h.
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
@@ -157,6 +158,20 @@ MismatchError makeByteCountMismatchError(int selfRank,
       " bytes. Every rank must call the same collectives in the same order with the same "
       "arguments, and a receive must be posted with the size of the matching send.");
   return MismatchError(message, "bytes", {selfRank, peerRank});
+}
+
+TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers) {
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  std::string names;
+  for (int peer : peers) names += detail::concat(names.empty() ? "" : ", ", peer);
+  return TimeoutError(
+      detail::concat("rank ", selfRank,
+                     " (this process): timed out waiting for sends and receives with rank(s) ",
+                     names,
+                     "; they may have crashed, be stuck, or have called a different collective "
+                     "(raise CHORUS_TIMEOUT if they are only slow)"),
+      peers);
 }
 
 }  // namespace chorus::transport

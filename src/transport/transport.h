@@ -40,6 +40,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "chorus/error.h"
 #include "chorus/types.h"
@@ -105,6 +106,10 @@ MismatchError makeByteCountMismatchError(int selfRank,
                                          const Fingerprint& self,
                                          uint64_t expectedBytes,
                                          uint64_t sentBytes);
+
+// The TimeoutError a transport raises at a deadline, naming the peers of unfinished requests
+// (sorted, without repeats) in the message and in missingRanks().
+TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers);
 
 // Tags at or above this value are reserved for collectives; point-to-point tags are below it.
 inline constexpr uint64_t kCollectiveTag = uint64_t{1} << 62;

@@ -235,20 +235,6 @@ bool TcpTransport::allComplete(std::span<Op* const> ops) {
   return waitingOn_.empty();
 }
 
-TimeoutError makeTimeoutError(int rank, std::vector<int> peers) {
-  std::sort(peers.begin(), peers.end());
-  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-  std::string names;
-  for (int peer : peers) names += detail::concat(names.empty() ? "" : ", ", peer);
-  return TimeoutError(
-      detail::concat("rank ", rank,
-                     " (this process): timed out waiting for sends and receives with rank(s) ",
-                     names,
-                     "; they may have crashed, be stuck, or have called a different collective "
-                     "(raise CHORUS_TIMEOUT if they are only slow)"),
-      peers);
-}
-
 void TcpTransport::wait(std::span<Request* const> requests, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (failure_)
