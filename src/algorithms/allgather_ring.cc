@@ -33,10 +33,9 @@ void ringAllgatherPhase(Peers& peers, const RingLayout& layout, size_t elementSi
   const size_t perSegment = patterns::segmentElements(peers.segmentBytes(), elementSize);
 
   // Step 0: this rank's own chunk.
-  SendWindow sends(peers);
   patterns::forEachSegment(
       layout.chunk(ring.sendChunk(RingPhase::kAllgather, 0)), perSegment, [&](Block segment) {
-        sends.send(ring.next(), blockAt(data, segment, elementSize), segment.count * elementSize);
+        peers.send(ring.next(), blockAt(data, segment, elementSize), segment.count * elementSize);
       });
 
   // Steps 0 .. p-2: receive each segment in place, and forward it unless this is the last step
@@ -54,7 +53,7 @@ void ringAllgatherPhase(Peers& peers, const RingLayout& layout, size_t elementSi
       [&](size_t) {
         const Block segment = arriving.segment();
         if (!arriving.lastStep()) {
-          sends.send(ring.next(), blockAt(data, segment, elementSize), segment.count * elementSize);
+          peers.send(ring.next(), blockAt(data, segment, elementSize), segment.count * elementSize);
         }
         arriving.advance();
       });

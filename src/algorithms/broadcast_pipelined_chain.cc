@@ -31,11 +31,10 @@ void broadcastPipelinedChain(Peers& peers, const BroadcastArgs& args) {
   const size_t perSegment = peers.segmentBytes();
 
   postRingCheck(peers);
-  SendWindow sends(peers);
   if (upstream < 0) {
     // The root: the segments go out back to back.
     patterns::forEachSegment(message, perSegment, [&](Block segment) {
-      sends.send(downstream, blockAt(args.data, segment, 1), segment.count);
+      peers.send(downstream, blockAt(args.data, segment, 1), segment.count);
     });
   } else {
     receiveStream(
@@ -48,7 +47,7 @@ void broadcastPipelinedChain(Peers& peers, const BroadcastArgs& args) {
           if (downstream < 0)
             return;
           const Block segment = patterns::segmentOf(message, perSegment, i);
-          sends.send(downstream, blockAt(args.data, segment, 1), segment.count);
+          peers.send(downstream, blockAt(args.data, segment, 1), segment.count);
         });
   }
   peers.waitAll();

@@ -40,12 +40,11 @@ void reducePipelinedChain(Peers& peers, const ReduceArgs& args) {
   const size_t perSegment = patterns::segmentElements(peers.segmentBytes(), elementSize);
 
   postRingCheck(peers);
-  SendWindow sends(peers);
 
   if (downstream < 0) {
     // The far end: its input is the first partial sum.
     patterns::forEachSegment(vector, perSegment, [&](Block segment) {
-      sends.send(upstream, blockAt(args.input, segment, elementSize), segment.count * elementSize);
+      peers.send(upstream, blockAt(args.input, segment, elementSize), segment.count * elementSize);
     });
     peers.waitAll();
     return;
@@ -69,7 +68,7 @@ void reducePipelinedChain(Peers& peers, const ReduceArgs& args) {
           kernels::reduceMany(args.op, args.dtype, dst, sources, segment.count);
         }
         if (upstream >= 0)
-          sends.send(upstream, partial, segment.count * elementSize);
+          peers.send(upstream, partial, segment.count * elementSize);
       });
   peers.waitAll();
 }

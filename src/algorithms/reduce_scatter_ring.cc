@@ -64,10 +64,9 @@ void ringReduceScatterPhase(Peers& peers,
   };
 
   // Step 0: the chunk this rank starts with goes out straight from its input.
-  SendWindow sends(peers);
   patterns::forEachSegment(layout.chunk(ring.sendChunk(RingPhase::kReduceScatter, 0)), perSegment,
                            [&](Block segment) {
-                             sends.send(ring.next(), blockAt(buffers.input, segment, elementSize),
+                             peers.send(ring.next(), blockAt(buffers.input, segment, elementSize),
                                         segment.count * elementSize);
                            });
 
@@ -95,7 +94,7 @@ void ringReduceScatterPhase(Peers& peers,
           kernels::reduceMany(op, dtype, dst, sources, segment.count);
         }
         if (!lastStep)
-          sends.send(ring.next(), dst, segment.count * elementSize);
+          peers.send(ring.next(), dst, segment.count * elementSize);
         arriving.advance();
       });
   // The sends read `input` and `partial`; the caller may overwrite them once this returns.

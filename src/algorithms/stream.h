@@ -62,28 +62,12 @@ inline void postRingCheck(Peers& peers) {
   peers.recv((peers.rank() + size - 1) % size, nullptr, 0);
 }
 
-// Sends of a stream (segments to one peer) with at most kSendWindow outstanding: posting one more
-// first waits for the oldest. Keeps the transport's bookkeeping (and, over sockets, the data
-// queued in user space) small however many segments a vector has.
-inline constexpr size_t kSendWindow = 8;
-
-class SendWindow {
- public:
-  explicit SendWindow(Peers& peers) : peers_(peers) {}
-
-  void send(int peer, const void* data, size_t bytes) {
-    transport::Request*& slot = inflight_[posted_ % kSendWindow];
-    if (posted_ >= kSendWindow)
-      peers_.wait(slot);
-    slot = peers_.send(peer, data, bytes);
-    ++posted_;
-  }
-
- private:
-  Peers& peers_;
-  std::array<transport::Request*, kSendWindow> inflight_{};
-  size_t posted_ = 0;
-};
+// Sends of a stream are posted without waiting for earlier ones: a send may complete only once its
+// receive is posted (see the Transport contract), and the peer posts that receive only as it
+// processes the messages before it, which may come from this rank's loop. Waiting for an old send
+// before posting the next would deadlock a ring whose ranks all start by sending (it did, over MPI,
+// for chunks of more than 8 segments). So algorithms wait only for receives inside their loops and
+// for sends at the end (Peers::waitAll()). Requests live until waitAll() anyway.
 
 // Receives `n` messages from `peer` in order, keeping up to kStreamWindow receives posted ahead of
 // the one being processed. target(i) -> std::pair<void*, size_t> says where message i lands and is

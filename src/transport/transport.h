@@ -10,8 +10,11 @@
 //    stay valid until wait() returns for that request or the transport fails. `peer` must be
 //    another rank (a transport has no connection to itself): anything else is InvalidArgumentError,
 //    as is posting a Request that is already pending. A send may complete before the receiver posts
-//    its receive (the message is buffered there), so completion of a send says nothing about the
-//    peer.
+//    its receive (the message is buffered there: TCP), or only once it has (a rendezvous: MPI's
+//    large messages, a bounded shared-memory queue, the loopback transport always). So callers
+//    must be correct either way: never wait for a send before posting the receives whose arrival
+//    the peer needs in order to post that send's receive (see the note on sends in algorithms/stream.h).
+//    Completion of a send says nothing about the peer.
 //  - Matching: messages from one peer with one tag are received in the order they were sent; the
 //    k-th receive posted for (peer, tag) gets the k-th such message. Messages that arrive before
 //    their receive is posted are buffered.

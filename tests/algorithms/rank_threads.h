@@ -1,4 +1,5 @@
-// Test support for algorithm tests: ranks as threads over the loopback transport, with a deadline
+// Test support for algorithm tests: ranks as threads over the loopback transport (whose sends
+// complete only when a receive matches them, the strictest the contract allows), with a deadline
 // so a broken algorithm fails the test instead of hanging it, and fingerprints for test calls.
 #pragma once
 

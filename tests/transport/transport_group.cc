@@ -50,7 +50,9 @@ Group makeTcpGroup(int size) {
 
 Group makeGroup(const std::string& kind, int size) {
   if (kind == "loopback")
-    return loopback::createLoopbackGroup(size);
+    return loopback::createLoopbackGroup(size, loopback::SendCompletion::kWhenBuffered);
+  if (kind == "loopback_rendezvous")
+    return loopback::createLoopbackGroup(size, loopback::SendCompletion::kWhenMatched);
   if (kind == "tcp")
     return makeTcpGroup(size);
   throw std::invalid_argument("unknown transport kind " + kind);

@@ -1,8 +1,10 @@
 // The loopback transport: `size` endpoints in one process, one per thread, sharing one mutex.
 //
 // A send copies its bytes straight into the receiver's posted buffer when a receive is waiting for
-// it, else into the receiver's queue of unexpected messages, so sends complete at once and ranks
-// that send to each other never deadlock. Matching, fingerprint and byte checks, deadlines, abort
+// it, else into the receiver's queue of unexpected messages. The send then completes at once or,
+// by default, only once a receive has matched it (SendCompletion in transport.h): the strictest
+// completion the Transport contract allows, so algorithm tests catch waits that only eager sends
+// would let finish. Matching, fingerprint and byte checks, deadlines, abort
 // propagation and goodbye behave as the contract in transport.h says, so tests of algorithms see
 // what they would see over TCP. Waiters sleep on a condition variable; nothing spins.
 //
@@ -31,6 +33,7 @@ using Key = std::pair<int, uint64_t>;  // (peer, tag)
 struct Message {
   Fingerprint fingerprint;
   std::vector<uint8_t> payload;
+  const Request* send = nullptr;  // the sender's request, completed when a receive matches
 };
 
 struct Op {
@@ -63,6 +66,7 @@ struct Endpoint {
 };
 
 struct Group {
+  SendCompletion completion = SendCompletion::kWhenMatched;
   std::mutex mutex;
   std::vector<std::unique_ptr<Endpoint>> endpoints;
 };
@@ -94,18 +98,23 @@ class LoopbackTransport final : public Transport {
     Endpoint& to = endpoint(peer);
     if (to.state != State::kOpen)
       return;  // wait() reports the goodbye
-    op.complete = true;
-    if (to.failure)
+    if (to.failure) {
+      op.complete = true;
       return;  // it told us (or will); nothing reads the message
+    }
     auto found = to.postedRecvs.find({rank_, tag});
     if (found != to.postedRecvs.end() && !found->second.empty()) {
       Op* recv = found->second.front();
       found->second.pop_front();
+      op.complete = true;
       matchLocked(peer, *recv, rank_, fingerprint, data, bytes);
       return;
     }
     const auto* begin = static_cast<const uint8_t*>(data);
-    to.unexpected[{rank_, tag}].push_back(Message{fingerprint, {begin, begin + bytes}});
+    const bool eager = group_->completion == SendCompletion::kWhenBuffered;
+    op.complete = eager;
+    to.unexpected[{rank_, tag}].push_back(
+        Message{fingerprint, {begin, begin + bytes}, eager ? nullptr : &request});
   }
 
   void postRecv(int peer,
@@ -121,6 +130,7 @@ class LoopbackTransport final : public Transport {
     if (found != self.unexpected.end() && !found->second.empty()) {
       Message message = std::move(found->second.front());
       found->second.pop_front();
+      completeSendLocked(peer, message.send);
       matchLocked(rank_, op, peer, message.fingerprint, message.payload.data(),
                   message.payload.size());
       return;
@@ -219,8 +229,20 @@ class LoopbackTransport final : public Transport {
       std::rethrow_exception(failure);
   }
 
-  Op* findOp(const Request* request) const {
-    for (const auto& op : endpoint(rank_).ops) {
+  // The send `request` of rank `sender` was matched by a receive: it completes (if the sender
+  // still has it; a failed sender has dropped its requests).
+  void completeSendLocked(int sender, const Request* request) {
+    if (request == nullptr)
+      return;  // completed when it was buffered
+    if (Op* send = findOp(sender, request)) {
+      send->complete = true;
+      endpoint(sender).changed.notify_all();
+    }
+  }
+
+  Op* findOp(const Request* request) const { return findOp(rank_, request); }
+  Op* findOp(int rank, const Request* request) const {
+    for (const auto& op : endpoint(rank).ops) {
       if (op->request == request)
         return op.get();
     }
@@ -344,9 +366,10 @@ class LoopbackTransport final : public Transport {
 
 }  // namespace
 
-std::vector<std::unique_ptr<Transport>> createLoopbackGroup(int size) {
+std::vector<std::unique_ptr<Transport>> createLoopbackGroup(int size, SendCompletion completion) {
   CHORUS_CHECK_ARG(size >= 1, "a loopback group needs at least one rank, not ", size);
   auto group = std::make_shared<Group>();
+  group->completion = completion;
   for (int rank = 0; rank < size; ++rank) group->endpoints.push_back(std::make_unique<Endpoint>());
   std::vector<std::unique_ptr<Transport>> transports;
   for (int rank = 0; rank < size; ++rank) {
