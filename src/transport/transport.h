@@ -13,8 +13,8 @@
 //    its receive (the message is buffered there: TCP), or only once it has (a rendezvous: MPI's
 //    large messages, a bounded shared-memory queue, the loopback transport always). So callers
 //    must be correct either way: never wait for a send before posting the receives whose arrival
-//    the peer needs in order to post that send's receive (see the note on sends in algorithms/stream.h).
-//    Completion of a send says nothing about the peer.
+//    the peer needs in order to post that send's receive (see the note on sends in
+//    algorithms/stream.h). Completion of a send says nothing about the peer.
 //  - Matching: messages from one peer with one tag are received in the order they were sent; the
 //    k-th receive posted for (peer, tag) gets the k-th such message. Messages that arrive before
 //    their receive is posted are buffered.
