@@ -9,6 +9,8 @@ packages=(
   pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch libopenblas0-pthread
   # MPI: the connector, transport and backend (CHORUS_WITH_MPI), and mpirun for their tests.
   libopenmpi-dev openmpi-bin
+  # mpi4py: a test that chorus uses, and leaves alone, an MPI that mpi4py initialized.
+  python3-mpi4py
 )
 
 missing=()

@@ -54,8 +54,12 @@ class DistContext {
 
   const DistConfig& config() const;
   DistConfig& mutableConfig();
+  // The caller's communicator for `rankList` (empty: the world) on the default backend, from the
+  // pool. Collective the first time a (rankList, backend) pair is asked for: every rank must ask
+  // for the same one.
   std::shared_ptr<Communicator> communicator(const RankList& rankList = {});
-  // Backend for communicators created from now on: "auto", "tcp", "void", ...
+  // Backend of the communicators asked for from now on: "auto", "tcp", "mpi", "mpi_algorithms",
+  // "void". Those already made keep theirs (and are served again when it is switched back).
   void setDefaultBackend(const std::string& backend);
   void shutdown();
 

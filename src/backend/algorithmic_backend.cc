@@ -5,12 +5,14 @@
 
 namespace chorus::backend {
 
-AlgorithmicBackend::AlgorithmicBackend(std::unique_ptr<transport::Transport> transport)
-    : transport_(std::move(transport)) {}
+AlgorithmicBackend::AlgorithmicBackend(std::unique_ptr<transport::Transport> transport,
+                                       std::string name)
+    : transport_(std::move(transport)),
+      name_(name.empty() ? std::string(transport_->name()) : std::move(name)) {}
 
 AlgorithmicBackend::~AlgorithmicBackend() { close(); }
 
-std::string AlgorithmicBackend::name() const { return std::string(transport_->name()); }
+std::string AlgorithmicBackend::name() const { return name_; }
 
 template <typename Args, typename Table>
 void AlgorithmicBackend::run(const CallContext& call,

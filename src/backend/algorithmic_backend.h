@@ -1,8 +1,9 @@
 // The algorithmic backend: each collective picks a row from its table in src/algorithms/ and runs
-// it over a point-to-point transport (tcp today; mpi later).
+// it over a point-to-point transport (tcp, mpi).
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "algorithms/peers.h"
 #include "backend/backend.h"
@@ -12,7 +13,9 @@ namespace chorus::backend {
 
 class AlgorithmicBackend : public Backend {
  public:
-  explicit AlgorithmicBackend(std::unique_ptr<transport::Transport> transport);
+  // `name` is what name() reports (Communicator::backendName()); empty: the transport's name.
+  explicit AlgorithmicBackend(std::unique_ptr<transport::Transport> transport,
+                              std::string name = {});
   ~AlgorithmicBackend() override;
 
   std::string name() const override;
@@ -39,6 +42,7 @@ class AlgorithmicBackend : public Backend {
   void run(const CallContext& call, Table table, const char* envName, const Args& args);
 
   std::unique_ptr<transport::Transport> transport_;
+  std::string name_;
   algorithms::Workspace workspace_;
 };
 

@@ -21,7 +21,8 @@ constexpr const char* kValidNames = "auto, tcp, mpi, mpi_algorithms, void";
 // The algorithms over the MPI transport, on a duplicate of `comm`; null in builds without it.
 std::unique_ptr<Backend> mpiAlgorithms(MPI_Comm comm) {
 #ifdef CHORUS_HAVE_MPI_TRANSPORT
-  return std::make_unique<AlgorithmicBackend>(transport::mpi::createMpiTransport(comm));
+  return std::make_unique<AlgorithmicBackend>(transport::mpi::createMpiTransport(comm),
+                                              "mpi_algorithms");
 #else
   return nullptr;
 #endif

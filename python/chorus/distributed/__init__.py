@@ -3,6 +3,7 @@
     cfg = chorus.distributed.get_config()       # rank, size, local_rank, local_size, root_rank,
                                                 # enable_data_parallel, zero_opt_level, ...
     comm = chorus.distributed.get_communicator()   # or get_communicator(rank_list=[[0, 1], [2, 3]])
+    chorus.distributed.set_default_backend("mpi")  # for communicators made from now on
     dir(chorus.distributed.op)                  # the operators
 """
 
@@ -27,6 +28,15 @@ def get_communicator(rank_list=None):
     return _groups.get(rank_list)
 
 
+def set_default_backend(name):
+    """The backend of communicators made from now on: "auto" (the default; CHORUS_BACKEND), "tcp",
+    "mpi", "mpi_algorithms", "void". Every rank must switch alike, since the next get_communicator()
+    or operation makes its communicator anew (collectively). Communicators already made keep theirs;
+    switching back serves them again from the pool."""
+    _chorus.set_default_backend(name)
+    _groups.reset()
+
+
 class _OperatorNamespace:
     """The operators of chorus (chorus.distributed.op.allreduce is chorus.allreduce)."""
 
@@ -47,4 +57,5 @@ class _OperatorNamespace:
 
 op = _OperatorNamespace()
 
-__all__ = ["DistConfig", "Communicator", "get_config", "get_communicator", "op"]
+__all__ = ["DistConfig", "Communicator", "get_config", "get_communicator", "set_default_backend",
+           "op"]
