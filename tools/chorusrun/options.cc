@@ -29,11 +29,12 @@ non-zero naming the node and rank; losing node 0's store does the same.
 "chorusrun" must be on the remote PATH), passing the token on their stdin.
 Hostfile lines: "node1 slots=4" or "node1:4"; '#' comments.
 
---launcher mpi: runs "mpirun -np N [-H ...] [--hostfile FILE] program args"
-instead (CHORUS_MPIRUN overrides "mpirun"), adding --allow-run-as-root as
-root and --oversubscribe when -np exceeds this machine's cores; the ranks
-then bootstrap through MPI. Output and the exit status are mpirun's own
-(untagged; mpirun's hostfile format applies).
+--launcher mpi: runs "mpirun -np N [-H hosts] program args" instead
+(CHORUS_MPIRUN overrides "mpirun"; Open MPI's or MPICH's, told apart by
+--version), adding --allow-run-as-root as root and --oversubscribe when -np
+exceeds this machine's cores (Open MPI); the ranks then bootstrap through MPI.
+A --hostfile in either format above is passed as the host list. Output and
+the exit status are mpirun's own (untagged).
 
 Examples:
   chorusrun -np 4 python3 train.py
