@@ -11,6 +11,8 @@
 //                        refuse with UnsupportedError naming MPI_THREAD_MULTIPLE
 //   mpi_check --timeout  rank 0 skips an allreduce: the others time out (run with a short
 //                        CHORUS_TIMEOUT) instead of hanging
+//   mpi_check --mismatch rank 0 calls differently from the others (count, op, dtype, root,
+//                        collective): every rank raises MismatchError naming the field and ranks
 //
 // Expected values are closed forms. Prints "mpi_check: OK on N ranks" on rank 0 when every rank
 // passed (failures are summed over the world), and exits nonzero otherwise.
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -182,6 +185,76 @@ int timeout() {
   return failures == 0 ? 0 : 1;
 }
 
+// One way for rank 0's call to differ from the others': `call(comm, odd)` runs the odd variant on
+// rank 0; every rank must raise MismatchError with field `field`, naming two ranks, one of them 0.
+struct MismatchCase {
+  const char* field;
+  std::function<void(chorus::Communicator&, bool odd)> call;
+};
+
+const MismatchCase kMismatchCases[] = {
+    {"count",
+     [](chorus::Communicator& comm, bool odd) {
+       std::vector<float> v(odd ? 5 : 4, 1.0f);
+       comm.allreduce(chorus::Tensor(v.data(), {static_cast<int64_t>(v.size())}))->wait();
+     }},
+    {"reduce_op",
+     [](chorus::Communicator& comm, bool odd) {
+       std::vector<float> v(4, 1.0f);
+       auto op = odd ? chorus::ReduceOp::kMax : chorus::ReduceOp::kSum;
+       comm.allreduce(chorus::Tensor(v.data(), {4}), op)->wait();
+     }},
+    {"dtype",
+     [](chorus::Communicator& comm, bool odd) {
+       std::vector<float> f(4, 1.0f);
+       std::vector<int32_t> i(4, 1);
+       comm.allreduce(odd ? chorus::Tensor(i.data(), {4}) : chorus::Tensor(f.data(), {4}))->wait();
+     }},
+    {"root",
+     [](chorus::Communicator& comm, bool odd) {
+       std::vector<int64_t> v(3, comm.rank());
+       comm.broadcast(chorus::Tensor(v.data(), {3}), odd ? 1 : 0)->wait();
+     }},
+    {"collective",
+     [](chorus::Communicator& comm, bool odd) {
+       std::vector<float> v(1, 1.0f);
+       if (odd)
+         comm.allreduce(chorus::Tensor(v.data(), {1}))->wait();
+       else
+         comm.barrier()->wait();
+     }},
+};
+
+// Each case on a fresh communicator (a failed one stays failed): split of the world.
+int mismatch() {
+  auto world = chorus::DistContext::get().communicator();
+  const int r = world->rank();
+  for (const MismatchCase& c : kMismatchCases) {
+    auto comm = world->split(0, r);
+    std::string got = "no error";
+    try {
+      c.call(*comm, r == 0);
+    } catch (const chorus::MismatchError& error) {
+      const auto& ranks = error.ranks();
+      // The rank that found the mismatch and the one it disagrees with; rank 0 is in every pair.
+      const bool namesTwo =
+          ranks.size() == 2 && ranks[0] != ranks[1] && (ranks[0] == 0 || ranks[1] == 0);
+      got = error.field() == c.field && namesTwo ? "" : std::string(error.what());
+    } catch (const std::exception& error) {
+      got = std::string("not a MismatchError: ") + error.what();
+    }
+    if (!got.empty())
+      std::printf("rank %d: mismatched %s: %s\n", r, c.field, got.c_str());
+    check(got.empty(), c.field, r);
+  }
+  int64_t failed = failures;
+  world->allreduce(chorus::Tensor(&failed, {1}))->wait();
+  if (r == 0 && failed == 0)
+    std::printf("mpi_check: OK (mismatch on %d ranks, backend %s)\n", world->size(),
+                world->backendName().c_str());
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,6 +263,8 @@ int main(int argc, char** argv) {
     return serialized();
   if (mode == "--timeout")
     return timeout();
+  if (mode == "--mismatch")
+    return mismatch();
   const bool ownMpi = mode == "--own-mpi";
   int provided = 0;
   if (ownMpi)

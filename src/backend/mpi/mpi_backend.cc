@@ -5,7 +5,9 @@
 
 #include <sched.h>
 
+#include <array>
 #include <climits>
+#include <cstdint>
 
 #include "backend/mpi/mpi_error.h"
 #include "connector/mpi_environment.h"
@@ -67,7 +69,37 @@ bool native(DataType dtype, ReduceOp op, size_t count) {
          count <= static_cast<size_t>(INT_MAX);
 }
 
+// MPI_Test passes before a waiting rank starts yielding the CPU between tests: short operations
+// finish without a trip through the scheduler, long ones leave the core to others.
+constexpr int kSpinPasses = 1024;
+
 bool fitsInt(size_t n) { return n <= static_cast<size_t>(INT_MAX); }
+
+// A fingerprint as the words the agreement reduces (see Note [Fingerprints over MPI]).
+constexpr int kFingerprintWords = 7;
+using FingerprintWords = std::array<int64_t, kFingerprintWords>;
+
+FingerprintWords toWords(const transport::Fingerprint& f) {
+  return {static_cast<int64_t>(f.sequence),
+          static_cast<int64_t>(f.count),
+          f.root,
+          static_cast<int64_t>(f.collective),
+          f.reduceOp,
+          f.dataType,
+          f.algorithm};
+}
+
+transport::Fingerprint fromWords(const int64_t* words) {
+  transport::Fingerprint f;
+  f.sequence = static_cast<uint64_t>(words[0]);
+  f.count = static_cast<uint64_t>(words[1]);
+  f.root = static_cast<int32_t>(words[2]);
+  f.collective = static_cast<transport::Collective>(words[3]);
+  f.reduceOp = static_cast<uint8_t>(words[4]);
+  f.dataType = static_cast<uint8_t>(words[5]);
+  f.algorithm = static_cast<uint8_t>(words[6]);
+  return f;
+}
 
 int asInt(size_t n) { return static_cast<int>(n); }
 
@@ -135,13 +167,61 @@ MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, 
               "; raise the timeout (CHORUS_TIMEOUT) or make every rank call it"));
         }
       }
-      sched_yield();
+      if (pass >= kSpinPasses)
+        sched_yield();
     }
     return status;
   } catch (...) {
     abort(std::current_exception());
     throw;
   }
+}
+
+// Note [Fingerprints over MPI]
+// MPI's collectives carry no chorus fingerprint (Note [Collective fingerprint]), so before each
+// collective the ranks agree on theirs: one MPI_Iallreduce(MAX) of the fingerprint's words and
+// their negations gives every rank the maximum and the minimum of each field. If they differ for
+// any field, the calls differ: an MPI_Iallgather of the fingerprints (only then) lets every rank
+// name a rank whose call differs from its own (rank 0's if it differs, else the first that does),
+// and every rank raises the same kind of MismatchError as over the transports. It runs before the
+// native-or-fallback choice, so ranks whose calls would take different paths are caught too.
+// Cost: one small allreduce per collective (latency-bound; see docs/benchmarks.md).
+void MpiBackend::checkFingerprints(const CallContext& call) {
+  if (size_ == 1)
+    return;
+  const FingerprintWords mine = toWords(call.fingerprint);
+  std::array<int64_t, 2 * kFingerprintWords> extremes;
+  for (int i = 0; i < kFingerprintWords; ++i) {
+    extremes[i] = mine[i];
+    extremes[kFingerprintWords + i] = -mine[i];
+  }
+  run(call, "MPI_Iallreduce (fingerprint check)", -1, [&](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, extremes.data(), 2 * kFingerprintWords, MPI_INT64_T,
+                          MPI_MAX, comm_, request);
+  });
+  bool agreed = true;
+  for (int i = 0; i < kFingerprintWords; ++i)
+    agreed = agreed && extremes[i] == -extremes[kFingerprintWords + i];
+  if (agreed)
+    return;
+  std::vector<int64_t> all(static_cast<size_t>(size_) * kFingerprintWords);
+  run(call, "MPI_Iallgather (fingerprint check)", -1, [&](MPI_Request* request) {
+    return MPI_Iallgather(mine.data(), kFingerprintWords, MPI_INT64_T, all.data(),
+                          kFingerprintWords, MPI_INT64_T, comm_, request);
+  });
+  auto differs = [&](int rank) {
+    return !call.fingerprint.firstDifference(fromWords(&all[rank * kFingerprintWords])).empty();
+  };
+  int peer = rank_ != 0 && differs(0) ? 0 : -1;
+  for (int rank = 0; peer < 0 && rank < size_; ++rank) {
+    if (differs(rank))
+      peer = rank;
+  }
+  CHORUS_ASSERT(peer >= 0);
+  auto error = std::make_exception_ptr(transport::makeMismatchError(
+      rank_, peer, call.fingerprint, fromWords(&all[peer * kFingerprintWords])));
+  abort(error);
+  std::rethrow_exception(error);
 }
 
 Backend& MpiBackend::fallback(const char* what) {
@@ -157,6 +237,7 @@ Backend& MpiBackend::fallback(const char* what) {
 }
 
 void MpiBackend::allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) {
+  checkFingerprints(call);
   if (!native(args.dtype, args.op, args.count))
     return fallback("allreduce").allreduce(call, args);
   run(call, "MPI_Iallreduce", -1, [&](MPI_Request* request) {
@@ -166,6 +247,7 @@ void MpiBackend::allreduce(const CallContext& call, const algorithms::AllreduceA
 }
 
 void MpiBackend::reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) {
+  checkFingerprints(call);
   if (!native(args.dtype, args.op, args.countPerRank * size_))
     return fallback("reduce_scatter").reduceScatter(call, args);
   run(call, "MPI_Ireduce_scatter_block", -1, [&](MPI_Request* request) {
@@ -176,6 +258,7 @@ void MpiBackend::reduceScatter(const CallContext& call, const algorithms::Reduce
 }
 
 void MpiBackend::allgather(const CallContext& call, const algorithms::AllgatherArgs& args) {
+  checkFingerprints(call);
   if (!fitsInt(args.bytesPerRank * size_))
     return fallback("allgather").allgather(call, args);
   char* mine = static_cast<char*>(args.output) + args.bytesPerRank * rank_;
@@ -187,6 +270,7 @@ void MpiBackend::allgather(const CallContext& call, const algorithms::AllgatherA
 }
 
 void MpiBackend::broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) {
+  checkFingerprints(call);
   if (!fitsInt(args.bytes))
     return fallback("broadcast").broadcast(call, args);
   run(call, "MPI_Ibcast", -1, [&](MPI_Request* request) {
@@ -195,6 +279,7 @@ void MpiBackend::broadcast(const CallContext& call, const algorithms::BroadcastA
 }
 
 void MpiBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
+  checkFingerprints(call);
   if (!native(args.dtype, args.op, args.count))
     return fallback("reduce").reduce(call, args);
   run(call, "MPI_Ireduce", -1, [&](MPI_Request* request) {
@@ -204,6 +289,7 @@ void MpiBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& a
 }
 
 void MpiBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
+  checkFingerprints(call);
   if (!fitsInt(args.bytesPerRank * size_))
     return fallback("gather").gather(call, args);
   run(call, "MPI_Igather", -1, [&](MPI_Request* request) {
@@ -213,6 +299,7 @@ void MpiBackend::gather(const CallContext& call, const algorithms::GatherArgs& a
 }
 
 void MpiBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
+  checkFingerprints(call);
   if (!fitsInt(args.bytesPerRank * size_))
     return fallback("scatter").scatter(call, args);
   run(call, "MPI_Iscatter", -1, [&](MPI_Request* request) {
@@ -222,6 +309,7 @@ void MpiBackend::scatter(const CallContext& call, const algorithms::ScatterArgs&
 }
 
 void MpiBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
+  checkFingerprints(call);
   if (!fitsInt(args.bytesPerRank * size_))
     return fallback("all_to_all").allToAll(call, args);
   run(call, "MPI_Ialltoall", -1, [&](MPI_Request* request) {
@@ -231,6 +319,7 @@ void MpiBackend::allToAll(const CallContext& call, const algorithms::AllToAllArg
 }
 
 void MpiBackend::barrier(const CallContext& call) {
+  checkFingerprints(call);
   run(call, "MPI_Ibarrier", -1, [&](MPI_Request* request) { return MPI_Ibarrier(comm_, request); });
 }
 

@@ -10,16 +10,16 @@
 // sums and divides.) The fallback's transport is made when the backend is, so every rank makes it
 // at the same point.
 //
+// Mismatched calls (Note [Collective fingerprint]): MPI's collectives carry no fingerprint, so the
+// ranks agree on theirs with one small MPI_Iallreduce before each collective (Note [Fingerprints
+// over MPI] in mpi_backend.cc); a difference is a MismatchError on every rank, naming the ranks and
+// the field. Point-to-point calls are checked by size only (a MismatchError when the sizes differ).
+//
 // Limits:
-//  - Note [Collective fingerprint]: MPI's native collectives do not carry chorus's fingerprint, so
-//    under this backend a mismatch between ranks (different op, dtype or root) is detected only as
-//    far as MPI detects it: a longer message than the buffer is a MismatchError (truncation);
-//    other disagreements may give wrong results or a TimeoutError at the deadline. Use backend
-//    "mpi_algorithms" (or tcp) where mismatch detection matters more than speed.
 //  - After a timeout the MPI request cannot be cancelled: the backend is failed and the buffers
 //    of that operation may still be written by MPI later.
-//  - Creating the communicator (MPI_Comm_create_group) blocks without a deadline until every member
-//    takes part; chorus's group creation makes all members take part.
+//  - Creating a group's communicator (MPI_Comm_create_group) has no deadline of its own; it runs
+//    right after the split's allgather, which has one (see mpi_comm.h).
 //
 // Only compiled when CHORUS_WITH_MPI is on.
 #pragma once
@@ -70,6 +70,9 @@ class MpiBackend : public Backend {
   // failure fails the backend. `peer` names the peer of point-to-point calls (-1 otherwise).
   template <typename Start>
   MPI_Status run(const CallContext& call, const char* what, int peer, Start start);
+  // Agrees on the call's fingerprint with the other ranks; MismatchError (on every rank) when
+  // their calls differ.
+  void checkFingerprints(const CallContext& call);
   // The algorithmic backend over the MPI transport; UnsupportedError naming `what` without one.
   Backend& fallback(const char* what);
 
