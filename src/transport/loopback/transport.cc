@@ -24,6 +24,7 @@
 
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "transport/op_pool.h"
 
 namespace chorus::transport::loopback {
 namespace {
@@ -256,13 +257,7 @@ class LoopbackTransport final : public Transport {
             size_t bytes,
             Request& request) {
     throwIfFailedLocked();
-    CHORUS_CHECK_ARG(peer >= 0 && peer < size_ && peer != rank_, "rank ", rank_,
-                     " (this process): peer ", peer, " is not another rank of this group of ",
-                     size_, " ranks");
-    CHORUS_CHECK_ARG(data != nullptr || bytes == 0, "rank ", rank_,
-                     " (this process): a null buffer of ", bytes, " bytes was posted");
-    CHORUS_CHECK_ARG(findOp(&request) == nullptr, "rank ", rank_,
-                     " (this process): this request is already pending; wait for it first");
+    checkPost(rank_, size_, peer, data, bytes, findOp(&request) != nullptr);
     request.peer = peer;
     request.done = false;
     auto op = std::make_unique<Op>();

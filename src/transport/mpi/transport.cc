@@ -49,6 +49,7 @@
 
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "transport/op_pool.h"
 
 namespace chorus::transport::mpi {
 namespace {
@@ -221,8 +222,6 @@ class MpiTransport final : public Transport {
             void* data,
             size_t bytes,
             Request& request);
-  Op* findOp(const Request* request) const;
-  void releaseOp(Op* op);
   void duplicate(MPI_Comm comm, Deadline deadline);
   int mpiTagFor(uint64_t tag) const;
   void postHeaderRecv(Op& op);
@@ -245,9 +244,7 @@ class MpiTransport final : public Transport {
   std::exception_ptr failure_;
   bool closed_ = false;
   std::vector<std::optional<Clock::time_point>> goodbyeAt_;  // by rank: when its goodbye came
-  std::vector<std::unique_ptr<Op>> opStorage_;
-  std::vector<Op*> freeOps_;
-  std::vector<Op*> active_;
+  OpPool<Op> ops_;
   std::map<std::pair<int, int>, std::deque<Op*>> recvQueues_;  // (peer, MPI tag) -> receives
   std::vector<ControlSend> controlSends_;
   std::vector<Op*> waitOps_;  // scratch for wait()
@@ -324,50 +321,19 @@ Op& MpiTransport::addOp(int peer,
                         Request& request) {
   if (failure_)
     rethrowFailure();
-  CHORUS_CHECK_ARG(peer >= 0 && peer < size_ && peer != rank_, "rank ", rank_,
-                   " (this process): peer ", peer, " is not another rank of this group of ", size_,
-                   " ranks");
-  CHORUS_CHECK_ARG(data != nullptr || bytes == 0, "rank ", rank_,
-                   " (this process): a null buffer of ", bytes, " bytes was posted");
-  CHORUS_CHECK_ARG(findOp(&request) == nullptr, "rank ", rank_,
-                   " (this process): this request is already pending; wait for it first");
-  int mpiTag = mpiTagFor(tag);
-  if (freeOps_.empty()) {
-    opStorage_.push_back(std::make_unique<Op>());
-    freeOps_.push_back(opStorage_.back().get());
-  }
-  Op* op = freeOps_.back();
-  freeOps_.pop_back();
-  op->request = &request;
-  op->isSend = false;
-  op->stage = Stage::kQueued;
-  op->peer = peer;
-  op->mpiTag = mpiTag;
-  op->tag = tag;
-  op->fingerprint = fingerprint;
-  op->data = static_cast<char*>(data);
-  op->bytes = bytes;
-  op->mpiRequests.clear();
-  active_.push_back(op);
-  request.peer = peer;
-  request.done = false;
-  return *op;
-}
-
-Op* MpiTransport::findOp(const Request* request) const {
-  for (Op* op : active_) {
-    if (op->request == request)
-      return op;
-  }
-  return nullptr;
-}
-
-void MpiTransport::releaseOp(Op* op) {
-  auto it = std::find(active_.begin(), active_.end(), op);
-  CHORUS_ASSERT(it != active_.end());
-  *it = active_.back();
-  active_.pop_back();
-  freeOps_.push_back(op);
+  const int mpiTag = mpiTagFor(tag);
+  Op& op = ops_.acquire(rank_, size_, peer, data, bytes, request);
+  op.request = &request;
+  op.isSend = false;
+  op.stage = Stage::kQueued;
+  op.peer = peer;
+  op.mpiTag = mpiTag;
+  op.tag = tag;
+  op.fingerprint = fingerprint;
+  op.data = static_cast<char*>(data);
+  op.bytes = bytes;
+  op.mpiRequests.clear();
+  return op;
 }
 
 void MpiTransport::postSend(int peer,
@@ -504,7 +470,7 @@ void MpiTransport::progressOp(Op& op) {
 void MpiTransport::progress() {
   pollControl();
   // onHeader() may move another op from kQueued to kHeader; it is tested on the next pass.
-  for (size_t i = 0; i < active_.size(); ++i) progressOp(*active_[i]);
+  for (size_t i = 0; i < ops_.active().size(); ++i) progressOp(*ops_.active()[i]);
 }
 
 // Reads every control notice that has arrived: a goodbye marks its sender, an abort fails this
@@ -560,7 +526,7 @@ void MpiTransport::wait(std::span<Request* const> requests, Deadline deadline) {
     rethrowFailure();
   waitOps_.clear();
   for (Request* request : requests) {
-    Op* op = findOp(request);
+    Op* op = ops_.find(request);
     CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", rank_,
                      " (this process): wait() was given a request that was never posted");
     waitOps_.push_back(op);
@@ -586,7 +552,7 @@ void MpiTransport::wait(std::span<Request* const> requests, Deadline deadline) {
   for (size_t i = 0; i < requests.size(); ++i) {
     requests[i]->done = true;
     if (waitOps_[i] != nullptr)
-      releaseOp(waitOps_[i]);
+      ops_.release(waitOps_[i]);
   }
 }
 
@@ -648,7 +614,7 @@ void dropFinished(std::vector<MPI_Request*>& requests) {
 // What is left is freed, and its op (whose buffer MPI may still use) deliberately leaked.
 void MpiTransport::cancelPending() noexcept {
   std::vector<MPI_Request*> receives, leftover;
-  for (Op* op : active_) {
+  for (Op* op : ops_.active()) {
     for (MPI_Request& request : op->mpiRequests) {
       if (request == MPI_REQUEST_NULL)
         continue;
@@ -666,23 +632,12 @@ void MpiTransport::cancelPending() noexcept {
   dropFinished(leftover);
   leftover.insert(leftover.end(), receives.begin(), receives.end());
   for (MPI_Request* request : leftover) MPI_Request_free(request);
-  for (Op* op : active_) {
-    bool stillUsed = std::any_of(leftover.begin(), leftover.end(), [op](MPI_Request* request) {
-      return request >= op->mpiRequests.data() &&
-             request < op->mpiRequests.data() + op->mpiRequests.size();
+  ops_.releaseAll([&leftover](const Op& op) {
+    return std::any_of(leftover.begin(), leftover.end(), [&op](MPI_Request* request) {
+      return request >= op.mpiRequests.data() &&
+             request < op.mpiRequests.data() + op.mpiRequests.size();
     });
-    if (stillUsed) {
-      auto it = std::find_if(opStorage_.begin(), opStorage_.end(),
-                             [op](const std::unique_ptr<Op>& owned) { return owned.get() == op; });
-      if (it != opStorage_.end()) {
-        (void)it->release();  // deliberately leaked: MPI may still use its buffer
-        opStorage_.erase(it);
-      }
-    } else {
-      freeOps_.push_back(op);
-    }
-  }
-  active_.clear();
+  });
   recvQueues_.clear();
 }
 

@@ -24,6 +24,7 @@
 
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "transport/op_pool.h"
 #include "transport/tcp/bootstrap.h"
 #include "transport/tcp/connection.h"
 
@@ -72,8 +73,6 @@ class TcpTransport final : public Transport {
             void* data,
             size_t bytes,
             Request& request);
-  Op* findOp(const Request* request) const;
-  void releaseOp(Op* op);
   bool allComplete(std::span<Op* const> ops);
   void dispatch(const epoll_event& event);
   void handle(Connection& connection, Connection::Event event);
@@ -92,9 +91,7 @@ class TcpTransport final : public Transport {
   std::exception_ptr failure_;
   bool closed_ = false;
   // Ops are pooled so the hot path does not allocate; pending ones are few, searched linearly.
-  std::vector<std::unique_ptr<Op>> opStorage_;
-  std::vector<Op*> freeOps_;
-  std::vector<Op*> active_;
+  OpPool<Op> ops_;
   std::vector<Op*> waitOps_;    // scratch for wait()
   std::vector<int> waitingOn_;  // scratch for wait()
 };
@@ -144,40 +141,9 @@ Op& TcpTransport::addOp(int peer,
                         Request& request) {
   if (failure_)
     rethrowFailure();
-  CHORUS_CHECK_ARG(peer >= 0 && peer < size_ && peer != rank_, "rank ", rank_,
-                   " (this process): peer ", peer, " is not another rank of this group of ", size_,
-                   " ranks");
-  CHORUS_CHECK_ARG(data != nullptr || bytes == 0, "rank ", rank_,
-                   " (this process): a null buffer of ", bytes, " bytes was posted");
-  CHORUS_CHECK_ARG(findOp(&request) == nullptr, "rank ", rank_,
-                   " (this process): this request is already pending; wait for it first");
-  if (freeOps_.empty()) {
-    opStorage_.push_back(std::make_unique<Op>());
-    freeOps_.push_back(opStorage_.back().get());
-  }
-  Op* op = freeOps_.back();
-  freeOps_.pop_back();
+  Op* op = &ops_.acquire(rank_, size_, peer, data, bytes, request);
   *op = Op{&request, false, false, peer, tag, fingerprint, static_cast<char*>(data), bytes};
-  active_.push_back(op);
-  request.peer = peer;
-  request.done = false;
   return *op;
-}
-
-Op* TcpTransport::findOp(const Request* request) const {
-  for (Op* op : active_) {
-    if (op->request == request)
-      return op;
-  }
-  return nullptr;
-}
-
-void TcpTransport::releaseOp(Op* op) {
-  auto it = std::find(active_.begin(), active_.end(), op);
-  CHORUS_ASSERT(it != active_.end());
-  *it = active_.back();
-  active_.pop_back();
-  freeOps_.push_back(op);
 }
 
 void TcpTransport::postSend(int peer,
@@ -241,7 +207,7 @@ void TcpTransport::wait(std::span<Request* const> requests, Deadline deadline) {
     rethrowFailure();
   waitOps_.clear();
   for (Request* request : requests) {
-    Op* op = findOp(request);
+    Op* op = ops_.find(request);
     CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", rank_,
                      " (this process): wait() was given a request that was never posted");
     waitOps_.push_back(op);
@@ -268,7 +234,7 @@ void TcpTransport::wait(std::span<Request* const> requests, Deadline deadline) {
   for (size_t i = 0; i < requests.size(); ++i) {
     requests[i]->done = true;
     if (waitOps_[i] != nullptr)
-      releaseOp(waitOps_[i]);
+      ops_.release(waitOps_[i]);
   }
 }
 
@@ -336,8 +302,7 @@ void TcpTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept
   if (failure_)
     return;
   failure_ = error;
-  for (Op* op : active_) freeOps_.push_back(op);
-  active_.clear();
+  ops_.releaseAll();
   std::vector<uint8_t> notice;
   try {
     if (tellPeers)

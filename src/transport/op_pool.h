@@ -1,0 +1,99 @@
+// OpPool: the sends and receives a transport has in flight, with storage reused across calls so
+// the hot path allocates nothing once warm; and checkPost, the argument checks every postSend /
+// postRecv makes (Transport contract in transport.h).
+//
+// An Op is the transport's own record of one posted Request; it must have a member
+// `Request* request`. Ops have stable addresses from acquire() until release(). Few are in flight
+// at a time, so lookups are linear. Not thread-safe: the transport's lock guards it.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "core/check.h"
+#include "transport/transport.h"
+
+namespace chorus::transport {
+
+// The checks of a post by rank `rank` of `size` to `peer` (InvalidArgumentError naming what is
+// wrong): another rank, a buffer unless empty, and a request not already pending.
+inline void checkPost(int rank, int size, int peer, const void* data, size_t bytes, bool pending) {
+  CHORUS_CHECK_ARG(peer >= 0 && peer < size && peer != rank, "rank ", rank,
+                   " (this process): peer ", peer, " is not another rank of this group of ", size,
+                   " ranks");
+  CHORUS_CHECK_ARG(data != nullptr || bytes == 0, "rank ", rank,
+                   " (this process): a null buffer of ", bytes, " bytes was posted");
+  CHORUS_CHECK_ARG(!pending, "rank ", rank,
+                   " (this process): this request is already pending; wait for it first");
+}
+
+template <typename Op>
+class OpPool {
+ public:
+  // Checks a post of `request` to `peer` by rank `rank` of `size` (checkPost), then returns a
+  // recycled op, now active, for the caller to fill in. Sets request.peer and clears request.done.
+  Op& acquire(int rank, int size, int peer, const void* data, size_t bytes, Request& request) {
+    checkPost(rank, size, peer, data, bytes, find(&request) != nullptr);
+    if (free_.empty()) {
+      storage_.push_back(std::make_unique<Op>());
+      free_.push_back(storage_.back().get());
+    }
+    Op* op = free_.back();
+    free_.pop_back();
+    active_.push_back(op);
+    request.peer = peer;
+    request.done = false;
+    return *op;
+  }
+
+  // The active op of `request`, or null.
+  Op* find(const Request* request) const {
+    for (Op* op : active_) {
+      if (op->request == request)
+        return op;
+    }
+    return nullptr;
+  }
+
+  // An active op is done with: back to the free list.
+  void release(Op* op) {
+    auto it = std::find(active_.begin(), active_.end(), op);
+    CHORUS_ASSERT(it != active_.end());
+    *it = active_.back();
+    active_.pop_back();
+    free_.push_back(op);
+  }
+
+  // Forgets every active op (the transport failed). Those for which stillUsed(op) is true are
+  // leaked instead of reused: something outside (the MPI library) may still write their buffers.
+  template <typename StillUsed>
+  void releaseAll(StillUsed&& stillUsed) {
+    for (Op* op : active_) {
+      if (!stillUsed(*op)) {
+        free_.push_back(op);
+        continue;
+      }
+      auto it = std::find_if(storage_.begin(), storage_.end(),
+                             [op](const std::unique_ptr<Op>& owned) { return owned.get() == op; });
+      if (it != storage_.end()) {
+        (void)it->release();  // deliberately leaked
+        storage_.erase(it);
+      }
+    }
+    active_.clear();
+  }
+  void releaseAll() {
+    releaseAll([](const Op&) { return false; });
+  }
+
+  // The ops in flight, in no particular order.
+  const std::vector<Op*>& active() const { return active_; }
+
+ private:
+  std::vector<std::unique_ptr<Op>> storage_;
+  std::vector<Op*> free_;
+  std::vector<Op*> active_;
+};
+
+}  // namespace chorus::transport
