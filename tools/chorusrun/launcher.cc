@@ -16,6 +16,7 @@
 #include "core/net/handshake.h"
 #include "job_token.h"
 #include "rank_environment.h"
+#include "shm_cleanup.h"
 #include "store/tcp_store.h"
 
 extern char** environ;
@@ -70,6 +71,7 @@ Launcher::Launcher(LaunchOptions options) : options_(std::move(options)) {
 
 Launcher::~Launcher() {
   ranks_.clear();  // Kills and reaps what is left.
+  removeLeftoverSegments();
   output_.reset();
   nodes_.reset();
   store_.reset();
@@ -87,6 +89,7 @@ int Launcher::run() {
     event.events = EPOLLIN;
     event.data.fd = nodes_->eventFd();
     CHORUS_SYSCHECK(epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, nodes_->eventFd(), &event));
+    jobId_ = nodes_->jobId();
     try {
       spawnRanks(*token, nodes_->storeHost(), nodes_->storePort());
       eventLoop();
@@ -95,13 +98,24 @@ int Launcher::run() {
           1, "node " + std::to_string(options_.nodeRank) + "'s chorusrun failed: " + e.what());
       throw;
     }
+    removeLeftoverSegments();
     nodes_->finish();
     return exitCode_;
   }
   store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0, *token);
+  jobId_ = newJobId();
   spawnRanks(*token, "127.0.0.1", store_->port());
   eventLoop();
+  removeLeftoverSegments();
   return exitCode_;
+}
+
+void Launcher::removeLeftoverSegments() {
+  for (const std::string& failure : removeJobSharedMemory(jobId_)) {
+    say(nodeName() + "could not remove the job's shared-memory segment " + failure +
+        "; remove it by hand");
+  }
+  jobId_.clear();
 }
 
 void Launcher::say(const std::string& message) const {
@@ -150,7 +164,7 @@ void Launcher::spawnRanks(const std::string& token,
   job.storeHost = storeHost;
   job.storePort = storePort;
   job.token = token;
-  job.jobId = generateJobId();
+  job.jobId = jobId_;
   job.timeout = options_.timeout;
 
   SpawnSpec spec;

@@ -16,6 +16,10 @@
 //     once.
 //  5. Once every rank has exited, any process left in a rank's group is killed, output is drained
 //     until the pipes close (at most kDrainTimeout), and all children are reaped.
+//  6. Then, and on every other way out once ranks were started (an exception included, through
+//     the destructor), what is left of the job's shared-memory segments (/dev/shm/chorus-<job
+//     id>-*) is removed, before chorusrun exits (see shm_cleanup.h); a segment that cannot be
+//     removed is named on stderr.
 //
 // Several nodes (--nnodes > 1): one launcher per node; node 0's serves the store on --master,
 // and the launchers learn of each other's failures and completion through it (see node_group.h).
@@ -25,7 +29,8 @@
 // ranks), so that the others can still reach the store.
 //
 // Limits: processes that a rank moves out of its process group (setsid, setpgid) are not killed;
-// if they keep a pipe open, the launcher stops waiting for it after kDrainTimeout.
+// if they keep a pipe open, the launcher stops waiting for it after kDrainTimeout, and segments
+// they create after the cleanup stay. A launcher killed with SIGKILL cleans up nothing.
 #pragma once
 
 #include <signal.h>
@@ -67,6 +72,8 @@ class Launcher {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   void spawnRanks(const std::string& token, const std::string& storeHost, uint16_t storePort);
+  // Removes the job's leftover shared-memory segments, once; nothing before jobId_ is set.
+  void removeLeftoverSegments();
   void handleNodeEvent();
   // Stops this node's ranks after a failure here, telling the other nodes.
   void fail(int signal, int exitCode, const std::string& message);
@@ -92,6 +99,8 @@ class Launcher {
   std::unique_ptr<OutputForwarder> output_;
   std::vector<RankProcess> ranks_;
   std::vector<std::pair<int, int>> rankStreams_;  // each rank's stdout and stderr read fds
+  // CHORUS_JOB_ID, set just before the ranks are started; cleared once its segments are removed.
+  std::string jobId_;
 
   int exitCode_ = 0;
   bool stopping_ = false;

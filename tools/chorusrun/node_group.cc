@@ -7,6 +7,7 @@
 #include "chorus/error.h"
 #include "core/check.h"
 #include "core/net/socket.h"
+#include "rank_environment.h"
 #include "store/tcp_store.h"
 
 namespace chorus::launcher {
@@ -74,10 +75,13 @@ NodeGroup::NodeGroup(const LaunchOptions& options, const std::string& token) : o
   std::string mine = std::to_string(options.nnodes) + " " + std::to_string(options.nprocPerNode);
   std::string config;
   if (node == 0) {
+    jobId_ = newJobId();
+    store_->set("launcher/job_id", toBytes(jobId_));
     store_->set("launcher/config", toBytes(mine));
     config = mine;
   } else {
     config = toString(store_->get("launcher/config", connect));
+    jobId_ = toString(store_->get("launcher/job_id", connect));
   }
   if (config != mine) {
     std::string theirs = "--nnodes " + config.substr(0, config.find(' ')) + " --nproc-per-node " +

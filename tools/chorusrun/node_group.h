@@ -2,6 +2,8 @@
 // through the store that node 0's launcher serves on --master.
 //
 // Store keys (all under "launcher/"):
+//   job_id        the job id (CHORUS_JOB_ID, see rank_environment.h) drawn by node 0 and set
+//                 before config; the other nodes read it, so every node names the job alike.
 //   config        "nnodes nproc" published by node 0; other nodes compare and refuse a mismatch.
 //   node/<I>      claimed once per node rank (compareSet), so two launchers with one rank fail.
 //   failed        the first failure, "<exit code> <message>" (compareSet: the first one wins).
@@ -69,6 +71,8 @@ class NodeGroup {
 
   const std::string& storeHost() const { return host_; }
   uint16_t storePort() const { return port_; }
+  // The job id, the same on every node (see "job_id" above).
+  const std::string& jobId() const { return jobId_; }
   // Becomes readable when the watcher has an event.
   int eventFd() const { return eventFd_.get(); }
   // The watcher's event, once (after eventFd() became readable).
@@ -89,6 +93,7 @@ class NodeGroup {
   LaunchOptions options_;
   std::string host_;
   uint16_t port_ = 0;
+  std::string jobId_;
   std::unique_ptr<store::TcpStoreServer> server_;
   std::unique_ptr<store::TcpStore> store_;       // the launcher thread's connection
   std::unique_ptr<store::TcpStore> watchStore_;  // the watcher's

@@ -17,6 +17,10 @@ CHORUS_NODE_RANK, CHORUS_NNODES, CHORUS_STORE, CHORUS_JOB_TOKEN, CHORUS_JOB_ID,
 CHORUS_LAUNCHER, and the torchrun-compatible RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Output lines are prefixed "[rank] ".
 When a rank fails, the others are stopped and chorusrun exits with its code.
+CHORUS_JOB_ID (16 hex digits, fresh for each job, the same on every node)
+names the job's shared-memory segments, /dev/shm/chorus-<CHORUS_JOB_ID>-*;
+once this node's ranks have all exited, however the job ended, chorusrun
+removes any of them that are left (e.g. by a rank killed with SIGKILL).
 
 Multi-node: run one launcher per node with the same --nnodes, --master and
 --nproc-per-node; node 0 serves the store on --master (bind address:port).

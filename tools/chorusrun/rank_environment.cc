@@ -1,13 +1,11 @@
 // Builds each rank's environment (see rank_environment.h).
 #include "rank_environment.h"
 
-#include <sys/random.h>
-
 #include <array>
 #include <string_view>
 #include <utility>
 
-#include "core/check.h"
+#include "core/net/handshake.h"
 
 namespace chorus::launcher {
 namespace {
@@ -76,17 +74,9 @@ std::vector<std::string> rankEnvironment(const JobEnvironment& job,
   return env;
 }
 
-std::string generateJobId() {
-  std::array<unsigned char, 6> bytes{};
-  ssize_t got = getrandom(bytes.data(), bytes.size(), 0);
-  CHORUS_ASSERT(got == static_cast<ssize_t>(bytes.size()));
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id;
-  for (unsigned char byte : bytes) {
-    id.push_back(kHex[byte >> 4]);
-    id.push_back(kHex[byte & 15]);
-  }
-  return id;
+std::string newJobId() {
+  constexpr size_t kJobIdDigits = 16;
+  return net::generateToken().substr(0, kJobIdDigits);
 }
 
 }  // namespace chorus::launcher

@@ -1,6 +1,12 @@
 // The environment chorusrun gives each rank: the launcher's own environment, minus any stale
 // launch variables, plus the job's CHORUS_* variables and their torchrun-compatible twins.
 //
+// CHORUS_JOB_ID: 16 hex digits naming this job's shared resources on a machine (chorus transports
+// name their shared-memory segments "/chorus-<job id>-..."; the launcher removes what is left of
+// them after the job, see shm_cleanup.h). Fresh for every job and the same on every node of one
+// job (node 0's launcher draws it and publishes it to the others through the store, see
+// node_group.h); unlike the token it is no secret and says nothing about it.
+//
 // The job token travels only here (never on a command line, where /proc/<pid>/cmdline and `ps`
 // would show it to every user of the machine; /proc/<pid>/environ is readable by the owner only).
 #pragma once
@@ -20,7 +26,7 @@ struct JobEnvironment {
   std::string storeHost;
   uint16_t storePort = 0;
   std::string token;
-  std::string jobId;
+  std::string jobId;                   // CHORUS_JOB_ID, see newJobId()
   std::optional<std::string> timeout;  // CHORUS_TIMEOUT, seconds
 };
 
@@ -30,8 +36,8 @@ std::vector<std::string> rankEnvironment(const JobEnvironment& job,
                                          int localRank,
                                          const char* const* base);
 
-// A short random id (12 hex characters) that names this job's shared resources (shared-memory
-// segments, files), independent of the token.
-std::string generateJobId();
+// A fresh random job id: 16 hex digits from the job token's random source (OpenSSL's CSPRNG),
+// independent of the token.
+std::string newJobId();
 
 }  // namespace chorus::launcher
