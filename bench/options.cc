@@ -8,6 +8,9 @@
 
 #include "chorus/error.h"
 #include "collective.h"
+#ifdef CHORUS_WITH_MPI
+#include "mpi_reference.h"
+#endif
 
 namespace chorus::bench {
 namespace {
@@ -19,10 +22,18 @@ Output (rank 0): size (bytes, nccl-tests' notion: the full gathered buffer for a
 reduce_scatter, alltoall, gather, scatter), count (elements per rank chunk for those, else of the
 buffer), time (us: median over iterations and repeats of the slowest rank's time), algbw
 (GB/s = size / time), busbw (algbw times the nccl-tests factor), #wrong (with --check).
+With --compare mpi (under mpirun, builds with MPI): the MPI library's own collective (MPI_Allreduce,
+MPI_Allgather, ...) is timed on the same buffers, its loops alternating with chorus's, and four
+columns follow: mpi time, mpi algbw, mpi busbw, mpi #wrong, and speedup = MPI time / chorus time
+(above 1: chorus is faster). chorus runs the backend CHORUS_BACKEND names; when CHORUS_BACKEND is
+not set, --compare mpi picks "mpi_algorithms" (chorus's algorithms over MPI point-to-point), since
+chorus's "mpi" backend would compare MPI with itself. float16, bfloat16 and avg have no MPI
+counterpart and are refused with --compare mpi.
 Exit code: 0, or 1 if any element was wrong, 2 for a usage or communication error.
 
-Example:
-  chorusrun -np 4 chorus-bench --op allreduce --min 8 --max 64M --check --repeats 3)";
+Examples:
+  chorusrun -np 4 chorus-bench --op allreduce --min 8 --max 64M --check --repeats 3
+  mpirun -np 2 chorus-bench --compare mpi --op allreduce --max 64M --check --csv allreduce.csv)";
 
 // The op list: a comma list of names, or "all".
 std::vector<std::string> expandOps(const std::vector<std::string>& given) {
@@ -70,6 +81,7 @@ struct RawText {
   std::string maxBytes = "256M";
   std::string dtype = "float32";
   std::string reduceOp = "sum";
+  std::string compare;
 };
 
 void addOptions(CLI::App& app, BenchOptions& options, RawText& raw) {
@@ -92,6 +104,34 @@ void addOptions(CLI::App& app, BenchOptions& options, RawText& raw) {
   app.add_option("-r,--root", options.root, "Root rank of broadcast, reduce, gather, scatter")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("-c,--check", options.check, "Verify results against closed forms, count #wrong");
+  app.add_option("--compare", raw.compare,
+                 "mpi: also time the MPI library's collectives (under mpirun; CHORUS_BACKEND "
+                 "defaults to mpi_algorithms then)")
+      ->check(CLI::IsMember({"mpi"}));
+  app.add_option("--csv", options.csvPath,
+                 "Also write every row to this CSV file (rank 0), for bench/plot.py");
+}
+
+// --compare mpi: refuses builds without MPI and dtypes or ops MPI lacks.
+void checkComparison(const BenchOptions& options) {
+  if (!options.compareMpi) {
+    return;
+  }
+#ifdef CHORUS_WITH_MPI
+  bool reduces = false;
+  for (const std::string& name : options.ops) {
+    reduces = reduces || findCollective(name)->reduces;
+  }
+  std::string refusal = mpiComparisonRefusal(options.dtype, options.reduceOp, reduces);
+  if (!refusal.empty()) {
+    throw CLI::ValidationError("--compare", refusal);
+  }
+#else
+  throw CLI::ValidationError(
+      "--compare",
+      "mpi: chorus was built without MPI (CHORUS_WITH_MPI is OFF); install an MPI "
+      "library (libopenmpi-dev) and reconfigure with -DCHORUS_WITH_MPI=ON");
+#endif
 }
 
 // Converts the text options and checks what CLI11 cannot (throws CLI::ValidationError).
@@ -103,6 +143,7 @@ void finishOptions(const RawText& raw, BenchOptions& options) {
       parseOrThrow("--dtype", raw.dtype, [](const std::string& s) { return parseDataType(s); });
   options.reduceOp = parseOrThrow("--reduce-op", raw.reduceOp,
                                   [](const std::string& s) { return parseReduceOp(s); });
+  options.compareMpi = raw.compare == "mpi";
   if (options.ops.empty()) {
     throw CLI::ValidationError("--op", "name at least one collective");
   }
@@ -118,6 +159,7 @@ void finishOptions(const RawText& raw, BenchOptions& options) {
               " (band, bor and bxor need an integer or bool dtype, avg a non-bool one)");
     }
   }
+  checkComparison(options);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // chorus-bench's command line, in the spirit of nccl-tests' `-b 8 -e 256M -f 2 -n 20 -w 5 -c 1`.
 //
 //   chorus-bench --op allreduce,allgather --min 8 --max 256M --dtype float32 --check --repeats 3
+//   mpirun -np 2 chorus-bench --compare mpi --op allreduce --csv allreduce.csv
 //
 // Sizes take K, M and G suffixes (powers of 1024, an optional "B" or "iB" after them). --op takes a
 // comma list or "all". Validation that needs the communicator (root < ranks) happens in main.
@@ -31,7 +32,17 @@ struct BenchOptions {
   int repeats = 3;
   int root = 0;
   bool check = false;
+  // --compare mpi: also time the MPI library's own collectives (only in builds with
+  // CHORUS_WITH_MPI, under mpirun; see mpi_reference.h).
+  bool compareMpi = false;
+  // --csv: rank 0 writes every row there as well (report.h); empty for none.
+  std::string csvPath;
 };
+
+// The backend --compare mpi gives chorus when CHORUS_BACKEND is not set: chorus's own algorithms
+// over MPI point-to-point (the "mpi" backend would run MPI's collectives, comparing MPI with
+// itself).
+inline constexpr const char* kCompareMpiDefaultBackend = "mpi_algorithms";
 
 // Parses "4096", "4K", "256M", "1G", "64KiB", "2MB"; throws std::invalid_argument on anything else.
 int64_t parseByteSize(std::string_view text);

@@ -2,14 +2,15 @@
 //
 // Per size: fill the buffers with the check pattern, run `warmup` untimed iterations, then
 // `repeats` timed loops of `iters` blocking calls (both scaled down above 16 MiB); the reported
-// time is the median over all timed iterations of the slowest rank's time (timing.h). With
-// --check, the buffers are filled again, one more call runs, and the wrong elements of every rank
-// are summed with an int64 allreduce. Buffers are sized for the largest row and pre-faulted once.
+// time is the median over all timed iterations of the slowest rank's time (timing.h). With a
+// reference, both implementations warm up and their timed loops alternate. With --check, the
+// buffers are filled again, one more call runs, and the wrong elements of every rank are summed
+// with an int64 allreduce (for the reference too, refilled first). Buffers are sized for the
+// largest row and pre-faulted once.
 #include "sweep.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <string>
+#include <optional>
 #include <vector>
 
 #include "buffer.h"
@@ -37,57 +38,31 @@ std::vector<Shape> plannedShapes(const BenchOptions& options,
   return shapes;
 }
 
-std::string describeBytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  int unit = 0;
-  while (unit < 3 && bytes >= 1024 && bytes % 1024 == 0) {
-    bytes /= 1024;
-    ++unit;
-  }
-  return std::to_string(bytes) + " " + units[unit];
-}
-
-void printHeader(const Communicator& comm, const BenchOptions& options, const Collective& c) {
-  std::printf("# chorus-bench: %s, %d ranks, dtype %s", std::string(c.name).c_str(), comm.size(),
-              std::string(toString(options.dtype)).c_str());
-  if (c.reduces) {
-    std::printf(", reduce-op %s", std::string(toString(options.reduceOp)).c_str());
-  }
-  if (c.rooted) {
-    std::printf(", root %d", options.root);
-  }
-  std::printf(", backend %s\n", comm.backendName().c_str());
-  if (c.sweeps) {
-    std::printf("# sizes %s .. %s (x%lld), ", describeBytes(options.minBytes).c_str(),
-                describeBytes(options.maxBytes).c_str(), static_cast<long long>(options.factor));
-  } else {
-    std::printf("# ");
-  }
-  std::printf("iters %d (fewer above 16 MiB), warmup %d, repeats %d, check %s\n", options.iters,
-              options.warmup, options.repeats, options.check ? "on" : "off");
-  std::printf("#\n# %10s %12s %12s %12s %12s %8s\n", "size", "count", "time", "algbw", "busbw",
-              "#wrong");
-  std::printf("# %10s %12s %12s %12s %12s\n", "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)");
-  std::fflush(stdout);
-}
-
-// Runs one row; returns the median seconds.
-double timeRow(Communicator& comm,
-               const BenchOptions& options,
-               const Collective& collective,
-               const Call& call) {
+// Times one row: chorus first, then the reference when there is one. Returns the medians.
+std::vector<double> timeRow(Communicator& comm,
+                            const BenchOptions& options,
+                            const Collective& collective,
+                            const ReferenceCollective* reference,
+                            const Call& call) {
   TimingPlan plan;
   plan.iters = scaledIterations(options.iters, call.shape.bytes, 2);
   plan.warmup = scaledIterations(options.warmup, call.shape.bytes, 1);
   plan.repeats = options.repeats;
   collective.fill(call);
-  return measureMedianSeconds(comm, plan, [&] { collective.issue(call)->wait(); });
+  std::vector<std::function<void()>> loops = {[&] { collective.issue(call)->wait(); }};
+  if (reference != nullptr) {
+    loops.emplace_back([&] { reference->run(call); });
+  }
+  return measureInterleavedMedians(comm, plan, loops);
 }
 
-// Fills, runs once more, and returns the wrong elements summed over all ranks.
-int64_t checkRow(Communicator& comm, const Collective& collective, const Call& call) {
+// Fills, runs `once`, and returns the wrong elements summed over all ranks.
+int64_t checkRow(Communicator& comm,
+                 const Collective& collective,
+                 const Call& call,
+                 const std::function<void()>& once) {
   collective.fill(call);
-  collective.issue(call)->wait();
+  once();
   int64_t wrong = collective.countWrong(call);
   comm.allreduce(Tensor(&wrong, {1}), ReduceOp::kSum)->wait();
   return wrong;
@@ -95,7 +70,11 @@ int64_t checkRow(Communicator& comm, const Collective& collective, const Call& c
 
 }  // namespace
 
-int64_t runSweep(Communicator& comm, const BenchOptions& options, const Collective& collective) {
+int64_t runSweep(Communicator& comm,
+                 const BenchOptions& options,
+                 const Collective& collective,
+                 const ReferenceCollective* reference,
+                 Report* report) {
   const std::vector<Shape> shapes = plannedShapes(options, collective, comm.size());
   const size_t elementSize = dataTypeSize(options.dtype);
   int64_t maxIn = 0;
@@ -107,36 +86,34 @@ int64_t runSweep(Communicator& comm, const BenchOptions& options, const Collecti
   Buffer in(static_cast<size_t>(maxIn) * elementSize);
   Buffer out(static_cast<size_t>(maxOut) * elementSize);
 
-  const bool printing = comm.rank() == 0;
-  if (printing) {
-    printHeader(comm, options, collective);
+  if (report != nullptr) {
+    report->beginTable({&collective, comm.size(), comm.backendName(),
+                        reference != nullptr ? reference->description : ""});
   }
+  const double factor = collective.busBwFactor(comm.size());
   int64_t totalWrong = 0;
-  double busBwSum = 0.0;
   for (const Shape& shape : shapes) {
     Call call{&comm, options.dtype, options.reduceOp, options.root, shape, in.data(), out.data()};
-    double seconds = timeRow(comm, options, collective, call);
-    int64_t wrong = options.check ? checkRow(comm, collective, call) : 0;
-    totalWrong += wrong;
-    double algBw = seconds > 0.0 ? static_cast<double>(shape.bytes) / seconds / 1e9 : 0.0;
-    double busBw = algBw * collective.busBwFactor(comm.size());
-    busBwSum += busBw;
-    if (printing) {
-      std::string wrongText = options.check ? std::to_string(wrong) : "N/A";
-      std::printf("  %10lld %12lld %12.1f %12.4f %12.4f %8s\n", static_cast<long long>(shape.bytes),
-                  static_cast<long long>(shape.count), seconds * 1e6, algBw, busBw,
-                  wrongText.c_str());
-      std::fflush(stdout);
+    const std::vector<double> seconds = timeRow(comm, options, collective, reference, call);
+    Measurement chorus = measurementOf(seconds[0], shape, factor);
+    std::optional<Measurement> mpi;
+    if (options.check) {
+      chorus.wrong = checkRow(comm, collective, call, [&] { collective.issue(call)->wait(); });
+    }
+    if (reference != nullptr) {
+      mpi = measurementOf(seconds[1], shape, factor);
+      if (options.check) {
+        mpi->wrong = checkRow(comm, collective, call, [&] { reference->run(call); });
+      }
+      totalWrong += mpi->wrong;
+    }
+    totalWrong += chorus.wrong;
+    if (report != nullptr) {
+      report->row(shape, chorus, mpi);
     }
   }
-  if (printing) {
-    std::printf("# wrong elements: %lld\n", static_cast<long long>(totalWrong));
-    if (collective.sweeps && !shapes.empty()) {
-      std::printf("# avg bus bandwidth: %.4f GB/s\n",
-                  busBwSum / static_cast<double>(shapes.size()));
-    }
-    std::printf("#\n");
-    std::fflush(stdout);
+  if (report != nullptr) {
+    report->endTable();
   }
   return totalWrong;
 }

@@ -47,21 +47,29 @@ double median(std::vector<double> values) {
   return (lower + upper) / 2.0;
 }
 
-double measureMedianSeconds(Communicator& comm,
-                            const TimingPlan& plan,
-                            const std::function<void()>& iteration) {
-  for (int i = 0; i < plan.warmup; ++i) {
-    iteration();
+std::vector<double> measureInterleavedMedians(
+    Communicator& comm,
+    const TimingPlan& plan,
+    const std::vector<std::function<void()>>& iterations) {
+  for (const auto& iteration : iterations) {
+    for (int i = 0; i < plan.warmup; ++i) {
+      iteration();
+    }
   }
-  std::vector<double> all;
-  all.reserve(static_cast<size_t>(plan.iters) * plan.repeats);
+  std::vector<std::vector<double>> all(iterations.size());
   for (int repeat = 0; repeat < plan.repeats; ++repeat) {
-    comm.barrier()->wait();
-    std::vector<double> seconds = timeIterations(plan.iters, iteration);
-    maxAcrossRanks(comm, seconds);
-    all.insert(all.end(), seconds.begin(), seconds.end());
+    for (size_t loop = 0; loop < iterations.size(); ++loop) {
+      comm.barrier()->wait();
+      std::vector<double> seconds = timeIterations(plan.iters, iterations[loop]);
+      maxAcrossRanks(comm, seconds);
+      all[loop].insert(all[loop].end(), seconds.begin(), seconds.end());
+    }
   }
-  return median(std::move(all));
+  std::vector<double> medians;
+  for (std::vector<double>& seconds : all) {
+    medians.push_back(median(std::move(seconds)));
+  }
+  return medians;
 }
 
 }  // namespace chorus::bench

@@ -3,8 +3,8 @@
 // median over every iteration of every repeat (the machine is shared and noisy; a median ignores
 // the iterations a neighbour's burst slowed down).
 //
-// Cost: one float64 allreduce(max) of `iters` values and one barrier per repeat, outside the timed
-// region.
+// Cost: one float64 allreduce(max) of `iters` values and one barrier per timed loop, outside the
+// timed region.
 #pragma once
 
 #include <cstdint>
@@ -37,11 +37,14 @@ struct TimingPlan {
   int repeats = 1;
 };
 
-// Runs `warmup` untimed iterations, then `repeats` times: a barrier and `iters` timed iterations.
-// Returns the median over all timed iterations of the slowest rank's time, in seconds. Collective:
-// every rank must call it with the same plan.
-double measureMedianSeconds(Communicator& comm,
-                            const TimingPlan& plan,
-                            const std::function<void()>& iteration);
+// Times one or more loops side by side (chorus and, with --compare, a reference): `warmup`
+// untimed iterations of each in turn, then `repeats` rounds; in each round every loop in turn gets
+// a barrier and `iters` timed iterations, so that a slow spell of the machine hits all of them
+// alike. Returns, per loop in the order given, the median over all its timed iterations of the
+// slowest rank's time, in seconds. Collective: every rank must call it with the same plan and
+// number of loops.
+std::vector<double> measureInterleavedMedians(Communicator& comm,
+                                              const TimingPlan& plan,
+                                              const std::vector<std::function<void()>>& iterations);
 
 }  // namespace chorus::bench

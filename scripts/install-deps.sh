@@ -11,6 +11,8 @@ packages=(
   libopenmpi-dev openmpi-bin
   # mpi4py: a test that chorus uses, and leaves alone, an MPI that mpi4py initialized.
   python3-mpi4py
+  # bench/plot.py draws chorus-bench results.
+  python3-matplotlib
 )
 
 missing=()

@@ -1,8 +1,10 @@
 #include "backend/factory.h"
 
 #include "backend/algorithmic_backend.h"
+#include "backend/shm/shm_backend.h"
 #include "backend/void_backend.h"
 #include "core/check.h"
+#include "store/prefix_store.h"
 #include "transport/registry.h"
 #ifdef CHORUS_WITH_MPI
 #include "backend/mpi/mpi_backend.h"
@@ -15,8 +17,11 @@
 namespace chorus::backend {
 namespace {
 
+// What the shm backend runs its non-native collectives over.
+constexpr const char* kShmFallbackTransport = "tcp";
+
 #ifdef CHORUS_WITH_MPI
-constexpr const char* kValidNames = "auto, tcp, mpi, mpi_algorithms, void";
+constexpr const char* kValidNames = "auto, shm, tcp, mpi, mpi_algorithms, void";
 
 // The algorithms over the MPI transport, on a duplicate of `comm`; null in builds without it.
 std::unique_ptr<Backend> mpiAlgorithms(MPI_Comm comm) {
@@ -50,7 +55,7 @@ std::unique_ptr<Backend> createMpiBackend(const BackendOptions& options) {
   }
 }
 #else
-constexpr const char* kValidNames = "auto, tcp, void";
+constexpr const char* kValidNames = "auto, shm, tcp, void";
 #endif
 
 bool isMpiName(const std::string& name) { return name == "mpi" || name == "mpi_algorithms"; }
@@ -59,9 +64,10 @@ bool isMpiName(const std::string& name) { return name == "mpi" || name == "mpi_a
 
 std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
   const std::string& name = options.name;
-  CHORUS_CHECK_ARG(name == "auto" || name == "tcp" || name == "void" || isMpiName(name),
-                   "unknown backend '", name, "'; valid backends in this build: ", kValidNames,
-                   " (set by CHORUS_BACKEND)");
+  CHORUS_CHECK_ARG(
+      name == "auto" || name == "shm" || name == "tcp" || name == "void" || isMpiName(name),
+      "unknown backend '", name, "'; valid backends in this build: ", kValidNames,
+      " (set by CHORUS_BACKEND)");
   // A communicator of one rank needs no connection, whatever the backend.
   if (options.size == 1)
     return std::make_unique<VoidBackend>();
@@ -88,6 +94,9 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
         "' needs a rendezvous store, which this job does not have (started by "
         "mpirun: use backend 'mpi' or 'mpi_algorithms', or start the job with chorusrun)"));
   }
+  CHORUS_CHECK_ARG(name != "shm" || options.oneNode, "rank ", options.rank,
+                   ": backend 'shm' needs every member of the communicator on one node, but this "
+                   "communicator spans several nodes; use backend 'tcp' or 'auto'");
   transport::TransportOptions transportOptions;
   transportOptions.rank = options.rank;
   transportOptions.size = options.size;
@@ -96,7 +105,17 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
   transportOptions.scope = options.scope;
   transportOptions.bindHost = options.bindHost;
   transportOptions.deadline = options.deadline;
-  return std::make_unique<AlgorithmicBackend>(transport::createTransport("tcp", transportOptions));
+  if (name == "tcp" || !options.oneNode)
+    return std::make_unique<AlgorithmicBackend>(
+        transport::createTransport("tcp", transportOptions));
+  // One node: native shared-memory collectives, with chorus's algorithms over the transport for
+  // the rest. The group's store keys live apart from the transport's.
+  auto group = std::make_unique<shm::ShmGroup>(
+      options.rank, options.size, std::make_shared<store::PrefixStore>("native", options.store),
+      options.scope, options.deadline);
+  auto fallback = std::make_unique<AlgorithmicBackend>(
+      transport::createTransport(kShmFallbackTransport, transportOptions));
+  return std::make_unique<shm::ShmBackend>(std::move(group), std::move(fallback));
 }
 
 }  // namespace chorus::backend

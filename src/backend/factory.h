@@ -11,15 +11,18 @@
 namespace chorus::backend {
 
 struct BackendOptions {
-  // "auto" (size 1: void; else tcp when there is a store, mpi without one), "tcp", "void" (only
-  // for size 1); in builds with CHORUS_WITH_MPI also "mpi" (native MPI collectives) and
-  // "mpi_algorithms" (chorus's algorithms over the MPI transport), which need the MPI connector.
+  // "auto" (size 1: void; else with a store shm when every member is on one node, tcp otherwise;
+  // without a store mpi), "shm" (one node only), "tcp", "void" (only for size 1); in builds with
+  // CHORUS_WITH_MPI also "mpi" (native MPI collectives) and "mpi_algorithms" (chorus's algorithms
+  // over the MPI transport), which need the MPI connector.
   std::string name = "auto";
   int rank = 0;
   int size = 1;
   // The members' world ranks, in communicator rank order (the MPI backends build their
   // communicator from them).
   std::vector<int> worldRanks;
+  // Whether every member runs on this node (the shm backend needs it).
+  bool oneNode = true;
   // Scoped to this communicator (a PrefixStore); unused for size 1.
   std::shared_ptr<store::Store> store;
   std::string token;

@@ -31,6 +31,8 @@ std::shared_ptr<Communicator> assemble(CommunicatorInfo info,
   options.rank = info.rank;
   options.size = info.size;
   options.worldRanks = info.worldRanks;
+  options.oneNode = std::all_of(info.nodeIds.begin(), info.nodeIds.end(),
+                                [&](const std::string& id) { return id == info.nodeIds.front(); });
   if (info.size > 1 && resources.store != nullptr) {
     options.store = std::make_shared<store::PrefixStore>("comm/" + resources.scope + "/backend",
                                                          resources.store);

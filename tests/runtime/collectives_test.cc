@@ -13,9 +13,22 @@
 namespace chorus {
 namespace {
 
-using chorus::testing::runRanks;
+// Every collective through the front end, on each backend of one node: "shm" (native
+// shared-memory allreduce and barrier, chorus's algorithms for the rest) and "tcp" (chorus's
+// algorithms over sockets), at group sizes 1 to 8.
+struct Case {
+  std::string backend;
+  int size;
+};
 
-class CollectivesTest : public ::testing::TestWithParam<int> {};
+class CollectivesTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void runRanks(int p, const chorus::testing::RankFunction& fn) {
+    chorus::testing::RankOptions options;
+    options.backend = GetParam().backend;
+    chorus::testing::runRanks(p, fn, options);
+  }
+};
 
 // Rank r's value at index i; small integers, exact in every dtype used below.
 double valueAt(int rank, size_t i) { return (rank + 1) + static_cast<double>(i % 5); }
@@ -30,7 +43,7 @@ std::vector<T> rankValues(int rank, size_t count) {
 }
 
 TEST_P(CollectivesTest, AllreduceSumFloat32AllCounts) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{262147}}) {
       auto values = rankValues<float>(comm.rank(), count);
@@ -43,7 +56,7 @@ TEST_P(CollectivesTest, AllreduceSumFloat32AllCounts) {
 }
 
 TEST_P(CollectivesTest, AllreduceOpsOnIntegers) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     const int r = comm.rank();
     std::vector<int64_t> maxValues(9, r * 10), minValues(9, r * 10 + 3), prodValues(9, 2);
@@ -68,7 +81,7 @@ TEST_P(CollectivesTest, AllreduceOpsOnIntegers) {
 }
 
 TEST_P(CollectivesTest, AllreduceAvgFloat64AndInt32) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     auto values = rankValues<double>(comm.rank(), 11);
     comm.allreduce(Tensor(values.data(), {11}), ReduceOp::kAvg)->wait();
@@ -81,7 +94,7 @@ TEST_P(CollectivesTest, AllreduceAvgFloat64AndInt32) {
 }
 
 TEST_P(CollectivesTest, FusedAllreduceOfSeveralTensors) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     auto a = rankValues<float>(comm.rank(), 3);
     std::vector<float> empty;
@@ -98,7 +111,7 @@ TEST_P(CollectivesTest, FusedAllreduceOfSeveralTensors) {
 // other rank 1.0: the exact sum 255 + p rounded once to nearest-even. Rounding after each step
 // would lose the ones (256 + 1 rounds back to 256).
 TEST_P(CollectivesTest, Bfloat16AccumulatesInFloat32AndRoundsOnce) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   const std::map<int, float> roundedOnce = {{1, 256}, {2, 256}, {3, 258},
                                             {4, 260}, {7, 262}, {8, 264}};
   runRanks(p, [&](Communicator& comm) {
@@ -115,7 +128,7 @@ TEST_P(CollectivesTest, Bfloat16AccumulatesInFloat32AndRoundsOnce) {
 }
 
 TEST_P(CollectivesTest, Float16Sum) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     // 0.5 * (r + 1) in float16: 0x3800 is 0.5, 0x3c00 is 1.0 ... built from exact halves.
     const uint16_t table[] = {0x3800, 0x3c00, 0x3e00, 0x4000, 0x4100, 0x4200, 0x4300, 0x4400};
@@ -129,7 +142,7 @@ TEST_P(CollectivesTest, Float16Sum) {
 }
 
 TEST_P(CollectivesTest, ReduceScatter) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     const size_t n = 13;
     auto input = rankValues<float>(comm.rank(), n * p);
@@ -142,7 +155,7 @@ TEST_P(CollectivesTest, ReduceScatter) {
 }
 
 TEST_P(CollectivesTest, AllgatherAlongAxis0And1) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     const int r = comm.rank();
     std::vector<int32_t> input = {r * 10,     r * 10 + 1, r * 10 + 2,
@@ -160,7 +173,7 @@ TEST_P(CollectivesTest, AllgatherAlongAxis0And1) {
 }
 
 TEST_P(CollectivesTest, BroadcastAndReduceFromSeveralRoots) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     for (int root : {0, p / 2, p - 1}) {
       std::vector<double> data(100003, comm.rank() == root ? 42.5 + root : -1.0);
@@ -178,7 +191,7 @@ TEST_P(CollectivesTest, BroadcastAndReduceFromSeveralRoots) {
 }
 
 TEST_P(CollectivesTest, GatherAndScatter) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     const int root = p - 1;
     std::vector<int64_t> mine = {comm.rank(), 100 + comm.rank()};
@@ -203,7 +216,7 @@ TEST_P(CollectivesTest, GatherAndScatter) {
 }
 
 TEST_P(CollectivesTest, AllToAllWithSplitAndConcatAxes) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     const int r = comm.rank();
     // Input [p, 2]: row j goes to rank j and holds (r, j). Output [p, 2]: row q came from rank q.
@@ -230,7 +243,7 @@ TEST_P(CollectivesTest, AllToAllWithSplitAndConcatAxes) {
 }
 
 TEST_P(CollectivesTest, SendRecvAroundARingAndBarrier) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   if (p == 1)
     GTEST_SKIP() << "send/recv needs a peer";
   runRanks(p, [&](Communicator& comm) {
@@ -246,7 +259,7 @@ TEST_P(CollectivesTest, SendRecvAroundARingAndBarrier) {
 }
 
 TEST_P(CollectivesTest, ManyAsyncOperationsRunInCallOrder) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     std::vector<std::vector<int32_t>> buffers(50, std::vector<int32_t>(3));
     std::vector<std::shared_ptr<Work>> works;
@@ -260,7 +273,7 @@ TEST_P(CollectivesTest, ManyAsyncOperationsRunInCallOrder) {
 }
 
 TEST_P(CollectivesTest, SplitByParityInReverseKeyOrder) {
-  const int p = GetParam();
+  const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
     const int r = comm.rank();
     auto sub = comm.split(r % 2, -r);
@@ -279,10 +292,20 @@ TEST_P(CollectivesTest, SplitByParityInReverseKeyOrder) {
   });
 }
 
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  for (const char* backend : {"shm", "tcp"}) {
+    for (int size : {1, 2, 3, 4, 7, 8}) all.push_back({backend, size});
+  }
+  return all;
+}
+
 INSTANTIATE_TEST_SUITE_P(GroupSizes,
                          CollectivesTest,
-                         ::testing::Values(1, 2, 3, 4, 7, 8),
-                         [](const auto& info) { return "size" + std::to_string(info.param); });
+                         ::testing::ValuesIn(cases()),
+                         [](const auto& info) {
+                           return info.param.backend + "_size" + std::to_string(info.param.size);
+                         });
 
 }  // namespace
 }  // namespace chorus

@@ -56,18 +56,24 @@ TEST(MismatchTest, DifferentCollectivesRaiseOnEveryRank) {
 
 TEST(MismatchTest, DifferentAlgorithmChoicesRaiseOnEveryRank) {
   // Ranks are processes here, each with its own environment: rank 0 forces the ring, the others
-  // choose recursive doubling for this small vector.
-  auto statuses = chorus::testing::forkRanks(3, [&](Communicator& comm) {
-    if (comm.rank() == 0)
-      setenv("CHORUS_ALLREDUCE_ALGO", "ring", 1);
-    std::vector<float> values(8, 1.0f);
-    try {
-      comm.allreduce(Tensor(values.data(), {8}))->wait();
-      ADD_FAILURE() << "rank " << comm.rank() << " returned from a mismatched allreduce";
-    } catch (const MismatchError& e) {
-      EXPECT_TRUE(mentions(e, "CHORUS_<COLLECTIVE>_ALGO")) << e.what();
-    }
-  });
+  // choose recursive doubling for this small vector. (Algorithm rows belong to the algorithmic
+  // backends; the shm backend's native allreduce has none.)
+  RankOptions options;
+  options.backend = "tcp";
+  auto statuses = chorus::testing::forkRanks(
+      3,
+      [&](Communicator& comm) {
+        if (comm.rank() == 0)
+          setenv("CHORUS_ALLREDUCE_ALGO", "ring", 1);
+        std::vector<float> values(8, 1.0f);
+        try {
+          comm.allreduce(Tensor(values.data(), {8}))->wait();
+          ADD_FAILURE() << "rank " << comm.rank() << " returned from a mismatched allreduce";
+        } catch (const MismatchError& e) {
+          EXPECT_TRUE(mentions(e, "CHORUS_<COLLECTIVE>_ALGO")) << e.what();
+        }
+      },
+      options);
   chorus::testing::expectAllSucceeded(statuses);
 }
 

@@ -1,0 +1,104 @@
+// ShmGroup: the shared memory behind the shm backend's native collectives, for the ranks of one
+// communicator on one node.
+//
+// Each rank owns one segment: a control block (its step counters, the fingerprints of its two most
+// recent collectives, its state, and room for an error), two small slots and two chunk slots (the
+// slot of a step is chosen by its parity: double buffering). Every rank maps every segment, so a
+// rank reads its peers' data straight out of their memory. Segments are created and exchanged
+// through the communicator's store, and unlinked as soon as every rank has mapped every segment,
+// so no name is left in /dev/shm after setup, even if a rank is later killed (chorusrun also
+// removes /dev/shm/chorus-<CHORUS_JOB_ID>-* after the job, for the short setup window). Segments
+// are pre-faulted at creation: no page faults on the hot path.
+//
+// Synchronization: counters only grow (one per step kind, on their own cache lines). A rank
+// publishes a step by storing its counter; peers wait until every rank's counter reaches a value.
+// Waiting spins briefly, then sleeps on a futex (the group's "bell" in rank 0's segment) that a
+// publisher rings only when someone sleeps, so an idle rank does not burn a core; sleeps are
+// sliced, so the deadline, an abort, a goodbye or a dead peer (its pid gone) are noticed within
+// about 50 ms.
+//
+// Failure is final: fail() records the error in this rank's block and marks the group failed, and
+// every rank's next wait raises an error of the same type quoting it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/deadline.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+namespace chorus::backend::shm {
+
+// Step kinds, each with its own counter in every rank's control block.
+enum class Step : int { kArrived = 0, kCopied, kReduced, kDone, kCount };
+
+class ShmGroup {
+ public:
+  // Bytes of each small slot (data that travels with the arrival) and of each chunk slot.
+  static constexpr size_t kSmallSlotBytes = 32 * 1024;
+  static constexpr size_t kChunkSlotBytes = 512 * 1024;
+
+  // Creates this rank's segment, maps every peer's through `store` (already scoped to the
+  // communicator), then unlinks the names. Collective; TimeoutError at `deadline` naming the ranks
+  // that did not arrive.
+  ShmGroup(int rank,
+           int size,
+           const std::shared_ptr<store::Store>& store,
+           const std::string& scope,
+           Deadline deadline);
+  ~ShmGroup();
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Slot `parity` (0 or 1) of `rank`'s small or chunk area.
+  std::byte* smallSlot(int rank, uint64_t parity) const;
+  std::byte* chunkSlot(int rank, uint64_t parity) const;
+
+  // This rank's fingerprint for collective number `sequence` (1, 2, ...), read by peers once it
+  // has arrived; and a peer's.
+  void setFingerprint(uint64_t sequence, const transport::Fingerprint& fingerprint);
+  transport::Fingerprint fingerprint(int rank, uint64_t sequence) const;
+
+  // Stores this rank's counter of `step` (release) and wakes sleeping waiters.
+  void publish(Step step, uint64_t value);
+  // Waits until every rank's counter of `step` is at least `value`. Throws the group's failure,
+  // PeerError for a peer that died or said goodbye, TimeoutError (naming the ranks behind) at
+  // `deadline` (the group fails then too).
+  void waitAll(Step step, uint64_t value, Deadline deadline);
+
+  // Throws the group's failure, if it failed.
+  void throwIfFailed() const { checkHealthy(false); }
+
+  // Fails the group with `error` (first failure wins); every rank's waits then throw. Never throws.
+  void fail(std::exception_ptr error) noexcept;
+  // Says goodbye: peers that wait on this rank get PeerError. Never throws. Idempotent.
+  void close() noexcept;
+
+ private:
+  struct Segment;
+  struct ControlBlock;
+  // Maps segment `name` (created and pre-faulted when `create`); InternalError naming the call.
+  static std::unique_ptr<Segment> mapSegment(const std::string& name, bool create, int rank);
+  ControlBlock& block(int rank) const;
+  void checkHealthy(bool slow) const;
+  [[noreturn]] void throwGroupFailure() const;
+  void sleepOnBell(uint32_t seen, Deadline deadline);
+
+  int rank_;
+  int size_;
+  std::vector<std::unique_ptr<Segment>> segments_;  // by rank
+  bool closed_ = false;
+};
+
+}  // namespace chorus::backend::shm

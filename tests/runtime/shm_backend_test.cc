@@ -1,0 +1,89 @@
+// The shm backend through the front end, on ranks that are threads of this process: it is what
+// "auto" picks on one node, its segments leave no name in /dev/shm once formed, and its native
+// allreduce is right on both paths (small: data in the arrival round; chunked: 512 KiB chunks,
+// odd tails, several calls in a row so the double-buffered slots alternate), checked against
+// closed forms.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "harness/run_ranks.h"
+
+namespace chorus {
+namespace {
+
+using chorus::testing::RankOptions;
+using chorus::testing::runRanks;
+
+// Names in /dev/shm that this process's shm segments would have.
+std::vector<std::string> ourShmNames() {
+  const char* job = std::getenv("CHORUS_JOB_ID");
+  const std::string prefix =
+      "chorus-" + (job != nullptr && *job ? std::string(job) : "p" + std::to_string(::getpid())) +
+      "-";
+  std::vector<std::string> names;
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (const dirent* entry = ::readdir(dir)) {
+      if (std::string(entry->d_name).rfind(prefix, 0) == 0)
+        names.emplace_back(entry->d_name);
+    }
+    ::closedir(dir);
+  }
+  return names;
+}
+
+TEST(ShmBackendTest, AutoPicksShmOnOneNodeAndLeavesNoNames) {
+  runRanks(3, [](Communicator& comm) {
+    EXPECT_EQ(comm.backendName(), "shm");
+    comm.barrier()->wait();  // every rank's segments are mapped and unlinked by now
+    if (comm.rank() == 0) {
+      EXPECT_EQ(ourShmNames(), std::vector<std::string>{});
+    }
+    comm.barrier()->wait();
+  });
+}
+
+// Rank r's int32 value at index i: small, so sums, products and extremes are exact.
+int32_t valueAt(int rank, size_t i) { return static_cast<int32_t>((i * 7 + rank * 3) % 11) - 5; }
+
+TEST(ShmBackendTest, AllreduceAcrossChunksAndCallsMatchesClosedForms) {
+  constexpr int kRanks = 3;
+  RankOptions options;
+  options.backend = "shm";
+  // Small-path limit (32 KiB of int32 = 8192), one past it, and three chunks plus an odd tail.
+  const size_t counts[] = {8192, 8193, 3 * 131072 + 5, 7};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax};
+  runRanks(
+      kRanks,
+      [&](Communicator& comm) {
+        for (int round = 0; round < 2; ++round) {
+          for (size_t count : counts) {
+            for (ReduceOp op : ops) {
+              std::vector<int32_t> data(count);
+              for (size_t i = 0; i < count; ++i) data[i] = valueAt(comm.rank(), i);
+              comm.allreduce(Tensor(data.data(), {static_cast<int64_t>(count)}), op)->wait();
+              for (size_t i = 0; i < count; ++i) {
+                int32_t expected = valueAt(0, i);
+                for (int r = 1; r < kRanks; ++r) {
+                  const int32_t v = valueAt(r, i);
+                  expected = op == ReduceOp::kSum   ? expected + v
+                             : op == ReduceOp::kMin ? std::min(expected, v)
+                                                    : std::max(expected, v);
+                }
+                ASSERT_EQ(data[i], expected) << "count " << count << " element " << i;
+              }
+            }
+          }
+        }
+      },
+      options);
+}
+
+}  // namespace
+}  // namespace chorus
