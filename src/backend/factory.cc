@@ -18,7 +18,7 @@ namespace chorus::backend {
 namespace {
 
 // What the shm backend runs its non-native collectives over.
-constexpr const char* kShmFallbackTransport = "tcp";
+constexpr const char* kShmFallbackTransport = "shm";
 
 #ifdef CHORUS_WITH_MPI
 constexpr const char* kValidNames = "auto, shm, tcp, mpi, mpi_algorithms, void";

@@ -2,6 +2,7 @@
 #include "transport/registry.h"
 
 #include "core/check.h"
+#include "transport/shm/transport.h"
 #include "transport/tcp/transport.h"
 
 namespace chorus::transport {
@@ -16,6 +17,7 @@ struct TransportInfo {
 // (loopback::createLoopbackGroup), not rank by rank.
 constexpr TransportInfo kTransports[] = {
     {"tcp", tcp::createTcpTransport},
+    {"shm", shm::createShmTransport},
 };
 
 }  // namespace

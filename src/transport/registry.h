@@ -28,8 +28,9 @@ struct TransportOptions {
   Deadline deadline = Deadline::never();
 };
 
-// "tcp". Unknown names are InvalidArgumentError listing the known ones. Blocks until every pair of
-// ranks is connected and authenticated (collective over options.store).
+// "tcp" (any nodes) or "shm" (ranks of one node). Unknown names are InvalidArgumentError listing
+// the known ones. Blocks until every pair of ranks is connected (and, over tcp, authenticated);
+// collective over options.store.
 std::unique_ptr<Transport> createTransport(std::string_view name, const TransportOptions& options);
 
 }  // namespace chorus::transport

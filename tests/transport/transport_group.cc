@@ -8,13 +8,15 @@
 
 #include "store/hash_store.h"
 #include "transport/loopback/transport.h"
+#include "transport/shm/transport.h"
 #include "transport/tcp/transport.h"
 
 namespace chorus::transport::testing {
 
 namespace {
 
-Group makeTcpGroup(int size) {
+// Forms a group of `kind` "tcp" or "shm": one thread per rank, one in-process store.
+Group makeStoreGroup(const std::string& kind, int size) {
   static std::atomic<int> groups{0};
   auto store = std::make_shared<store::HashStore>();
   std::string scope = "test-" + std::to_string(groups++);
@@ -32,7 +34,8 @@ Group makeTcpGroup(int size) {
         options.scope = scope;
         options.bindHost = "127.0.0.1";
         options.deadline = Deadline::after(std::chrono::seconds(15));
-        group[rank] = tcp::createTcpTransport(options);
+        group[rank] =
+            kind == "shm" ? shm::createShmTransport(options) : tcp::createTcpTransport(options);
       } catch (...) {
         errors[rank] = std::current_exception();
       }
@@ -53,14 +56,16 @@ Group makeGroup(const std::string& kind, int size) {
     return loopback::createLoopbackGroup(size, loopback::SendCompletion::kWhenBuffered);
   if (kind == "loopback_rendezvous")
     return loopback::createLoopbackGroup(size, loopback::SendCompletion::kWhenMatched);
-  if (kind == "tcp")
-    return makeTcpGroup(size);
+  if (kind == "tcp" || kind == "shm")
+    return makeStoreGroup(kind, size);
   throw std::invalid_argument("unknown transport kind " + kind);
 }
 
 void crash(Transport& transport) {
   if (transport.name() == "loopback") {
     loopback::crashForTesting(transport);
+  } else if (transport.name() == "shm") {
+    shm::crashForTesting(transport);
   } else {
     tcp::crashForTesting(transport);
   }

@@ -1,5 +1,5 @@
-// Helpers for transport tests: make a connected group of any kind (loopback, or tcp over
-// 127.0.0.1 with an in-process store), play a crash, and run one thread per rank with a limit
+// Helpers for transport tests: make a connected group of any kind (loopback, tcp over 127.0.0.1
+// or shm, with an in-process store), play a crash, and run one thread per rank with a limit
 // after which every transport is aborted (so a broken transport fails the test, never hangs it).
 #pragma once
 
@@ -18,7 +18,8 @@ namespace chorus::transport::testing {
 
 using Group = std::vector<std::unique_ptr<Transport>>;
 
-// kind: "loopback" or "tcp". Fails (throws) rather than hangs if the group cannot form.
+// kind: "loopback", "loopback_rendezvous", "tcp" or "shm". Fails (throws) rather than hangs if the
+// group cannot form.
 Group makeGroup(const std::string& kind, int size);
 // Leaves without goodbye, as a killed process would.
 void crash(Transport& transport);

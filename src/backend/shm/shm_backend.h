@@ -10,7 +10,7 @@
 // see shm_allreduce.cc). Larger vectors go through a pipeline of cache-sized chunks: each rank
 // copies a chunk in, reduces its 1/p slice straight out of its peers' slots, and copies every
 // reduced slice out. The other collectives and send/recv run chorus's algorithms over the
-// `fallback` backend (the shm transport).
+// `fallback` backend (the shm transport, src/transport/shm/).
 //
 // Failure: any error fails the group (and the fallback), so every rank raises promptly; a rank
 // that died (its pid gone) or closed is a PeerError naming it within about 50 ms of a wait.

@@ -13,12 +13,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "transport/shm/transport.h"
 
 namespace chorus::backend::shm {
 namespace {
@@ -36,13 +36,6 @@ enum State : uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
 struct alignas(kCacheLine) Counter {
   std::atomic<uint64_t> value{0};
 };
-
-std::string jobPrefix() {
-  const char* job = std::getenv("CHORUS_JOB_ID");
-  if (job != nullptr && *job != '\0')
-    return job;
-  return detail::concat("p", ::getpid());
-}
 
 int futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return static_cast<int>(
@@ -100,8 +93,8 @@ ShmGroup::ShmGroup(int rank,
                    Deadline deadline)
     : rank_(rank), size_(size), segments_(size) {
   const std::string name =
-      detail::concat("/chorus-", jobPrefix(), "-", std::hash<std::string>{}(scope) % 1000000007,
-                     "-r", rank, "-", ::getpid());
+      detail::concat(transport::shm::shmSegmentPrefix(), "native",
+                     std::hash<std::string>{}(scope) % 1000000007, "-r", rank, "-", ::getpid());
   segments_[rank] = mapSegment(name, /*create=*/true, rank);
   struct Unlink {
     std::string name;
