@@ -26,8 +26,8 @@ With --compare mpi (under mpirun, builds with MPI): the MPI library's own collec
 MPI_Allgather, ...) is timed on the same buffers, its loops alternating with chorus's, and four
 columns follow: mpi time, mpi algbw, mpi busbw, mpi #wrong, and speedup = MPI time / chorus time
 (above 1: chorus is faster). chorus runs the backend CHORUS_BACKEND names; when CHORUS_BACKEND is
-not set, --compare mpi picks "mpi_algorithms" (chorus's algorithms over MPI point-to-point), since
-chorus's "mpi" backend would compare MPI with itself. float16, bfloat16 and avg have no MPI
+not set, --compare mpi picks "shm" (chorus's shared-memory backend; mpirun gets a store for it),
+since chorus's "mpi" backend would compare MPI with itself. float16, bfloat16 and avg have no MPI
 counterpart and are refused with --compare mpi.
 Exit code: 0, or 1 if any element was wrong, 2 for a usage or communication error.
 
@@ -106,7 +106,7 @@ void addOptions(CLI::App& app, BenchOptions& options, RawText& raw) {
   app.add_flag("-c,--check", options.check, "Verify results against closed forms, count #wrong");
   app.add_option("--compare", raw.compare,
                  "mpi: also time the MPI library's collectives (under mpirun; CHORUS_BACKEND "
-                 "defaults to mpi_algorithms then)")
+                 "defaults to shm then)")
       ->check(CLI::IsMember({"mpi"}));
   app.add_option("--csv", options.csvPath,
                  "Also write every row to this CSV file (rank 0), for bench/plot.py");

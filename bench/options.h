@@ -39,10 +39,9 @@ struct BenchOptions {
   std::string csvPath;
 };
 
-// The backend --compare mpi gives chorus when CHORUS_BACKEND is not set: chorus's own algorithms
-// over MPI point-to-point (the "mpi" backend would run MPI's collectives, comparing MPI with
-// itself).
-inline constexpr const char* kCompareMpiDefaultBackend = "mpi_algorithms";
+// The backend --compare mpi gives chorus when CHORUS_BACKEND is not set: the shared-memory backend
+// (the "mpi" backend would run MPI's collectives, comparing MPI with itself).
+inline constexpr const char* kCompareMpiDefaultBackend = "shm";
 
 // Parses "4096", "4K", "256M", "1G", "64KiB", "2MB"; throws std::invalid_argument on anything else.
 int64_t parseByteSize(std::string_view text);

@@ -7,7 +7,8 @@
 //    (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 then serves
 //    the store itself). Rendezvous goes through the TCP store.
 //  - "mpi": launched by mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set, CHORUS_STORE not
-//    set) in a build with CHORUS_WITH_MPI. Rendezvous goes through MPI; there is no store.
+//    set) in a build with CHORUS_WITH_MPI. Rendezvous goes through MPI; a store exists only after
+//    startStore() (one node only).
 //  - "void": no launcher; a single rank.
 //
 // Contract: barrier() and broadcast() are collective over all ranks of the job and give up at
@@ -46,6 +47,10 @@ class Connector {
   // The address on which other ranks can reach this process.
   virtual std::string hostAddress() const = 0;
 
+  // Makes store() non-null where the connector can (MPI: rank 0 serves one on loopback when the
+  // whole job is on one node), so that store-based backends (shm, tcp) work there too. Collective;
+  // a no-op for connectors that always have a store (or never can).
+  virtual void startStore(Deadline /*deadline*/) {}
   virtual void barrier(Deadline deadline) = 0;
   // Returns root's `bytes` on every rank.
   virtual store::Bytes broadcast(const store::Bytes& bytes, int root, Deadline deadline) = 0;

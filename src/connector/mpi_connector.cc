@@ -5,10 +5,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "connector/mpi_environment.h"
 #include "core/check.h"
+#include "core/net/handshake.h"
 
 namespace chorus::connector {
 
@@ -50,6 +53,35 @@ void MpiConnector::gatherNodeIds() {
     nodeRanks.emplace(nodeIds_.back(), static_cast<int>(nodeRanks.size()));
   }
   nodeRank_ = nodeRanks.at(nodeIds_[rank_]);
+}
+
+void MpiConnector::startStore(Deadline deadline) {
+  if (store_)
+    return;
+  const bool oneNode = std::all_of(nodeIds_.begin(), nodeIds_.end(),
+                                   [&](const std::string& id) { return id == nodeIds_.front(); });
+  if (!oneNode) {
+    throw UnsupportedError(
+        detail::concat("rank ", rank_,
+                       " (this process): the shm and tcp backends under mpirun need the whole "
+                       "job on one node for now (this job spans ",
+                       std::set<std::string>(nodeIds_.begin(), nodeIds_.end()).size(),
+                       " nodes); use backend 'mpi' or "
+                       "'mpi_algorithms', or launch with chorusrun"));
+  }
+  store::Bytes endpoint;
+  if (rank_ == 0) {
+    token_ = net::generateToken();
+    server_ = std::make_shared<store::TcpStoreServer>("127.0.0.1", 0, token_);
+    endpoint = store::toBytes(detail::concat(server_->port(), " ", token_));
+  }
+  const std::string shared = store::toString(broadcast(endpoint, 0, deadline));
+  const size_t space = shared.find(' ');
+  CHORUS_ASSERT(space != std::string::npos);
+  token_ = shared.substr(space + 1);
+  const net::Address address{"127.0.0.1",
+                             static_cast<uint16_t>(std::stoi(shared.substr(0, space)))};
+  store_ = std::make_shared<store::TcpStore>(address, token_, deadline);
 }
 
 void MpiConnector::barrier(Deadline deadline) {

@@ -1,8 +1,10 @@
 // The MPI connector: a job launched by mpirun. Rank and size come from MPI_COMM_WORLD, local rank
 // and size from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), the node id from the processor name
-// (MPI_Get_processor_name, else the host name). There is no store and no token: communicators of
-// this job use the MPI backends ("auto" means "mpi"). barrier() and broadcast() run on a private
-// duplicate of MPI_COMM_WORLD, so they never match the program's own MPI traffic.
+// (MPI_Get_processor_name, else the host name). There is no store and no token unless startStore()
+// made them (rank 0 serves a TCP store on 127.0.0.1 with a fresh token, sent to the others by
+// broadcast; one node only), so communicators of this job use the MPI backends ("auto" means "mpi")
+// unless the shm or tcp backend is asked for. barrier() and broadcast() run on a private duplicate
+// of MPI_COMM_WORLD, so they never match the program's own MPI traffic.
 //
 // See connector/mpi_environment.h for who initializes and finalizes MPI. Only compiled when
 // CHORUS_WITH_MPI is on.
@@ -13,6 +15,7 @@
 #include <mutex>
 
 #include "connector/connector.h"
+#include "store/tcp_store.h"
 
 namespace chorus::connector {
 
@@ -30,10 +33,11 @@ class MpiConnector : public Connector {
   int nodeRank() const override { return nodeRank_; }
   std::string nodeId() const override { return nodeIds_[rank_]; }
   std::vector<std::string> nodeIds() const override { return nodeIds_; }
-  std::shared_ptr<store::Store> store() const override { return nullptr; }
+  std::shared_ptr<store::Store> store() const override { return store_; }
   const std::string& token() const override { return token_; }
   std::string hostAddress() const override { return "127.0.0.1"; }
 
+  void startStore(Deadline deadline) override;
   void barrier(Deadline deadline) override;
   store::Bytes broadcast(const store::Bytes& bytes, int root, Deadline deadline) override;
 
@@ -49,6 +53,8 @@ class MpiConnector : public Connector {
   int nodeRank_ = 0;
   std::vector<std::string> nodeIds_;
   std::string token_;
+  std::shared_ptr<store::TcpStoreServer> server_;  // rank 0, after startStore()
+  std::shared_ptr<store::Store> store_;
 };
 
 }  // namespace chorus::connector

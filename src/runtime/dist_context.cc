@@ -87,6 +87,9 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
     state.connector = connector::connectFromEnvironment(state.config.timeout);
     if (state.connector->kind() == "mpi") {
       shutDownBeforeMpiFinalize();
+      // The store-based backends need a store, which mpirun does not provide.
+      if (state.config.backend == "shm" || state.config.backend == "tcp")
+        state.connector->startStore(Deadline::after(state.config.timeout));
       // The connector's placement is authoritative (MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED).
       state.config.rank = state.connector->rank();
       state.config.size = state.connector->size();
