@@ -124,15 +124,20 @@ std::unique_ptr<ShmGroup::Segment> ShmGroup::mapSegment(const std::string& name,
   auto fail = [&](const char* call) {
     throw InternalError(detail::concat("rank ", rank, " (this process): ", call, " of ", name,
                                        " failed: ", std::strerror(errno),
-                                       "; is /dev/shm mounted and large enough?"));
+                                       "; is /dev/shm mounted and large enough (docker: "
+                                       "--shm-size)? CHORUS_BACKEND=tcp avoids it"));
   };
   if (fd < 0)
     fail("shm_open");
   auto segment = std::make_unique<ShmGroup::Segment>();
   segment->bytes = ShmGroup::Segment::totalBytes();
-  if (create && ::ftruncate(fd, static_cast<off_t>(segment->bytes)) != 0) {
-    ::close(fd);
-    fail("ftruncate");
+  // posix_fallocate, not ftruncate: a full /dev/shm is an error here, not a SIGBUS on first touch.
+  if (create) {
+    if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(segment->bytes))) {
+      ::close(fd);
+      errno = error;
+      fail("posix_fallocate");
+    }
   }
   segment->base =
       ::mmap(nullptr, segment->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);

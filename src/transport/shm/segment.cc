@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstring>
 #include <new>
 #include <utility>
 
@@ -84,7 +85,13 @@ Segment Segment::create(const std::string& name, int rank, int size) {
   uint32_t ringBytes = ringBytesFor(size);
   segment.bytes_ = bytesFor(size, ringBytes);
   try {
-    CHORUS_SYSCHECK(::ftruncate(fd, static_cast<off_t>(segment.bytes_)));
+    // posix_fallocate, not ftruncate: a full /dev/shm fails here, not with SIGBUS on first touch.
+    if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(segment.bytes_))) {
+      throw InternalError(
+          detail::concat("rank ", rank, " (this process): cannot allocate ", segment.bytes_,
+                         " bytes for ", name, " in /dev/shm: ", std::strerror(error),
+                         "; make /dev/shm larger (docker: --shm-size) or use CHORUS_BACKEND=tcp"));
+    }
     segment.base_ = mapShared(fd, segment.bytes_);
   } catch (...) {
     ::close(fd);
