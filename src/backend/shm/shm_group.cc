@@ -25,9 +25,17 @@ namespace {
 
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxErrorBytes = 8192;
-// Passes of a wait that only spin before sleeping on the bell: a few microseconds, enough for a
-// peer that is running to publish.
+// A wait first spins (a peer that is running publishes within a microsecond or so), then yields
+// the core between passes, then sleeps on the bell. With more ranks than cores the peer it waits
+// for may need this very core, so it skips the spin and yields at once (spinning there cost 4
+// ranks on 2 cores ~100 µs per small allreduce, against ~3.5 µs for 2 ranks that spin).
 constexpr int kSpinPasses = 4000;
+constexpr int kYieldPasses = 2000;
+
+int spinPassesFor(int ranks) {
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return cores > 0 && ranks > cores ? 0 : kSpinPasses;
+}
 // Longest single sleep on the bell: how soon the deadline, aborts and dead peers are noticed.
 constexpr std::chrono::milliseconds kSleepSlice{50};
 
@@ -91,7 +99,7 @@ ShmGroup::ShmGroup(int rank,
                    const std::shared_ptr<store::Store>& store,
                    const std::string& scope,
                    Deadline deadline)
-    : rank_(rank), size_(size), segments_(size) {
+    : rank_(rank), size_(size), spinPasses_(spinPassesFor(size)), segments_(size) {
   const std::string name =
       detail::concat(transport::shm::shmSegmentPrefix(), "native",
                      std::hash<std::string>{}(scope) % 1000000007, "-r", rank, "-", ::getpid());
@@ -237,10 +245,12 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
     }
     return any;
   };
-  for (int pass = 0; pass < kSpinPasses; ++pass) {
+  for (int pass = 0; pass < spinPasses_ + kYieldPasses; ++pass) {
     if (!behind(nullptr))
       return;
     checkHealthy(false);
+    if (pass >= spinPasses_)
+      sched_yield();
   }
   ControlBlock& hub = block(0);
   while (true) {

@@ -12,10 +12,10 @@
 //
 // Synchronization: counters only grow (one per step kind, on their own cache lines). A rank
 // publishes a step by storing its counter; peers wait until every rank's counter reaches a value.
-// Waiting spins briefly, then sleeps on a futex (the group's "bell" in rank 0's segment) that a
-// publisher rings only when someone sleeps, so an idle rank does not burn a core; sleeps are
-// sliced, so the deadline, an abort, a goodbye or a dead peer (its pid gone) are noticed within
-// about 50 ms.
+// Waiting spins briefly (not at all with more ranks than cores), yields, then sleeps on a futex
+// (the group's "bell" in rank 0's segment) that a publisher rings only when someone sleeps, so an
+// idle rank does not burn a core; sleeps are sliced, so the deadline, an abort, a goodbye or a dead
+// peer (its pid gone) are noticed within about 50 ms.
 //
 // Failure is final: fail() records the error in this rank's block and marks the group failed, and
 // every rank's next wait raises an error of the same type quoting it.
@@ -97,6 +97,7 @@ class ShmGroup {
 
   int rank_;
   int size_;
+  int spinPasses_;  // passes a wait spins before it yields (0 with more ranks than cores)
   std::vector<std::unique_ptr<Segment>> segments_;  // by rank
   bool closed_ = false;
 };
