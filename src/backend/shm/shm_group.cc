@@ -1,23 +1,19 @@
 // ShmGroup (see shm_group.h): segments, counters, and waiting with a futex.
 #include "backend/shm/shm_group.h"
 
-#include <fcntl.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <functional>
 
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "transport/shm/shared_mapping.h"
 #include "transport/shm/transport.h"
 
 namespace chorus::backend::shm {
@@ -45,14 +41,9 @@ struct alignas(kCacheLine) Counter {
   std::atomic<uint64_t> value{0};
 };
 
-int futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
-  return static_cast<int>(
-      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0));
-}
-
 }  // namespace
 
-struct ShmGroup::ControlBlock {
+struct ControlBlock {
   Counter steps[static_cast<int>(Step::kCount)];
   alignas(kCacheLine) transport::Fingerprint fingerprints[2];  // by sequence parity
   alignas(kCacheLine) std::atomic<uint32_t> state{kOpen};
@@ -67,32 +58,25 @@ struct ShmGroup::ControlBlock {
 
 namespace {
 
-constexpr size_t alignUp(size_t n) { return (n + 4095) / 4096 * 4096; }
+using transport::shm::futexWait;
+using transport::shm::futexWakeAll;
+using transport::shm::SharedMapping;
+
+// A rank's segment: its ControlBlock (page-aligned), two small slots, two chunk slots.
+constexpr size_t kControlBytes = (sizeof(ControlBlock) + 4095) / 4096 * 4096;
+constexpr size_t kSegmentBytes =
+    kControlBytes + 2 * ShmGroup::kSmallSlotBytes + 2 * ShmGroup::kChunkSlotBytes;
+
+std::byte* smallSlotIn(const SharedMapping& segment, uint64_t parity) {
+  return segment.base() + kControlBytes + (parity & 1) * ShmGroup::kSmallSlotBytes;
+}
+
+std::byte* chunkSlotIn(const SharedMapping& segment, uint64_t parity) {
+  return segment.base() + kControlBytes + 2 * ShmGroup::kSmallSlotBytes +
+         (parity & 1) * ShmGroup::kChunkSlotBytes;
+}
 
 }  // namespace
-
-struct ShmGroup::Segment {
-  void* base = MAP_FAILED;
-  size_t bytes = 0;
-
-  static size_t controlBytes() { return alignUp(sizeof(ControlBlock)); }
-  static size_t totalBytes() {
-    return controlBytes() + 2 * ShmGroup::kSmallSlotBytes + 2 * ShmGroup::kChunkSlotBytes;
-  }
-  ~Segment() {
-    if (base != MAP_FAILED)
-      ::munmap(base, bytes);
-  }
-  ControlBlock* control() const { return static_cast<ControlBlock*>(base); }
-  std::byte* small(uint64_t parity) const {
-    return static_cast<std::byte*>(base) + controlBytes() +
-           (parity & 1) * ShmGroup::kSmallSlotBytes;
-  }
-  std::byte* chunk(uint64_t parity) const {
-    return static_cast<std::byte*>(base) + controlBytes() + 2 * ShmGroup::kSmallSlotBytes +
-           (parity & 1) * ShmGroup::kChunkSlotBytes;
-  }
-};
 
 ShmGroup::ShmGroup(int rank,
                    int size,
@@ -103,19 +87,23 @@ ShmGroup::ShmGroup(int rank,
   const std::string name =
       detail::concat(transport::shm::shmSegmentPrefix(), "native",
                      std::hash<std::string>{}(scope) % 1000000007, "-r", rank, "-", ::getpid());
-  segments_[rank] = mapSegment(name, /*create=*/true, rank);
+  segments_[rank] = SharedMapping::create(name, kSegmentBytes, rank);
+  if (!segments_[rank].valid()) {
+    throw InternalError(
+        detail::concat("rank ", rank, " (this process): ", name, " exists already in /dev/shm"));
+  }
   struct Unlink {
     std::string name;
     ~Unlink() { ::shm_unlink(name.c_str()); }
   } unlinkAtEnd{name};  // also when setup fails half-way
-  ControlBlock* mine = new (segments_[rank]->base) ControlBlock();
+  ControlBlock* mine = new (segments_[rank].base()) ControlBlock();
   mine->pid = ::getpid();
   store->set(detail::concat("shm/name/", rank), store::toBytes(name));
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank)
       continue;
     std::string peerName = store::toString(store->get(detail::concat("shm/name/", peer), deadline));
-    segments_[peer] = mapSegment(peerName, /*create=*/false, rank);
+    segments_[peer] = SharedMapping::open(peerName, kSegmentBytes, rank);
   }
   // Nobody may unlink before everyone has mapped: a barrier through the store.
   store->set(detail::concat("shm/mapped/", rank), store::toBytes("1"));
@@ -124,47 +112,16 @@ ShmGroup::ShmGroup(int rank,
 
 ShmGroup::~ShmGroup() { close(); }
 
-std::unique_ptr<ShmGroup::Segment> ShmGroup::mapSegment(const std::string& name,
-                                                        bool create,
-                                                        int rank) {
-  const int flags = create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR;
-  const int fd = ::shm_open(name.c_str(), flags, 0600);
-  auto fail = [&](const char* call) {
-    throw InternalError(detail::concat("rank ", rank, " (this process): ", call, " of ", name,
-                                       " failed: ", std::strerror(errno),
-                                       "; is /dev/shm mounted and large enough (docker: "
-                                       "--shm-size)? CHORUS_BACKEND=tcp avoids it"));
-  };
-  if (fd < 0)
-    fail("shm_open");
-  auto segment = std::make_unique<ShmGroup::Segment>();
-  segment->bytes = ShmGroup::Segment::totalBytes();
-  // posix_fallocate, not ftruncate: a full /dev/shm is an error here, not a SIGBUS on first touch.
-  if (create) {
-    if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(segment->bytes))) {
-      ::close(fd);
-      errno = error;
-      fail("posix_fallocate");
-    }
-  }
-  segment->base =
-      ::mmap(nullptr, segment->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  ::close(fd);
-  if (segment->base == MAP_FAILED)
-    fail("mmap");
-  if (create)
-    std::memset(segment->base, 0, segment->bytes);  // pre-fault: no page faults on the hot path
-  return segment;
+ControlBlock& ShmGroup::block(int rank) const {
+  return *reinterpret_cast<ControlBlock*>(segments_[rank].base());
 }
 
-ShmGroup::ControlBlock& ShmGroup::block(int rank) const { return *segments_[rank]->control(); }
-
 std::byte* ShmGroup::smallSlot(int rank, uint64_t parity) const {
-  return segments_[rank]->small(parity);
+  return smallSlotIn(segments_[rank], parity);
 }
 
 std::byte* ShmGroup::chunkSlot(int rank, uint64_t parity) const {
-  return segments_[rank]->chunk(parity);
+  return chunkSlotIn(segments_[rank], parity);
 }
 
 void ShmGroup::setFingerprint(uint64_t sequence, const transport::Fingerprint& fingerprint) {
@@ -180,7 +137,7 @@ void ShmGroup::publish(Step step, uint64_t value) {
   ControlBlock& hub = block(0);
   if (hub.sleepers.load(std::memory_order_seq_cst) > 0) {
     hub.bell.fetch_add(1, std::memory_order_seq_cst);
-    futex(&hub.bell, FUTEX_WAKE, INT_MAX, nullptr);
+    futexWakeAll(hub.bell);
   }
 }
 
@@ -226,9 +183,7 @@ void ShmGroup::sleepOnBell(uint32_t seen, Deadline deadline) {
   auto slice = std::min<std::chrono::milliseconds>(kSleepSlice, deadline.remaining());
   if (slice.count() <= 0)
     return;
-  timespec timeout{static_cast<time_t>(slice.count() / 1000),
-                   static_cast<long>(slice.count() % 1000) * 1000000L};
-  futex(&block(0).bell, FUTEX_WAIT, seen, &timeout);
+  futexWait(block(0).bell, seen, slice);
 }
 
 void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
@@ -291,18 +246,18 @@ void ShmGroup::fail(std::exception_ptr error) noexcept {
   mine.state.store(kFailed, std::memory_order_release);
   ControlBlock& hub = block(0);
   hub.bell.fetch_add(1, std::memory_order_seq_cst);
-  futex(&hub.bell, FUTEX_WAKE, INT_MAX, nullptr);
+  futexWakeAll(hub.bell);
 }
 
 void ShmGroup::close() noexcept {
-  if (closed_ || segments_[rank_] == nullptr)
+  if (closed_ || !segments_[rank_].valid())
     return;
   closed_ = true;
   uint32_t open = kOpen;
   block(rank_).state.compare_exchange_strong(open, kClosed);
   ControlBlock& hub = block(0);
   hub.bell.fetch_add(1, std::memory_order_seq_cst);
-  futex(&hub.bell, FUTEX_WAKE, INT_MAX, nullptr);
+  futexWakeAll(hub.bell);
 }
 
 }  // namespace chorus::backend::shm

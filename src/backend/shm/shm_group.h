@@ -8,7 +8,8 @@
 // through the communicator's store, and unlinked as soon as every rank has mapped every segment,
 // so no name is left in /dev/shm after setup, even if a rank is later killed (chorusrun also
 // removes /dev/shm/chorus-<CHORUS_JOB_ID>-* after the job, for the short setup window). Segments
-// are pre-faulted at creation: no page faults on the hot path.
+// are transport::shm::SharedMappings: allocated up front and pre-faulted, no faults on the hot
+// path.
 //
 // Synchronization: counters only grow (one per step kind, on their own cache lines). A rank
 // publishes a step by storing its counter; peers wait until every rank's counter reaches a value.
@@ -33,9 +34,12 @@
 
 #include "core/deadline.h"
 #include "store/store.h"
+#include "transport/shm/shared_mapping.h"
 #include "transport/transport.h"
 
 namespace chorus::backend::shm {
+
+struct ControlBlock;  // a rank's counters, fingerprints and state (shm_group.cc)
 
 // Step kinds, each with its own counter in every rank's control block.
 enum class Step : int { kArrived = 0, kCopied, kReduced, kDone, kCount };
@@ -86,10 +90,6 @@ class ShmGroup {
   void close() noexcept;
 
  private:
-  struct Segment;
-  struct ControlBlock;
-  // Maps segment `name` (created and pre-faulted when `create`); InternalError naming the call.
-  static std::unique_ptr<Segment> mapSegment(const std::string& name, bool create, int rank);
   ControlBlock& block(int rank) const;
   void checkHealthy(bool slow) const;
   [[noreturn]] void throwGroupFailure() const;
@@ -98,7 +98,7 @@ class ShmGroup {
   int rank_;
   int size_;
   int spinPasses_;  // passes a wait spins before it yields (0 with more ranks than cores)
-  std::vector<std::unique_ptr<Segment>> segments_;  // by rank
+  std::vector<transport::shm::SharedMapping> segments_;  // by rank
   bool closed_ = false;
 };
 

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "transport/shm/ring.h"
+#include "transport/shm/shared_mapping.h"
 
 namespace chorus::transport::shm {
 
@@ -64,10 +65,10 @@ class Segment {
   Segment& operator=(Segment&& other) noexcept;
   ~Segment();
 
-  bool valid() const { return base_ != nullptr; }
+  bool valid() const { return mapping_.valid(); }
   const std::string& name() const { return name_; }
   void unlinkName() noexcept;
-  SegmentHeader& header() const { return *static_cast<SegmentHeader*>(base_); }
+  SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(mapping_.base()); }
   // The ring that `sender` writes into this segment's owner.
   Ring ring(int sender) const;
 
@@ -84,8 +85,7 @@ class Segment {
  private:
   static size_t bytesFor(int size, uint32_t ringBytes);
 
-  void* base_ = nullptr;
-  size_t bytes_ = 0;
+  SharedMapping mapping_;
   int rank_ = -1;
   int size_ = 0;
   std::string name_;
