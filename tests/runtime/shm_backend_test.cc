@@ -9,11 +9,14 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <future>
 #include <string>
 #include <vector>
 
+#include "backend/shm/shm_group.h"
 #include "chorus/chorus.h"
 #include "harness/run_ranks.h"
+#include "store/hash_store.h"
 
 namespace chorus {
 namespace {
@@ -83,6 +86,55 @@ TEST(ShmBackendTest, AllreduceAcrossChunksAndCallsMatchesClosedForms) {
         }
       },
       options);
+}
+
+// Communicator::abort on one rank: the other, waiting in a barrier, fails with the aborting rank's
+// error instead of waiting for its deadline.
+TEST(ShmBackendTest, AbortOnOneRankFailsTheOtherPromptly) {
+  RankOptions options;
+  options.backend = "shm";
+  options.timeout = std::chrono::seconds(30);
+  const auto start = std::chrono::steady_clock::now();
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        comm.barrier()->wait();
+        if (comm.rank() == 1) {
+          comm.abort();
+          return;
+        }
+        try {
+          comm.barrier()->wait();
+          ADD_FAILURE() << "rank 0 returned from a barrier rank 1 aborted";
+        } catch (const PeerError& error) {
+          EXPECT_NE(std::string(error.what()).find("aborted by"), std::string::npos)
+              << error.what();
+        }
+      },
+      options);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// ShmGroup directly: a rank that closes (says goodbye) makes a peer waiting on it fail with
+// PeerError naming it.
+TEST(ShmGroupTest, WaitingOnAClosedPeerIsAPeerError) {
+  auto store = std::make_shared<store::HashStore>();
+  const Deadline setup = Deadline::after(std::chrono::seconds(10));
+  auto make = [&](int rank) {
+    return std::make_unique<backend::shm::ShmGroup>(rank, 2, store, "closed-peer-test", setup);
+  };
+  auto other = std::async(std::launch::async, make, 1);
+  auto group = make(0);
+  other.get()->close();
+  try {
+    group->waitAll(backend::shm::Step::kArrived, 1, Deadline::after(std::chrono::seconds(10)));
+    ADD_FAILURE() << "waiting on a closed peer returned";
+  } catch (const PeerError& error) {
+    EXPECT_EQ(error.peerRank(), 1);
+    EXPECT_NE(std::string(error.what()).find("rank 1 has closed its communicator"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace

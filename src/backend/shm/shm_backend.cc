@@ -26,6 +26,16 @@ void ShmBackend::guarded(Body&& body) {
   }
 }
 
+template <typename Args>
+void ShmBackend::viaFallback(const CallContext& call,
+                             void (Backend::*collective)(const CallContext&, const Args&),
+                             const Args& args) {
+  guarded([&] {
+    arrive(call, nullptr, 0);
+    (fallback_.get()->*collective)(call, args);
+  });
+}
+
 uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t bytes) {
   const uint64_t sequence = ++sequence_;
   group_->setFingerprint(sequence, call.fingerprint);
@@ -55,52 +65,31 @@ void ShmBackend::barrier(const CallContext& call) {
 }
 
 void ShmBackend::reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) {
-  guarded([&] {
-    arrive(call, nullptr, 0);
-    fallback_->reduceScatter(call, args);
-  });
+  viaFallback(call, &Backend::reduceScatter, args);
 }
 
 void ShmBackend::allgather(const CallContext& call, const algorithms::AllgatherArgs& args) {
-  guarded([&] {
-    arrive(call, nullptr, 0);
-    fallback_->allgather(call, args);
-  });
+  viaFallback(call, &Backend::allgather, args);
 }
 
 void ShmBackend::broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) {
-  guarded([&] {
-    arrive(call, nullptr, 0);
-    fallback_->broadcast(call, args);
-  });
+  viaFallback(call, &Backend::broadcast, args);
 }
 
 void ShmBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
-  guarded([&] {
-    arrive(call, nullptr, 0);
-    fallback_->reduce(call, args);
-  });
+  viaFallback(call, &Backend::reduce, args);
 }
 
 void ShmBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
-  guarded([&] {
-    arrive(call, nullptr, 0);
-    fallback_->gather(call, args);
-  });
+  viaFallback(call, &Backend::gather, args);
 }
 
 void ShmBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
-  guarded([&] {
-    arrive(call, nullptr, 0);
-    fallback_->scatter(call, args);
-  });
+  viaFallback(call, &Backend::scatter, args);
 }
 
 void ShmBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
-  guarded([&] {
-    arrive(call, nullptr, 0);
-    fallback_->allToAll(call, args);
-  });
+  viaFallback(call, &Backend::allToAll, args);
 }
 
 void ShmBackend::send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) {

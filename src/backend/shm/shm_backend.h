@@ -51,6 +51,11 @@ class ShmBackend : public Backend {
   // Runs `body`; any failure fails the group and the fallback, then propagates.
   template <typename Body>
   void guarded(Body&& body);
+  // The arrival round, then `collective` of the fallback backend.
+  template <typename Args>
+  void viaFallback(const CallContext& call,
+                   void (Backend::*collective)(const CallContext&, const Args&),
+                   const Args& args);
   // The arrival round: publishes the fingerprint (and `bytes` of `data` into this rank's small
   // slot), waits for every rank, and checks their fingerprints. Returns the collective's number.
   uint64_t arrive(const CallContext& call, const void* data, size_t bytes);
