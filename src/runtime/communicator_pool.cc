@@ -56,6 +56,14 @@ std::shared_ptr<Communicator> CommunicatorPool::get(const RankList& rankList,
   return group;
 }
 
+std::shared_ptr<Communicator> CommunicatorPool::world(const std::string& backend) {
+  if (backend == world_->state().resources().backendName)
+    return world_;
+  RankList everyone(1);
+  for (int rank = 0; rank < world_->size(); ++rank) everyone[0].push_back(rank);
+  return get(everyone, backend);
+}
+
 void CommunicatorPool::clear() {
   groups_.clear();
   world_.reset();

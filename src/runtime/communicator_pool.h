@@ -25,6 +25,9 @@ class CommunicatorPool {
 
   // The caller's group of `rankList`, whose collectives run on `backend`.
   std::shared_ptr<Communicator> get(const RankList& rankList, const std::string& backend);
+  // The whole world in rank order on `backend`: the world communicator itself when it uses that
+  // backend (no allocation), else a cached copy on it (collective the first time, as get()).
+  std::shared_ptr<Communicator> world(const std::string& backend);
   void clear();
 
   // Duplicates ("Each rank can only appear on rank_list once"), ranks outside the world and empty

@@ -111,13 +111,8 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
     state.world = detail::createWorldCommunicator(options);
     state.pool = std::make_unique<detail::CommunicatorPool>(state.world);
   }
-  if (rankList.empty()) {
-    // The world, on the default backend (setDefaultBackend may have changed it since the world
-    // communicator was made).
-    RankList everyone(1);
-    for (int rank = 0; rank < state.world->size(); ++rank) everyone[0].push_back(rank);
-    return state.pool->get(everyone, state.config.backend);
-  }
+  if (rankList.empty())
+    return state.pool->world(state.config.backend);  // the default may have changed since
   return state.pool->get(rankList, state.config.backend);
 }
 
