@@ -1,5 +1,5 @@
-// The shm backend (see shm_backend.h): the arrival round, dispatch, and failure handling. The
-// native allreduce is in shm_allreduce.cc.
+// The shm backend (see shm_backend.h): the arrival round, the chunked exchange, send/recv, and
+// failure handling. The collectives are in shm_reducing.cc and shm_moving.cc.
 #include "backend/shm/shm_backend.h"
 
 #include <cstring>
@@ -11,36 +11,19 @@ namespace chorus::backend::shm {
 ShmBackend::ShmBackend(std::unique_ptr<ShmGroup> group, std::unique_ptr<Backend> fallback)
     : group_(std::move(group)), fallback_(std::move(fallback)), sources_(group_->size()) {
   CHORUS_ASSERT(fallback_ != nullptr && fallback_->size() == group_->size());
+  // Chunked collectives cut a slot into one piece per rank, of at least a cache line.
+  CHORUS_CHECK_ARG(pieceBytes(size()) > 0, "the shm backend serves at most ",
+                   ShmGroup::kChunkSlotBytes / kCacheLineBytes, " ranks, not ", size(),
+                   "; use backend 'tcp'");
 }
 
 ShmBackend::~ShmBackend() { close(); }
 
-template <typename Body>
-void ShmBackend::guarded(Body&& body) {
-  group_->throwIfFailed();
-  try {
-    body();
-  } catch (...) {
-    abort(std::current_exception());
-    throw;
-  }
-}
-
-template <typename Args>
-void ShmBackend::viaFallback(const CallContext& call,
-                             void (Backend::*collective)(const CallContext&, const Args&),
-                             const Args& args) {
-  guarded([&] {
-    arrive(call, nullptr, 0);
-    (fallback_.get()->*collective)(call, args);
-  });
-}
-
-uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t bytes) {
+uint64_t ShmBackend::arrive(const CallContext& call, const Fill& fill) {
   const uint64_t sequence = ++sequence_;
   group_->setFingerprint(sequence, call.fingerprint);
-  if (bytes > 0)
-    std::memcpy(group_->smallSlot(rank(), sequence), data, bytes);
+  if (fill)
+    fill(group_->smallSlot(rank(), sequence));
   group_->publish(Step::kArrived, sequence);
   group_->waitAll(Step::kArrived, sequence, call.deadline);
   for (int peer = 0; peer < size(); ++peer) {
@@ -51,45 +34,32 @@ uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t by
   return sequence;
 }
 
-void ShmBackend::allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) {
-  guarded([&] {
-    if (args.count * dataTypeSize(args.dtype) <= ShmGroup::kSmallSlotBytes)
-      allreduceSmall(call, args);
-    else
-      allreduceChunked(call, args);
-  });
+// Step s (counted over the communicator's life) uses the slots of parity s & 1, which the readers
+// of step s - 2 must have left: kDone says a rank has finished reading a step.
+void ShmBackend::exchangeChunks(const CallContext& call,
+                                size_t steps,
+                                const FillStep& fill,
+                                const DrainStep& drain) {
+  for (size_t i = 0; i < steps; ++i) {
+    const uint64_t step = chunkSteps_;
+    if (step >= 2)
+      group_->waitAll(Step::kDone, step - 1, call.deadline);
+    fill(i, group_->chunkSlot(rank(), step));
+    group_->publish(Step::kCopied, step + 1);
+    group_->waitAll(Step::kCopied, step + 1, call.deadline);
+    drain(i, step);
+    group_->publish(Step::kDone, step + 1);
+    chunkSteps_ = step + 1;
+  }
+}
+
+size_t ShmBackend::pieceBytes(int pieces) const {
+  return ShmGroup::kChunkSlotBytes / static_cast<size_t>(pieces) / kCacheLineBytes *
+         kCacheLineBytes;
 }
 
 void ShmBackend::barrier(const CallContext& call) {
-  guarded([&] { arrive(call, nullptr, 0); });
-}
-
-void ShmBackend::reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) {
-  viaFallback(call, &Backend::reduceScatter, args);
-}
-
-void ShmBackend::allgather(const CallContext& call, const algorithms::AllgatherArgs& args) {
-  viaFallback(call, &Backend::allgather, args);
-}
-
-void ShmBackend::broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) {
-  viaFallback(call, &Backend::broadcast, args);
-}
-
-void ShmBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
-  viaFallback(call, &Backend::reduce, args);
-}
-
-void ShmBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
-  viaFallback(call, &Backend::gather, args);
-}
-
-void ShmBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
-  viaFallback(call, &Backend::scatter, args);
-}
-
-void ShmBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
-  viaFallback(call, &Backend::allToAll, args);
+  guarded([&] { arrive(call); });
 }
 
 void ShmBackend::send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) {

@@ -5,17 +5,23 @@
 // them all itself, so a mismatch is a MismatchError on every rank at once (naming both ranks and
 // the field), whichever path the call takes next. That round is also the whole barrier.
 //
-// Native (src/backend/shm/): allreduce. Up to ShmGroup::kSmallSlotBytes the data travels with the
-// arrival and every rank reduces all p contributions itself, in rank order (one synchronization;
-// see shm_allreduce.cc). Larger vectors go through a pipeline of cache-sized chunks: each rank
-// copies a chunk in, reduces its 1/p slice straight out of its peers' slots, and copies every
-// reduced slice out. The other collectives and send/recv run chorus's algorithms over the
-// `fallback` backend (the shm transport, src/transport/shm/).
+// Every collective is native (shm_reducing.cc: allreduce, reduce, reduce_scatter; shm_moving.cc:
+// allgather, gather, broadcast, scatter, all_to_all), in one of two shapes:
+//  - small (each rank's contribution fits ShmGroup::kSmallSlotBytes): the data travels with the
+//    arrival, and each rank then reads what it needs straight out of its peers' small slots. One
+//    synchronization per call.
+//  - chunked: a pipeline of steps through the double-buffered chunk slots (cache-sized): each rank
+//    copies its piece of the step in, and once every rank has, each reads what it needs out of
+//    its peers' slots (allreduce and reduce add a step where each rank reduces its 1/p slice).
+// Which shape a call takes depends only on fingerprinted fields (count, dtype, group size), so
+// every rank takes the same one. send/recv go through the `fallback` backend (chorus's algorithms
+// over the shm transport, src/transport/shm/: rings of shared memory per ordered pair).
 //
 // Failure: any error fails the group (and the fallback), so every rank raises promptly; a rank
 // that died (its pid gone) or closed is a PeerError naming it within about 50 ms of a wait.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,22 +56,57 @@ class ShmBackend : public Backend {
  private:
   // Runs `body`; any failure fails the group and the fallback, then propagates.
   template <typename Body>
-  void guarded(Body&& body);
-  // The arrival round, then `collective` of the fallback backend.
-  template <typename Args>
-  void viaFallback(const CallContext& call,
-                   void (Backend::*collective)(const CallContext&, const Args&),
-                   const Args& args);
-  // The arrival round: publishes the fingerprint (and `bytes` of `data` into this rank's small
-  // slot), waits for every rank, and checks their fingerprints. Returns the collective's number.
-  uint64_t arrive(const CallContext& call, const void* data, size_t bytes);
-  void allreduceSmall(const CallContext& call, const algorithms::AllreduceArgs& args);
-  void allreduceChunked(const CallContext& call, const algorithms::AllreduceArgs& args);
+  void guarded(Body&& body) {
+    group_->throwIfFailed();
+    try {
+      body();
+    } catch (...) {
+      abort(std::current_exception());
+      throw;
+    }
+  }
+  // Writes this rank's contribution into a slot.
+  using Fill = std::function<void(std::byte* slot)>;
+  // Step `i` of a chunked exchange: fill this rank's slot / read from the slots of parity `parity`.
+  using FillStep = std::function<void(size_t i, std::byte* slot)>;
+  using DrainStep = std::function<void(size_t i, uint64_t parity)>;
+
+  // The arrival round: publishes the fingerprint (and lets `fill`, if any, write this rank's
+  // contribution into its small slot), waits for every rank, and checks their fingerprints.
+  // Returns the collective's number, the parity of the small slots it filled.
+  uint64_t arrive(const CallContext& call, const Fill& fill = nullptr);
+  // `steps` steps through the chunk slots: per step, once no rank still reads this rank's slot of
+  // that parity, `fill` writes this rank's pieces; once every rank has filled, `drain` reads.
+  void exchangeChunks(const CallContext& call,
+                      size_t steps,
+                      const FillStep& fill,
+                      const DrainStep& drain);
+  // Chunked reduction of `count` elements of `input` into `output` on `outputRank` (every rank
+  // when kEveryRank); output may alias input.
+  static constexpr int kEveryRank = -1;
+  static constexpr size_t kCacheLineBytes = 64;
+  void reduceChunked(const CallContext& call,
+                     const void* input,
+                     void* output,
+                     size_t count,
+                     DataType dtype,
+                     ReduceOp op,
+                     int outputRank);
+  // Each rank's `bytes` of `input` lands in place q (rank q's) of `output` on `reader` (every rank
+  // when kEveryRank). input may alias place `rank` of output.
+  void gatherBlocks(
+      const CallContext& call, const void* input, void* output, size_t bytes, int reader);
+  // Block r of `input` on `writer` (every rank when kEveryRank) lands on rank r: in place q of
+  // `output` for writer q (every rank), or as the whole output (one writer).
+  void scatterBlocks(
+      const CallContext& call, const void* input, void* output, size_t bytes, int writer);
+  // Bytes of each of `pieces` pieces per chunk slot (cache-line multiples).
+  size_t pieceBytes(int pieces) const;
 
   std::unique_ptr<ShmGroup> group_;
   std::unique_ptr<Backend> fallback_;
   uint64_t sequence_ = 0;             // collectives begun
-  uint64_t chunkSteps_ = 0;           // chunk steps done (allreduceChunked)
+  uint64_t chunkSteps_ = 0;           // chunk steps done (exchangeChunks, reduceChunked)
   std::vector<const void*> sources_;  // scratch: one per rank
 };
 

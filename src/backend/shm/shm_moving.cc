@@ -1,4 +1,159 @@
-// The shm backend's native collectives other than allreduce (see shm_backend.h).
+// The shm backend's data-moving collectives: allgather, gather, broadcast, scatter, all_to_all
+// (see shm_backend.h).
+//
+// Two patterns cover them:
+//  - gatherBlocks (allgather, gather): every rank contributes one block; the readers (every rank,
+//    or the root) copy block q out of rank q's slot into place q of their output.
+//  - scatterBlocks (all_to_all, scatter): the writers (every rank, or the root) contribute one
+//    block per rank; rank r copies block r out of each writer's slot.
+// broadcast has one writer that every rank reads. Small calls carry the blocks in the arrival round
+// (one synchronization); larger ones go through the chunk slots, a slot holding one block's next
+// piece (gather) or every block's next piece (scatter). A rank's own block never goes through
+// shared memory: it is copied from input to output directly.
+#include <algorithm>
+#include <cstring>
+
 #include "backend/shm/shm_backend.h"
 
-namespace chorus::backend::shm {}  // namespace chorus::backend::shm
+namespace chorus::backend::shm {
+namespace {
+
+size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// Copies `bytes` unless source and destination are the same place (an in-place allgather).
+void copyUnlessSame(std::byte* to, const std::byte* from, size_t bytes) {
+  if (to != from)
+    std::memcpy(to, from, bytes);
+}
+
+}  // namespace
+
+void ShmBackend::gatherBlocks(
+    const CallContext& call, const void* input, void* output, size_t bytes, int reader) {
+  const auto* in = static_cast<const std::byte*>(input);
+  auto* out = static_cast<std::byte*>(output);
+  const int me = rank();
+  const bool reads = reader == kEveryRank || reader == me;
+  const bool fills = reader != me;  // a lone reader's block goes straight to its output
+  if (bytes <= ShmGroup::kSmallSlotBytes) {
+    const uint64_t sequence = arrive(call, [&](std::byte* slot) {
+      if (fills)
+        std::memcpy(slot, in, bytes);
+    });
+    for (int q = 0; reads && q < size(); ++q) {
+      const std::byte* from = q == me ? in : group_->smallSlot(q, sequence);
+      copyUnlessSame(out + q * bytes, from, bytes);
+    }
+    return;
+  }
+  arrive(call);
+  if (reads)
+    copyUnlessSame(out + me * bytes, in, bytes);
+  const size_t m = ShmGroup::kChunkSlotBytes;
+  auto piece = [&](size_t i) { return std::min(m, bytes - i * m); };
+  exchangeChunks(
+      call, ceilDiv(bytes, m),
+      [&](size_t i, std::byte* slot) {
+        if (fills)
+          std::memcpy(slot, in + i * m, piece(i));
+      },
+      [&](size_t i, uint64_t parity) {
+        for (int q = 0; reads && q < size(); ++q) {
+          if (q != me)
+            std::memcpy(out + q * bytes + i * m, group_->chunkSlot(q, parity), piece(i));
+        }
+      });
+}
+
+void ShmBackend::scatterBlocks(
+    const CallContext& call, const void* input, void* output, size_t bytes, int writer) {
+  const auto* in = static_cast<const std::byte*>(input);
+  auto* out = static_cast<std::byte*>(output);
+  const int me = rank();
+  const int p = size();
+  const bool writes = writer == kEveryRank || writer == me;
+  // Where block `me` of writer q lands: place q of the output, or all of it for one writer.
+  auto destination = [&](int q) { return writer == kEveryRank ? out + q * bytes : out; };
+  auto isWriter = [&](int q) { return writer == kEveryRank || writer == q; };
+  if (bytes * p <= ShmGroup::kSmallSlotBytes) {
+    const uint64_t sequence = arrive(call, [&](std::byte* slot) {
+      if (writes)
+        std::memcpy(slot, in, bytes * p);
+    });
+    for (int q = 0; q < p; ++q) {
+      if (isWriter(q)) {
+        const std::byte* from = q == me ? in : group_->smallSlot(q, sequence);
+        std::memcpy(destination(q), from + me * bytes, bytes);
+      }
+    }
+    return;
+  }
+  arrive(call);
+  if (writes)
+    std::memcpy(destination(me), in + me * bytes, bytes);
+  const size_t m = pieceBytes(p);
+  auto piece = [&](size_t i) { return std::min(m, bytes - i * m); };
+  exchangeChunks(
+      call, ceilDiv(bytes, m),
+      [&](size_t i, std::byte* slot) {
+        for (int q = 0; writes && q < p; ++q) {
+          if (q != me)
+            std::memcpy(slot + q * m, in + q * bytes + i * m, piece(i));
+        }
+      },
+      [&](size_t i, uint64_t parity) {
+        for (int q = 0; q < p; ++q) {
+          if (q != me && isWriter(q))
+            std::memcpy(destination(q) + i * m, group_->chunkSlot(q, parity) + me * m, piece(i));
+        }
+      });
+}
+
+void ShmBackend::allgather(const CallContext& call, const algorithms::AllgatherArgs& args) {
+  guarded([&] { gatherBlocks(call, args.input, args.output, args.bytesPerRank, kEveryRank); });
+}
+
+void ShmBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
+  guarded([&] { gatherBlocks(call, args.input, args.output, args.bytesPerRank, args.root); });
+}
+
+void ShmBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
+  guarded([&] { scatterBlocks(call, args.input, args.output, args.bytesPerRank, kEveryRank); });
+}
+
+void ShmBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
+  guarded([&] { scatterBlocks(call, args.input, args.output, args.bytesPerRank, args.root); });
+}
+
+// The root's bytes go to every rank: one writer, every rank reads it.
+void ShmBackend::broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) {
+  guarded([&] {
+    auto* data = static_cast<std::byte*>(args.data);
+    const int root = args.root;
+    const bool isRoot = rank() == root;
+    if (args.bytes <= ShmGroup::kSmallSlotBytes) {
+      const uint64_t sequence = arrive(call, [&](std::byte* slot) {
+        if (isRoot)
+          std::memcpy(slot, data, args.bytes);
+      });
+      if (!isRoot)
+        std::memcpy(data, group_->smallSlot(root, sequence), args.bytes);
+      return;
+    }
+    arrive(call);
+    const size_t m = ShmGroup::kChunkSlotBytes;
+    auto piece = [&](size_t i) { return std::min(m, args.bytes - i * m); };
+    exchangeChunks(
+        call, ceilDiv(args.bytes, m),
+        [&](size_t i, std::byte* slot) {
+          if (isRoot)
+            std::memcpy(slot, data + i * m, piece(i));
+        },
+        [&](size_t i, uint64_t parity) {
+          if (!isRoot)
+            std::memcpy(data + i * m, group_->chunkSlot(root, parity), piece(i));
+        });
+  });
+}
+
+}  // namespace chorus::backend::shm

@@ -1,19 +1,24 @@
-// The shm backend's native allreduce (see shm_backend.h).
+// The shm backend's reducing collectives: allreduce, reduce, reduce_scatter (see shm_backend.h).
 //
-// Small vectors (up to ShmGroup::kSmallSlotBytes): the data travels in the arrival round, then
-// every rank reduces the p slots in rank order into its buffer. One synchronization; every rank
-// computes the same sums in the same order, so results are bit-identical across ranks.
+// Small vectors (a rank's whole contribution fits ShmGroup::kSmallSlotBytes): the data travels in
+// the arrival round, then each rank that needs a result reduces the p small slots in rank order.
+// One synchronization; every rank computes the same sums in the same order, so allreduce results
+// are bit-identical across ranks.
 //
-// Larger vectors: a pipeline of chunks of ShmGroup::kChunkSlotBytes (cache-sized). For chunk step s
-// (counted over the communicator's life), using slot parity s & 1:
+// allreduce and reduce, larger: a pipeline of chunks of ShmGroup::kChunkSlotBytes (cache-sized).
+// For chunk step s (counted over the communicator's life), using slot parity s & 1:
 //   1. once every rank has finished step s - 2 (the last reader of this slot), copy the chunk in;
 //   2. once every rank has copied, reduce this rank's 1/p slice of the chunk straight out of the
 //      p slots, in place in this rank's slot (this rank's own slot first, then the others by rank);
-//   3. once every rank has reduced, copy all p reduced slices out into the buffer.
+//   3. once every rank has reduced, copy all p reduced slices out into the output (reduce: only
+//      the root).
 // Per element a rank reads its input once and writes its output once in main memory; the slot
 // traffic (copy in, p-way reduce of 1/p, copy out) stays in the shared cache. Each slice is
 // reduced by one rank and copied by all, so results are bit-identical across ranks. Three waits
 // per chunk, each a store and a few cache-line reads when ranks keep pace.
+//
+// reduce_scatter, larger: each step carries, for every block q, the same range of elements of
+// block q, as piece q of the slot; rank r reduces piece r of every slot into its output.
 #include <algorithm>
 #include <cstring>
 
@@ -31,55 +36,125 @@ std::pair<size_t, size_t> sliceOf(size_t count, int parts, int index) {
   return {count * i / p, count * (i + 1) / p};
 }
 
+size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
 }  // namespace
 
-void ShmBackend::allreduceSmall(const CallContext& call, const algorithms::AllreduceArgs& args) {
-  const size_t bytes = args.count * dataTypeSize(args.dtype);
-  const uint64_t sequence = arrive(call, args.data, bytes);
-  if (args.count == 0)
-    return;
-  for (int q = 0; q < size(); ++q) sources_[q] = group_->smallSlot(q, sequence);
-  kernels::reduceMany(args.op, args.dtype, args.data, sources_, args.count);
+void ShmBackend::allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) {
+  guarded([&] {
+    const size_t bytes = args.count * dataTypeSize(args.dtype);
+    if (bytes > ShmGroup::kSmallSlotBytes) {
+      arrive(call);
+      reduceChunked(call, args.data, args.data, args.count, args.dtype, args.op, kEveryRank);
+      return;
+    }
+    const uint64_t sequence =
+        arrive(call, [&](std::byte* slot) { std::memcpy(slot, args.data, bytes); });
+    if (args.count == 0)
+      return;
+    for (int q = 0; q < size(); ++q) sources_[q] = group_->smallSlot(q, sequence);
+    kernels::reduceMany(args.op, args.dtype, args.data, sources_, args.count);
+  });
 }
 
-void ShmBackend::allreduceChunked(const CallContext& call, const algorithms::AllreduceArgs& args) {
-  arrive(call, nullptr, 0);
-  const size_t elementSize = dataTypeSize(args.dtype);
+void ShmBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
+  guarded([&] {
+    const size_t bytes = args.count * dataTypeSize(args.dtype);
+    if (bytes > ShmGroup::kSmallSlotBytes) {
+      arrive(call);
+      reduceChunked(call, args.input, args.output, args.count, args.dtype, args.op, args.root);
+      return;
+    }
+    const uint64_t sequence =
+        arrive(call, [&](std::byte* slot) { std::memcpy(slot, args.input, bytes); });
+    if (args.count == 0 || rank() != args.root)
+      return;
+    for (int q = 0; q < size(); ++q) sources_[q] = group_->smallSlot(q, sequence);
+    kernels::reduceMany(args.op, args.dtype, args.output, sources_, args.count);
+  });
+}
+
+void ShmBackend::reduceChunked(const CallContext& call,
+                               const void* input,
+                               void* output,
+                               size_t count,
+                               DataType dtype,
+                               ReduceOp op,
+                               int outputRank) {
+  const size_t elementSize = dataTypeSize(dtype);
   const size_t chunkElements = ShmGroup::kChunkSlotBytes / elementSize;
-  auto* data = static_cast<std::byte*>(args.data);
+  const auto* in = static_cast<const std::byte*>(input);
+  auto* out = static_cast<std::byte*>(output);
   const int me = rank();
   const int p = size();
-  for (size_t offset = 0; offset < args.count; offset += chunkElements) {
-    const size_t n = std::min(chunkElements, args.count - offset);
-    std::byte* chunk = data + offset * elementSize;
+  const bool copiesOut = outputRank == kEveryRank || outputRank == me;
+  for (size_t offset = 0; offset < count; offset += chunkElements) {
+    const size_t n = std::min(chunkElements, count - offset);
     const uint64_t step = chunkSteps_;
     if (step >= 2)
       group_->waitAll(Step::kDone, step - 1, call.deadline);
-    std::memcpy(group_->chunkSlot(me, step), chunk, n * elementSize);
+    std::byte* mine = group_->chunkSlot(me, step);
+    std::memcpy(mine, in + offset * elementSize, n * elementSize);
     group_->publish(Step::kCopied, step + 1);
     group_->waitAll(Step::kCopied, step + 1, call.deadline);
 
     const auto [begin, end] = sliceOf(n, p, me);
     if (end > begin) {
-      sources_[0] = group_->chunkSlot(me, step) + begin * elementSize;
+      sources_[0] = mine + begin * elementSize;
       for (int q = 0, next = 1; q < p; ++q) {
         if (q != me)
           sources_[next++] = group_->chunkSlot(q, step) + begin * elementSize;
       }
-      kernels::reduceMany(args.op, args.dtype, group_->chunkSlot(me, step) + begin * elementSize,
-                          sources_, end - begin);
+      kernels::reduceMany(op, dtype, mine + begin * elementSize, sources_, end - begin);
     }
     group_->publish(Step::kReduced, step + 1);
     group_->waitAll(Step::kReduced, step + 1, call.deadline);
 
-    for (int q = 0; q < p; ++q) {
+    for (int q = 0; copiesOut && q < p; ++q) {
       const auto [from, to] = sliceOf(n, p, q);
-      std::memcpy(chunk + from * elementSize, group_->chunkSlot(q, step) + from * elementSize,
-                  (to - from) * elementSize);
+      std::memcpy(out + (offset + from) * elementSize,
+                  group_->chunkSlot(q, step) + from * elementSize, (to - from) * elementSize);
     }
     group_->publish(Step::kDone, step + 1);
     chunkSteps_ = step + 1;
   }
+}
+
+void ShmBackend::reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) {
+  guarded([&] {
+    const size_t elementSize = dataTypeSize(args.dtype);
+    const size_t blockBytes = args.countPerRank * elementSize;
+    const int me = rank();
+    const int p = size();
+    const auto* in = static_cast<const std::byte*>(args.input);
+    auto* out = static_cast<std::byte*>(args.output);
+    if (blockBytes * p <= ShmGroup::kSmallSlotBytes) {
+      const uint64_t sequence =
+          arrive(call, [&](std::byte* slot) { std::memcpy(slot, in, blockBytes * p); });
+      if (args.countPerRank == 0)
+        return;
+      for (int q = 0; q < p; ++q) sources_[q] = group_->smallSlot(q, sequence) + me * blockBytes;
+      kernels::reduceMany(args.op, args.dtype, out, sources_, args.countPerRank);
+      return;
+    }
+    arrive(call);
+    // Step i carries elements [i * m, i * m + n) of every block; piece q of a slot is block q's.
+    const size_t m = pieceBytes(p) / elementSize;
+    auto piece = [&](size_t i) { return std::min(m, args.countPerRank - i * m); };
+    exchangeChunks(
+        call, ceilDiv(args.countPerRank, m),
+        [&](size_t i, std::byte* slot) {
+          for (int q = 0; q < p; ++q) {
+            std::memcpy(slot + q * m * elementSize,
+                        in + (q * args.countPerRank + i * m) * elementSize, piece(i) * elementSize);
+          }
+        },
+        [&](size_t i, uint64_t parity) {
+          for (int q = 0; q < p; ++q)
+            sources_[q] = group_->chunkSlot(q, parity) + me * m * elementSize;
+          kernels::reduceMany(args.op, args.dtype, out + i * m * elementSize, sources_, piece(i));
+        });
+  });
 }
 
 }  // namespace chorus::backend::shm
