@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
   }
   const BenchOptions& options = *parsed.options;
   int rank = -1;
+  // Every chorus call here is waited for at once: run each on this thread (no hand-off to the
+  // communicator's worker thread), as a blocking program would.
+  chorus::BlockingCalls blocking;
   try {
     if (options.compareMpi && std::getenv("CHORUS_BACKEND") == nullptr) {
       chorus::DistContext::get().setDefaultBackend(kCompareMpiDefaultBackend);

@@ -7,7 +7,8 @@
 //    or returning wrong data. See Note [Collective fingerprint] in src/transport/transport.h.
 //  - Each operation validates its input on the calling thread (InvalidArgumentError, nothing sent),
 //    then returns a Work at once. Operations run in call order, one at a time, on the
-//    communicator's worker thread. Tensors must stay alive and untouched until the Work completes.
+//    communicator's worker thread (or on a thread that waits for them, or under BlockingCalls on
+//    the calling thread). Tensors must stay alive and untouched until the Work completes.
 //  - Ranks and roots are ranks of this communicator (0..size()-1). Tensors must be contiguous CPU
 //    tensors (GPU tensors: UnsupportedError until a GPU backend is built).
 //  - No operation blocks forever: each has a deadline (DistConfig::timeout, CHORUS_TIMEOUT). A peer
@@ -37,6 +38,25 @@ class CommunicatorState;
 
 // A partition of world ranks into groups, e.g. {{0, 1}, {2, 3}}.
 using RankList = std::vector<std::vector<int>>;
+
+// While a BlockingCalls lives on a thread, the operations that thread issues are blocking calls:
+// one issued while its communicator is idle runs to completion on the calling thread before the
+// call returns (its Work is complete; no thread is woken), and one issued while the communicator
+// is busy is queued as usual. Use it around code that waits for each operation at once: handing an
+// operation to the worker thread and back costs microseconds (more than 10 when the process is
+// bound to one core), more than a small collective on one node. Do not issue under it operations
+// that must overlap with each other or with the caller's work (e.g. a send whose matching recv this
+// thread issues next): they would run one after the other. Scopes nest; each thread has its own.
+class BlockingCalls {
+ public:
+  BlockingCalls();
+  ~BlockingCalls();
+  BlockingCalls(const BlockingCalls&) = delete;
+  BlockingCalls& operator=(const BlockingCalls&) = delete;
+
+  // Whether the calling thread is inside one.
+  static bool active();
+};
 
 class Communicator {
  public:

@@ -37,8 +37,8 @@ class Work {
   void wait(std::chrono::milliseconds timeout = kNoTimeout);
   bool isCompleted() const;
   std::exception_ptr exception() const;
-  // What this operation is, e.g. "allreduce #12 (float32 x 1024, sum)".
-  const std::string& description() const { return description_; }
+  // What this operation is, e.g. "rank 0: allreduce #12 (float32 x 1024, sum)"; built when asked.
+  std::string description() const { return describe(); }
 
   // Marks the operation done; `error` null means success. Called once, by the implementation.
   void finish(std::exception_ptr error = nullptr) noexcept;
@@ -47,6 +47,9 @@ class Work {
   // Called by wait() without a timeout before it blocks: an implementation may run the operation
   // here, on the waiting thread, if nothing must run before it. Default: nothing.
   virtual void runIfNext() noexcept {}
+  // The description; by default the one given to the constructor. Implementations may build it
+  // only when asked, keeping string formatting off the path of every call.
+  virtual std::string describe() const { return description_; }
 
  private:
   const std::string description_;

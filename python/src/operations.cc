@@ -1,7 +1,8 @@
 // The collective and point-to-point operations as seen from Python. Python allocates every result
 // buffer with the input's framework and passes DLPack capsules; this file views them as Tensors,
 // copies inputs into outputs where an operation works in place (allreduce, broadcast, reduce), and
-// issues the C++ operation. Copies and waits run with the GIL released.
+// issues the C++ operation (a blocking call under BlockingCalls, so it runs on this thread when the
+// communicator is idle). Copies and waits run with the GIL released.
 //
 // Every function takes `dtype`: empty, or the real element type when Python had to export the
 // buffer under another type of equal size (bool travels as uint8 because NumPy 1.24 and
@@ -10,6 +11,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <optional>
 
 #include "bindings.h"
 
@@ -43,6 +45,19 @@ void copyTensor(const Tensor& from, const Tensor& to) {
 
 bool present(py::handle capsule) { return !capsule.is_none(); }
 
+// A blocking call (not async) runs on this thread when its communicator is idle, instead of being
+// handed to the worker thread and back (BlockingCalls).
+class BlockingUnlessAsync {
+ public:
+  explicit BlockingUnlessAsync(bool async) {
+    if (!async)
+      scope_.emplace();
+  }
+
+ private:
+  std::optional<BlockingCalls> scope_;
+};
+
 Tensor optionalTensor(py::handle capsule, const std::string& dtype) {
   return present(capsule) ? tensorFromCapsule(capsule, dtype) : Tensor();
 }
@@ -61,6 +76,7 @@ py::object allreduce(Communicator& comm,
   std::shared_ptr<Work> work;
   {
     py::gil_scoped_release release;
+    BlockingUnlessAsync blocking(async);
     if (!in.empty()) {
       if (in.size() != out.size())
         throw InvalidArgumentError("internal: allreduce got unequal input and output lists");
@@ -87,6 +103,7 @@ py::object rootedInPlace(Communicator& comm,
   std::shared_ptr<Work> work;
   {
     py::gil_scoped_release release;
+    BlockingUnlessAsync blocking(async);
     // A broadcast overwrites non-root buffers, so only the root needs its input copied.
     if (present(input) && (!isBroadcast || comm.rank() == root))
       copyTensor(in, out);
@@ -113,6 +130,7 @@ py::object outOfPlace(Communicator& comm,
   std::shared_ptr<Work> work;
   {
     py::gil_scoped_release release;
+    BlockingUnlessAsync blocking(async);
     if (collective == "allgather")
       work = comm.allgather(in, out, axis);
     else if (collective == "reduce_scatter")
@@ -141,6 +159,7 @@ py::object pointToPoint(Communicator& comm,
   std::shared_ptr<Work> work;
   {
     py::gil_scoped_release release;
+    BlockingUnlessAsync blocking(async);
     work = isSend ? comm.send(tensor, peer, tag) : comm.recv(tensor, peer, tag);
   }
   return finishOperation(std::move(work), py::make_tuple(buffer), async);
@@ -151,6 +170,7 @@ py::object barrier(Communicator& comm, bool async) {
   std::shared_ptr<Work> work;
   {
     py::gil_scoped_release release;
+    BlockingUnlessAsync blocking(async);
     work = comm.barrier();
   }
   return finishOperation(std::move(work), py::none(), async);

@@ -98,7 +98,7 @@ class PendingWork {
     return done;
   }
   bool isCompleted() const { return work_->isCompleted(); }
-  const std::string& description() const { return work_->description(); }
+  std::string description() const { return work_->description(); }
 
  private:
   std::shared_ptr<Work> work_;

@@ -109,7 +109,7 @@ Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, Reduc
   const DataType dtype = tensors[0].dtype();
   size_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    detail::checkTensor(tensors[i], concat("tensor ", i), "allreduce", me);
+    detail::checkListedTensor(tensors[i], i, "allreduce", me);
     CHORUS_CHECK_ARG(tensors[i].dtype() == dtype, "rank ", me,
                      " (this process): allreduce: ", "tensor ", i, " has dtype ",
                      toString(tensors[i].dtype()), " but tensor 0 has ", toString(dtype),

@@ -1,5 +1,6 @@
 #include "runtime/communicator_state.h"
 
+#include "chorus/communicator.h"
 #include "chorus/error.h"
 #include "core/check.h"
 
@@ -9,8 +10,10 @@ namespace {
 // A Work whose waiter runs the operation itself when it is next in line (see OperationQueue).
 class QueuedWork : public Work {
  public:
-  QueuedWork(std::string description, std::weak_ptr<CommunicatorState> state)
-      : Work(std::move(description)), state_(std::move(state)) {}
+  QueuedWork(int rank,
+             const transport::Fingerprint& fingerprint,
+             std::weak_ptr<CommunicatorState> state)
+      : rank_(rank), fingerprint_(fingerprint), state_(std::move(state)) {}
   void setOperation(const OperationQueue::Operation& operation) { operation_ = operation; }
 
  protected:
@@ -22,8 +25,13 @@ class QueuedWork : public Work {
     if (state && operation)
       state->queue().runIfNext(operation);
   }
+  std::string describe() const override {
+    return concat("rank ", rank_, ": ", fingerprint_.describe());
+  }
 
  private:
+  const int rank_;
+  const transport::Fingerprint fingerprint_;
   std::weak_ptr<CommunicatorState> state_;
   // Weak: the operation holds the Work, and is dropped once it has run.
   std::weak_ptr<std::function<void()>> operation_;
@@ -47,18 +55,32 @@ CommunicatorState::~CommunicatorState() {
 }
 
 std::shared_ptr<Work> CommunicatorState::submit(transport::Fingerprint fingerprint, Body body) {
-  std::lock_guard lock(mutex_);
-  if (fingerprint.collective != transport::Collective::kPointToPoint) {
-    fingerprint.sequence = ++collectiveSequence_;
+  std::shared_ptr<QueuedWork> work;
+  OperationQueue::Operation operation;
+  bool runHere = false;
+  {
+    // Numbering and queueing happen under one lock, so the queue's order is the numbers' order.
+    std::lock_guard lock(mutex_);
+    if (fingerprint.collective != transport::Collective::kPointToPoint) {
+      fingerprint.sequence = ++collectiveSequence_;
+    }
+    work = std::make_shared<QueuedWork>(info_.rank, fingerprint, weak_from_this());
+    operation = std::make_shared<std::function<void()>>(
+        [this, work, fingerprint, body = std::move(body)] { execute(*work, fingerprint, body); });
+    work->setOperation(operation);
+    if (BlockingCalls::active())
+      runHere = queue_.claimOrPush(operation);
+    else
+      queue_.push(operation);
   }
-  auto work = std::make_shared<QueuedWork>(
-      concat("rank ", info_.rank, ": ", fingerprint.describe()), weak_from_this());
-  auto operation = std::make_shared<std::function<void()>>(
-      [this, work, fingerprint, body = std::move(body)] { execute(*work, fingerprint, body); });
-  work->setOperation(operation);
-  queue_.push(std::move(operation));
+  if (runHere)
+    queue_.runClaimed(operation);  // outside the lock: the operation takes it too
   return work;
 }
+
+namespace {
+thread_local int blockingCallsDepth = 0;
+}  // namespace
 
 void CommunicatorState::execute(Work& work,
                                 const transport::Fingerprint& fingerprint,
@@ -71,21 +93,22 @@ void CommunicatorState::execute(Work& work,
     timeout = timeout_;
   }
   if (earlier) {
+    queue_.releaseRunning();
     work.finish(earlier);
     return;
   }
+  std::exception_ptr error;
   try {
     body(backend::CallContext{fingerprint, Deadline::after(timeout)});
-    work.finish();
   } catch (...) {
-    auto error = std::current_exception();
-    {
-      std::lock_guard lock(mutex_);
-      if (!failure_)
-        failure_ = error;
-    }
-    work.finish(error);
+    error = std::current_exception();
+    std::lock_guard lock(mutex_);
+    if (!failure_)
+      failure_ = error;
   }
+  // The queue is free before anyone learns the work is done (see releaseRunning).
+  queue_.releaseRunning();
+  work.finish(error);
 }
 
 void CommunicatorState::setTimeout(std::chrono::milliseconds timeout) {
@@ -122,3 +145,11 @@ uint64_t CommunicatorState::nextSplitId() {
 }
 
 }  // namespace chorus::detail
+
+namespace chorus {
+
+BlockingCalls::BlockingCalls() { ++detail::blockingCallsDepth; }
+BlockingCalls::~BlockingCalls() { --detail::blockingCallsDepth; }
+bool BlockingCalls::active() { return detail::blockingCallsDepth > 0; }
+
+}  // namespace chorus

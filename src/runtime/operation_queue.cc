@@ -24,6 +24,18 @@ void OperationQueue::push(Operation operation) {
   wake_.notify_one();
 }
 
+bool OperationQueue::claimOrPush(const Operation& operation) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!running_ && pending_.empty()) {
+      running_ = true;
+      return true;
+    }
+  }
+  push(operation);
+  return false;
+}
+
 bool OperationQueue::runIfNext(const Operation& operation) {
   {
     std::lock_guard lock(mutex_);
@@ -36,14 +48,30 @@ bool OperationQueue::runIfNext(const Operation& operation) {
   return true;
 }
 
+namespace {
+// Whether the operation running on this thread has released the queue (releaseRunning).
+thread_local bool releasedByOperation = false;
+}  // namespace
+
 void OperationQueue::run(const Operation& operation) {
+  releasedByOperation = false;
   (*operation)();
+  if (!releasedByOperation)
+    releaseRunning();
+}
+
+void OperationQueue::releaseRunning() {
+  releasedByOperation = true;
+  bool queuedBehind;
   {
     std::lock_guard lock(mutex_);
     running_ = false;
+    queuedBehind = !pending_.empty();
   }
-  // Whatever was queued behind it can start now (on the worker, or on its own waiter).
-  wake_.notify_all();
+  // Whatever was queued behind it can start now (on the worker, or on its own waiter). With nothing
+  // queued the worker has nothing to do: waking it would only cost a context switch.
+  if (queuedBehind)
+    wake_.notify_all();
 }
 
 void OperationQueue::workerLoop() {

@@ -28,9 +28,17 @@ class OperationQueue {
   OperationQueue& operator=(const OperationQueue&) = delete;
 
   void push(Operation operation);
+  // If nothing is queued or running, claims the queue for `operation` and returns true: the caller
+  // must then runClaimed(operation). Otherwise pushes it and returns false.
+  bool claimOrPush(const Operation& operation);
+  void runClaimed(const Operation& operation) { run(operation); }
   // Runs `operation` on the calling thread if it is next and nothing is running; returns whether
   // it did. Otherwise the worker will run it.
   bool runIfNext(const Operation& operation);
+  // Called by the running operation (on its thread) just before it reports completion, so that a
+  // thread its completion wakes finds the queue free: a blocking call issued right after a wait
+  // then runs on its own thread. Operations that do not call it are released when they return.
+  void releaseRunning();
   // Runs what is queued, then stops the worker. Idempotent; push() after it is a bug.
   void shutdown();
 

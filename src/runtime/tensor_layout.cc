@@ -21,6 +21,13 @@ void checkTensor(const Tensor& tensor, std::string_view what, std::string_view o
                    " (this process): ", op, ": ", what, " has no data pointer");
 }
 
+void checkListedTensor(const Tensor& tensor, size_t index, std::string_view op, int rank) {
+  const bool fine = tensor.device().isCpu() && tensor.isContiguous() &&
+                    (tensor.data() != nullptr || tensor.numel() == 0);
+  if (!fine)
+    checkTensor(tensor, concat("tensor ", index), op, rank);
+}
+
 int normalizeAxis(int axis, int dims, std::string_view op, int rank) {
   int normalized = axis < 0 ? axis + dims : axis;
   CHORUS_CHECK_ARG(normalized >= 0 && normalized < dims, "rank ", rank, " (this process): ", op,

@@ -18,6 +18,8 @@ namespace chorus::detail {
 // Throws InvalidArgumentError / UnsupportedError unless `tensor` is a contiguous CPU tensor.
 // `what` names it in the message ("input", "tensor 2"), `op` the operation, `rank` this rank.
 void checkTensor(const Tensor& tensor, std::string_view what, std::string_view op, int rank);
+// checkTensor for item `index` of a list ("tensor 2"); formats the name only for the message.
+void checkListedTensor(const Tensor& tensor, size_t index, std::string_view op, int rank);
 // Normalizes a possibly negative axis; out of range is InvalidArgumentError.
 int normalizeAxis(int axis, int dims, std::string_view op, int rank);
 

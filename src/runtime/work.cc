@@ -15,7 +15,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
   if (timeout < std::chrono::milliseconds(0)) {
     done_.wait(lock, [&] { return completed_; });
   } else if (!done_.wait_for(lock, timeout, [&] { return completed_; })) {
-    throw TimeoutError(detail::concat(description_, " did not complete within ", timeout.count(),
+    throw TimeoutError(detail::concat(description(), " did not complete within ", timeout.count(),
                                       " ms; it is still running and can be waited for again"));
   }
   if (error_)

@@ -272,6 +272,30 @@ TEST_P(CollectivesTest, ManyAsyncOperationsRunInCallOrder) {
   });
 }
 
+// Under BlockingCalls an operation issued on an idle communicator has run by the time the call
+// returns (on this thread); one issued behind queued asynchronous operations waits its turn.
+TEST_P(CollectivesTest, BlockingCallsRunBeforeReturningAndKeepCallOrder) {
+  const int p = GetParam().size;
+  runRanks(p, [&](Communicator& comm) {
+    std::vector<int32_t> queued(5, comm.rank() + 1);
+    auto async = comm.allreduce(Tensor(queued.data(), {5}));
+    BlockingCalls blocking;
+    std::vector<int32_t> behind(3, 2);
+    auto second = comm.allreduce(Tensor(behind.data(), {3}));
+    second->wait();
+    async->wait();
+    EXPECT_EQ(queued[0], p * (p + 1) / 2);
+    EXPECT_EQ(behind[0], 2 * p);
+    for (int k = 0; k < 3; ++k) {
+      std::vector<int64_t> value = {k + comm.rank()};
+      auto work = comm.allreduce(Tensor(value.data(), {1}));
+      EXPECT_TRUE(work->isCompleted());
+      work->wait();
+      EXPECT_EQ(value[0], p * k + p * (p - 1) / 2);
+    }
+  });
+}
+
 TEST_P(CollectivesTest, SplitByParityInReverseKeyOrder) {
   const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {

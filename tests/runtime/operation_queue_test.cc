@@ -1,5 +1,5 @@
-// OperationQueue: operations run one at a time in push order, whether the worker or a waiting
-// thread (runIfNext) runs them.
+// OperationQueue: operations run one at a time in push order, whether the worker, a waiting
+// thread (runIfNext) or a blocking caller (claimOrPush) runs them.
 #include "runtime/operation_queue.h"
 
 #include <gtest/gtest.h>
@@ -64,6 +64,36 @@ TEST(OperationQueueTest, OnlyTheHeadCanBeClaimed) {
   release.set_value();
   queue.shutdown();
   EXPECT_EQ(ran, 2);
+}
+
+// claimOrPush: an idle queue is claimed (the caller runs the operation on its own thread, and no
+// worker thread is involved); a busy one queues the operation behind what is there.
+TEST(OperationQueueTest, ClaimOrPushRunsHereOnlyWhenIdle) {
+  OperationQueue queue;
+  std::thread::id ranOn;
+  auto here = std::make_shared<std::function<void()>>([&] { ranOn = std::this_thread::get_id(); });
+  ASSERT_TRUE(queue.claimOrPush(here));
+  queue.runClaimed(here);
+  EXPECT_EQ(ranOn, std::this_thread::get_id());
+
+  std::promise<void> release;
+  auto gate = release.get_future().share();
+  std::vector<int> order;
+  auto first = std::make_shared<std::function<void()>>([&] {
+    gate.wait();
+    order.push_back(1);
+  });
+  std::promise<std::thread::id> secondRanOn;
+  auto second = std::make_shared<std::function<void()>>([&] {
+    order.push_back(2);
+    secondRanOn.set_value(std::this_thread::get_id());
+  });
+  queue.push(first);
+  EXPECT_FALSE(queue.claimOrPush(second));  // `first` is queued or running: `second` waits
+  release.set_value();
+  EXPECT_NE(secondRanOn.get_future().get(), std::this_thread::get_id());  // the worker ran it
+  queue.shutdown();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
 }
 
 }  // namespace
