@@ -1,6 +1,9 @@
 #include "backend/factory.h"
 
+#include <algorithm>
+
 #include "backend/algorithmic_backend.h"
+#include "backend/hierarchical/hierarchical_backend.h"
 #include "backend/shm/shm_backend.h"
 #include "backend/void_backend.h"
 #include "core/check.h"
@@ -21,7 +24,7 @@ namespace {
 constexpr const char* kShmFallbackTransport = "shm";
 
 #ifdef CHORUS_WITH_MPI
-constexpr const char* kValidNames = "auto, shm, tcp, mpi, mpi_algorithms, void";
+constexpr const char* kValidNames = "auto, shm, tcp, hierarchical, mpi, mpi_algorithms, void";
 
 // The algorithms over the MPI transport, on a duplicate of `comm`; null in builds without it.
 std::unique_ptr<Backend> mpiAlgorithms(MPI_Comm comm) {
@@ -55,19 +58,81 @@ std::unique_ptr<Backend> createMpiBackend(const BackendOptions& options) {
   }
 }
 #else
-constexpr const char* kValidNames = "auto, shm, tcp, void";
+constexpr const char* kValidNames = "auto, shm, tcp, hierarchical, void";
 #endif
 
 bool isMpiName(const std::string& name) { return name == "mpi" || name == "mpi_algorithms"; }
+
+// Native shared-memory collectives among `options`' ranks (one node), with chorus's algorithms
+// over the shm transport for the rest. The group's store keys live apart from the transport's.
+std::unique_ptr<Backend> createShmBackend(const transport::TransportOptions& options) {
+  auto group = std::make_unique<shm::ShmGroup>(
+      options.rank, options.size, std::make_shared<store::PrefixStore>("native", options.store),
+      options.scope, options.deadline);
+  auto fallback = std::make_unique<AlgorithmicBackend>(
+      transport::createTransport(kShmFallbackTransport, options));
+  return std::make_unique<shm::ShmBackend>(std::move(group), std::move(fallback));
+}
+
+// `options` narrowed to a sub-group: rank `rank` of `size`, with its own store scope and handshake
+// scope named `part`.
+transport::TransportOptions subGroup(const transport::TransportOptions& options,
+                                     const std::string& part,
+                                     int rank,
+                                     int size) {
+  transport::TransportOptions narrowed = options;
+  narrowed.rank = rank;
+  narrowed.size = size;
+  narrowed.store = std::make_shared<store::PrefixStore>(part, options.store);
+  narrowed.scope = options.scope + "/" + part;
+  return narrowed;
+}
+
+// See hierarchical/hierarchical_backend.h. Every rank makes the flat backend first, then its
+// node's, then (leaders) the leaders', so no setup waits on a rank busy with a later one.
+std::unique_ptr<Backend> createHierarchicalBackend(const BackendOptions& options,
+                                                   const transport::TransportOptions& whole) {
+  CHORUS_CHECK_ARG(static_cast<int>(options.nodeIds.size()) == options.size, "rank ", options.rank,
+                   ": backend 'hierarchical' needs the node of each of the ", options.size,
+                   " members, got ", options.nodeIds.size());
+  auto layout = hierarchical::nodeLayout(options.nodeIds, options.rank);
+  auto flat = std::make_unique<AlgorithmicBackend>(
+      transport::createTransport("tcp", subGroup(whole, "flat", options.rank, options.size)));
+  std::unique_ptr<Backend> local;
+  const int localSize = static_cast<int>(layout.nodeMembers.size());
+  if (localSize > 1) {
+    local = createShmBackend(subGroup(whole, detail::concat("node", layout.nodeMembers[0]),
+                                      layout.localRank, localSize));
+  }
+  std::unique_ptr<Backend> leaders;
+  const int nodes = static_cast<int>(layout.leaders.size());
+  if (layout.isLeader() && nodes > 1 && nodes < options.size) {
+    leaders = std::make_unique<AlgorithmicBackend>(
+        transport::createTransport("tcp", subGroup(whole, "leaders", layout.nodeIndex, nodes)));
+  }
+  return std::make_unique<hierarchical::HierarchicalBackend>(std::move(layout), std::move(local),
+                                                             std::move(leaders), std::move(flat));
+}
+
+// What "auto" means for a communicator of several ranks with a store: shm on one node,
+// hierarchical when the members span nodes and some node has several, tcp when each is alone.
+std::string automaticName(const BackendOptions& options) {
+  if (options.oneNode)
+    return "shm";
+  std::vector<std::string> nodes = options.nodeIds;
+  std::sort(nodes.begin(), nodes.end());
+  const bool someNodeShared = std::adjacent_find(nodes.begin(), nodes.end()) != nodes.end();
+  return someNodeShared ? "hierarchical" : "tcp";
+}
 
 }  // namespace
 
 std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
   const std::string& name = options.name;
-  CHORUS_CHECK_ARG(
-      name == "auto" || name == "shm" || name == "tcp" || name == "void" || isMpiName(name),
-      "unknown backend '", name, "'; valid backends in this build: ", kValidNames,
-      " (set by CHORUS_BACKEND)");
+  CHORUS_CHECK_ARG(name == "auto" || name == "shm" || name == "tcp" || name == "hierarchical" ||
+                       name == "void" || isMpiName(name),
+                   "unknown backend '", name, "'; valid backends in this build: ", kValidNames,
+                   " (set by CHORUS_BACKEND)");
   // A communicator of one rank needs no connection, whatever the backend.
   if (options.size == 1)
     return std::make_unique<VoidBackend>();
@@ -96,7 +161,7 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
   }
   CHORUS_CHECK_ARG(name != "shm" || options.oneNode, "rank ", options.rank,
                    ": backend 'shm' needs every member of the communicator on one node, but this "
-                   "communicator spans several nodes; use backend 'tcp' or 'auto'");
+                   "communicator spans several nodes; use backend 'auto', 'hierarchical' or 'tcp'");
   transport::TransportOptions transportOptions;
   transportOptions.rank = options.rank;
   transportOptions.size = options.size;
@@ -105,17 +170,13 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
   transportOptions.scope = options.scope;
   transportOptions.bindHost = options.bindHost;
   transportOptions.deadline = options.deadline;
-  if (name == "tcp" || !options.oneNode)
+  const std::string chosen = name == "auto" ? automaticName(options) : name;
+  if (chosen == "tcp")
     return std::make_unique<AlgorithmicBackend>(
         transport::createTransport("tcp", transportOptions));
-  // One node: native shared-memory collectives, with chorus's algorithms over the transport for
-  // the rest. The group's store keys live apart from the transport's.
-  auto group = std::make_unique<shm::ShmGroup>(
-      options.rank, options.size, std::make_shared<store::PrefixStore>("native", options.store),
-      options.scope, options.deadline);
-  auto fallback = std::make_unique<AlgorithmicBackend>(
-      transport::createTransport(kShmFallbackTransport, transportOptions));
-  return std::make_unique<shm::ShmBackend>(std::move(group), std::move(fallback));
+  if (chosen == "hierarchical")
+    return createHierarchicalBackend(options, transportOptions);
+  return createShmBackend(transportOptions);
 }
 
 }  // namespace chorus::backend

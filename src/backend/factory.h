@@ -11,10 +11,13 @@
 namespace chorus::backend {
 
 struct BackendOptions {
-  // "auto" (size 1: void; else with a store shm when every member is on one node, tcp otherwise;
-  // without a store mpi), "shm" (one node only), "tcp", "void" (only for size 1); in builds with
-  // CHORUS_WITH_MPI also "mpi" (native MPI collectives) and "mpi_algorithms" (chorus's algorithms
-  // over the MPI transport), which need the MPI connector.
+  // "auto" (size 1: void; else with a store: shm when every member is on one node, hierarchical
+  // when the members span several nodes and some node has several, tcp when every member is alone
+  // on its node; without a store: mpi), "shm" (one node only), "tcp", "hierarchical" (shm inside
+  // each node and tcp among one leader per node for allreduce and barrier, tcp for the rest; on one
+  // node it has no leaders' step, see hierarchical/hierarchical_backend.h), "void" (only for size
+  // 1); in builds with CHORUS_WITH_MPI also "mpi" (native MPI collectives) and "mpi_algorithms"
+  // (chorus's algorithms over the MPI transport), which need the MPI connector.
   std::string name = "auto";
   int rank = 0;
   int size = 1;
@@ -23,6 +26,9 @@ struct BackendOptions {
   std::vector<int> worldRanks;
   // Whether every member runs on this node (the shm backend needs it).
   bool oneNode = true;
+  // Member i's node, in communicator rank order (the hierarchical backend groups ranks by it;
+  // "auto" chooses between hierarchical and tcp with it). May be empty when oneNode is true.
+  std::vector<std::string> nodeIds;
   // Scoped to this communicator (a PrefixStore); unused for size 1.
   std::shared_ptr<store::Store> store;
   std::string token;

@@ -33,6 +33,7 @@ std::shared_ptr<Communicator> assemble(CommunicatorInfo info,
   options.worldRanks = info.worldRanks;
   options.oneNode = std::all_of(info.nodeIds.begin(), info.nodeIds.end(),
                                 [&](const std::string& id) { return id == info.nodeIds.front(); });
+  options.nodeIds = info.nodeIds;
   if (info.size > 1 && resources.store != nullptr) {
     options.store = std::make_shared<store::PrefixStore>("comm/" + resources.scope + "/backend",
                                                          resources.store);

@@ -1,0 +1,202 @@
+// The hierarchical backend (see hierarchical_backend.h): the node layout, the three-step allreduce
+// and barrier, and failure handling.
+#include "backend/hierarchical/hierarchical_backend.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "core/error_codec.h"
+
+namespace chorus::backend::hierarchical {
+namespace {
+
+// "0 -> 2, 1 -> 3": what the sub-group's rank numbers stand for.
+std::string rankMap(const std::vector<int>& members) {
+  std::string text;
+  for (size_t i = 0; i < members.size(); ++i) {
+    text += detail::concat(i == 0 ? "" : ", ", i, " -> ", members[i]);
+  }
+  return text;
+}
+
+// The same error, its message prefixed with `context`.
+std::exception_ptr withContext(std::exception_ptr error, const std::string& context) {
+  return detail::decodeError(detail::encodeError(error), context, -1);
+}
+
+}  // namespace
+
+NodeLayout nodeLayout(const std::vector<std::string>& nodeIds, int rank) {
+  CHORUS_ASSERT(rank >= 0 && rank < static_cast<int>(nodeIds.size()));
+  NodeLayout layout;
+  for (int r = 0; r < static_cast<int>(nodeIds.size()); ++r) {
+    const auto first = std::find(nodeIds.begin(), nodeIds.end(), nodeIds[r]);
+    if (first - nodeIds.begin() == r)
+      layout.leaders.push_back(r);
+    if (nodeIds[r] != nodeIds[rank])
+      continue;
+    if (r == rank)
+      layout.localRank = static_cast<int>(layout.nodeMembers.size());
+    layout.nodeMembers.push_back(r);
+  }
+  const auto mine = std::find(layout.leaders.begin(), layout.leaders.end(), layout.nodeMembers[0]);
+  layout.nodeIndex = static_cast<int>(mine - layout.leaders.begin());
+  return layout;
+}
+
+HierarchicalBackend::HierarchicalBackend(NodeLayout layout,
+                                         std::unique_ptr<Backend> local,
+                                         std::unique_ptr<Backend> leaders,
+                                         std::unique_ptr<Backend> flat)
+    : layout_(std::move(layout)),
+      local_(std::move(local)),
+      leaders_(std::move(leaders)),
+      flat_(std::move(flat)),
+      leaderStep_(nullptr) {
+  CHORUS_ASSERT(flat_ != nullptr);
+  const int nodes = static_cast<int>(layout_.leaders.size());
+  const bool everyNodeAlone = nodes == flat_->size();
+  CHORUS_ASSERT((local_ != nullptr) == (layout_.nodeMembers.size() > 1));
+  CHORUS_ASSERT((leaders_ != nullptr) == (layout_.isLeader() && nodes > 1 && !everyNodeAlone));
+  CHORUS_ASSERT(local_ == nullptr ||
+                local_->size() == static_cast<int>(layout_.nodeMembers.size()));
+  CHORUS_ASSERT(leaders_ == nullptr || leaders_->size() == nodes);
+  if (leaders_ != nullptr)
+    leaderStep_ = leaders_.get();
+  else if (everyNodeAlone)
+    leaderStep_ = flat_.get();
+  nodeContext_ =
+      detail::concat("rank ", rank(), " (this process), in the shm step among the ranks of node ",
+                     layout_.nodeIndex, " (its rank numbers stand for communicator ranks ",
+                     rankMap(layout_.nodeMembers), "): ");
+  leadersContext_ = detail::concat(
+      "rank ", rank(), " (this process), in the tcp step among the nodes' leaders ",
+      "(its rank numbers stand for communicator ranks ", rankMap(layout_.leaders), "): ");
+}
+
+HierarchicalBackend::~HierarchicalBackend() { close(); }
+
+template <typename Body>
+void HierarchicalBackend::guarded(Body&& body) {
+  try {
+    body();
+  } catch (...) {
+    abort(std::current_exception());
+    throw;
+  }
+}
+
+template <typename Step>
+void HierarchicalBackend::onNode(Step&& step) {
+  if (local_ == nullptr)
+    return;
+  try {
+    step(*local_);
+  } catch (...) {
+    std::rethrow_exception(withContext(std::current_exception(), nodeContext_));
+  }
+}
+
+template <typename Step>
+void HierarchicalBackend::amongLeaders(Step&& step) {
+  if (leaderStep_ == nullptr)
+    return;
+  if (leaderStep_ == flat_.get()) {
+    step(*flat_);  // the leaders are the whole communicator: its own rank numbers
+    return;
+  }
+  try {
+    step(*leaderStep_);
+  } catch (...) {
+    std::rethrow_exception(withContext(std::current_exception(), leadersContext_));
+  }
+}
+
+void HierarchicalBackend::allreduce(const CallContext& call,
+                                    const algorithms::AllreduceArgs& args) {
+  guarded([&] {
+    onNode([&](Backend& local) {
+      local.reduce(call, {args.data, args.data, args.count, args.dtype, args.op, 0});
+    });
+    amongLeaders([&](Backend& leaders) { leaders.allreduce(call, args); });
+    const size_t bytes = args.count * dataTypeSize(args.dtype);
+    onNode([&](Backend& local) { local.broadcast(call, {args.data, bytes, 0}); });
+  });
+}
+
+void HierarchicalBackend::barrier(const CallContext& call) {
+  guarded([&] {
+    onNode([&](Backend& local) { local.barrier(call); });
+    amongLeaders([&](Backend& leaders) { leaders.barrier(call); });
+    onNode([&](Backend& local) { local.barrier(call); });
+  });
+}
+
+template <typename Args>
+void HierarchicalBackend::viaFlat(const CallContext& call,
+                                  void (Backend::*collective)(const CallContext&, const Args&),
+                                  const Args& args) {
+  guarded([&] {
+    onNode([&](Backend& local) { local.barrier(call); });
+    (flat_.get()->*collective)(call, args);
+  });
+}
+
+void HierarchicalBackend::reduceScatter(const CallContext& call,
+                                        const algorithms::ReduceScatterArgs& args) {
+  viaFlat(call, &Backend::reduceScatter, args);
+}
+
+void HierarchicalBackend::allgather(const CallContext& call,
+                                    const algorithms::AllgatherArgs& args) {
+  viaFlat(call, &Backend::allgather, args);
+}
+
+void HierarchicalBackend::broadcast(const CallContext& call,
+                                    const algorithms::BroadcastArgs& args) {
+  viaFlat(call, &Backend::broadcast, args);
+}
+
+void HierarchicalBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
+  viaFlat(call, &Backend::reduce, args);
+}
+
+void HierarchicalBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
+  viaFlat(call, &Backend::gather, args);
+}
+
+void HierarchicalBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
+  viaFlat(call, &Backend::scatter, args);
+}
+
+void HierarchicalBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
+  viaFlat(call, &Backend::allToAll, args);
+}
+
+void HierarchicalBackend::send(
+    const CallContext& call, const void* data, size_t bytes, int peer, int tag) {
+  guarded([&] { flat_->send(call, data, bytes, peer, tag); });
+}
+
+void HierarchicalBackend::recv(
+    const CallContext& call, void* data, size_t bytes, int peer, int tag) {
+  guarded([&] { flat_->recv(call, data, bytes, peer, tag); });
+}
+
+void HierarchicalBackend::abort(std::exception_ptr reason) noexcept {
+  if (local_ != nullptr)
+    local_->abort(reason);
+  if (leaders_ != nullptr)
+    leaders_->abort(reason);
+  flat_->abort(reason);
+}
+
+void HierarchicalBackend::close() noexcept {
+  if (local_ != nullptr)
+    local_->close();
+  if (leaders_ != nullptr)
+    leaders_->close();
+  flat_->close();
+}
+
+}  // namespace chorus::backend::hierarchical

@@ -1,0 +1,108 @@
+// The hierarchical backend ("hierarchical"): collectives for a communicator whose members span
+// several nodes, using shared memory inside each node and tcp between nodes.
+//
+// Each node's leader is its lowest communicator rank. Three sub-backends, each with its own store
+// scope and connections:
+//   local   the node's members (a ShmBackend; absent on a node with one member),
+//   leaders one rank per node (tcp; absent on non-leaders and with one node; when every node has
+//           one member the flat backend serves as it),
+//   flat    the whole communicator (tcp).
+//
+// allreduce = reduce onto the leader over `local`, allreduce among the leaders over `leaders`,
+// broadcast from the leader over `local`: the bytes cross the network once per node instead of
+// once per rank. barrier = local barrier, leaders' barrier, local barrier. Every other collective
+// runs over `flat` after a local arrival (a barrier of `local` carrying the call's fingerprint);
+// send/recv run over `flat` directly.
+//
+// Mismatches (Note [Collective fingerprint]): the first step of every collective compares the
+// fingerprints of a node's members (the shm arrival); allreduce and barrier then compare the
+// leaders' (the tcp messages), so any two members of the communicator are compared, directly or
+// through their leaders. A mismatch between ranks on different nodes is therefore seen by at least
+// one leader or one node, and the failure handling below carries it to every rank as a
+// MismatchError. Different collectives called on different nodes (say allreduce on node 0 and
+// allgather on node 1) meet on different connections and are a TimeoutError at the deadline.
+//
+// Failure: any error in any sub-backend aborts all three with it before it propagates, so every
+// rank raises promptly (a mismatch seen among the leaders reaches non-leaders waiting in the local
+// broadcast as the same type of error). Errors from `local` and `leaders` are prefixed with which
+// communicator ranks their rank numbers stand for. abort() and close() go to all three.
+//
+// On one node (only when asked for by name) there is no leaders' step: allreduce is a shm reduce
+// plus a shm broadcast, and the rest runs over tcp. Backend "shm" is the better choice there.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace chorus::backend::hierarchical {
+
+// Where one rank sits among the nodes of its communicator.
+struct NodeLayout {
+  std::vector<int> nodeMembers;  // communicator ranks on this rank's node, ascending
+  std::vector<int> leaders;      // every node's leader (its lowest rank), ascending
+  int nodeIndex = 0;             // this node's position in `leaders`
+  int localRank = 0;             // this rank's position in `nodeMembers`; 0 is the leader
+
+  bool isLeader() const { return localRank == 0; }
+};
+
+// The layout of `rank` when member i of the communicator runs on node nodeIds[i].
+NodeLayout nodeLayout(const std::vector<std::string>& nodeIds, int rank);
+
+class HierarchicalBackend : public Backend {
+ public:
+  // `local` spans layout.nodeMembers (null when that is one rank); `leaders` spans layout.leaders
+  // and exists only on leaders, when there are several nodes and some node has several members;
+  // `flat` spans the whole communicator.
+  HierarchicalBackend(NodeLayout layout,
+                      std::unique_ptr<Backend> local,
+                      std::unique_ptr<Backend> leaders,
+                      std::unique_ptr<Backend> flat);
+  ~HierarchicalBackend() override;
+
+  std::string name() const override { return "hierarchical"; }
+  int rank() const override { return flat_->rank(); }
+  int size() const override { return flat_->size(); }
+
+  void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) override;
+  void reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) override;
+  void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) override;
+  void broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) override;
+  void reduce(const CallContext& call, const algorithms::ReduceArgs& args) override;
+  void gather(const CallContext& call, const algorithms::GatherArgs& args) override;
+  void scatter(const CallContext& call, const algorithms::ScatterArgs& args) override;
+  void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) override;
+  void barrier(const CallContext& call) override;
+  void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
+  void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
+  void abort(std::exception_ptr reason) noexcept override;
+  void close() noexcept override;
+
+ private:
+  // Runs `body`; any failure aborts every sub-backend with it, then propagates.
+  template <typename Body>
+  void guarded(Body&& body);
+  // Runs `step` of `local_` (or `leaders`), putting the group's rank numbering into its errors.
+  template <typename Step>
+  void onNode(Step&& step);
+  template <typename Step>
+  void amongLeaders(Step&& step);
+  // A local arrival, then `collective` of the flat backend.
+  template <typename Args>
+  void viaFlat(const CallContext& call,
+               void (Backend::*collective)(const CallContext&, const Args&),
+               const Args& args);
+
+  NodeLayout layout_;
+  std::unique_ptr<Backend> local_;
+  std::unique_ptr<Backend> leaders_;
+  std::unique_ptr<Backend> flat_;
+  Backend* leaderStep_;  // leaders_, or flat_ when every node has one member; null on non-leaders
+  std::string nodeContext_;     // message prefixes naming what the sub-groups' ranks are
+  std::string leadersContext_;  // (see onNode / amongLeaders)
+};
+
+}  // namespace chorus::backend::hierarchical
