@@ -137,5 +137,43 @@ TEST(ShmGroupTest, WaitingOnAClosedPeerIsAPeerError) {
   }
 }
 
+// Direct reads (process_vm_readv): always allowed within one process, so two groups here agree to
+// use them; a read copies from the peer's private memory; a bad address is an error naming the
+// peer and the way out; CHORUS_SHM_DIRECT=0 turns them off on every rank.
+TEST(ShmGroupTest, DirectReadsCopyFromAPeerAndCanBeTurnedOff) {
+  const Deadline setup = Deadline::after(std::chrono::seconds(10));
+  using Store = std::shared_ptr<store::Store>;
+  auto make = [&](int rank, Store store) {
+    return std::make_unique<backend::shm::ShmGroup>(rank, 2, store, "direct", setup);
+  };
+  Store on = std::make_shared<store::HashStore>();
+  auto other = std::async(std::launch::async, make, 1, on);
+  auto group = make(0, on);
+  auto peer = other.get();
+  ASSERT_TRUE(group->directReads());
+  EXPECT_TRUE(peer->directReads());
+  std::vector<int64_t> source(300000), copy(300000, -1);  // several 2 MiB pieces
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<int64_t>(i * 31 + 7);
+  group->readFrom(1, copy.data(), reinterpret_cast<uintptr_t>(source.data()),
+                  source.size() * sizeof(int64_t));
+  EXPECT_EQ(copy, source);
+  try {
+    group->readFrom(1, copy.data(), 8, 64);  // address 8 is never mapped
+    ADD_FAILURE() << "reading an unmapped address returned";
+  } catch (const InternalError& error) {
+    EXPECT_NE(std::string(error.what()).find("from rank 1's buffer failed"), std::string::npos)
+        << error.what();
+    EXPECT_NE(std::string(error.what()).find("CHORUS_SHM_DIRECT=0"), std::string::npos);
+  }
+
+  ::setenv("CHORUS_SHM_DIRECT", "0", 1);
+  Store offStore = std::make_shared<store::HashStore>();
+  auto offPeer = std::async(std::launch::async, make, 1, offStore);
+  auto off = make(0, offStore);
+  ::unsetenv("CHORUS_SHM_DIRECT");
+  EXPECT_FALSE(off->directReads());
+  EXPECT_FALSE(offPeer.get()->directReads());
+}
+
 }  // namespace
 }  // namespace chorus

@@ -9,7 +9,10 @@
 namespace chorus::backend::shm {
 
 ShmBackend::ShmBackend(std::unique_ptr<ShmGroup> group, std::unique_ptr<Backend> fallback)
-    : group_(std::move(group)), fallback_(std::move(fallback)), sources_(group_->size()) {
+    : group_(std::move(group)),
+      fallback_(std::move(fallback)),
+      sources_(group_->size()),
+      addresses_(group_->size()) {
   CHORUS_ASSERT(fallback_ != nullptr && fallback_->size() == group_->size());
   // Chunked collectives cut a slot into one piece per rank, of at least a cache line.
   CHORUS_CHECK_ARG(pieceBytes(size()) > 0, "the shm backend serves at most ",
@@ -51,6 +54,17 @@ void ShmBackend::exchangeChunks(const CallContext& call,
     group_->publish(Step::kDone, step + 1);
     chunkSteps_ = step + 1;
   }
+}
+
+void ShmBackend::moveDirect(const CallContext& call, const void* input, const ReadPeers& read) {
+  const uint64_t sequence = arrive(call, [&](std::byte* slot) {
+    const auto address = reinterpret_cast<uintptr_t>(input);
+    std::memcpy(slot, &address, sizeof address);
+  });
+  for (int q = 0; q < size(); ++q)
+    std::memcpy(&addresses_[q], group_->smallSlot(q, sequence), sizeof(uintptr_t));
+  read(addresses_);
+  arrive(call);
 }
 
 size_t ShmBackend::pieceBytes(int pieces) const {

@@ -100,6 +100,12 @@ class ShmBackend : public Backend {
   // `output` for writer q (every rank), or as the whole output (one writer).
   void scatterBlocks(
       const CallContext& call, const void* input, void* output, size_t bytes, int writer);
+  // The direct path (ShmGroup::directReads): every rank publishes the address of its `input` in
+  // the arrival round, `read(addresses)` copies what this rank needs out of its peers' memory
+  // (addresses[q] is rank q's input), and a second round keeps every input in place until all its
+  // readers are done.
+  using ReadPeers = std::function<void(const std::vector<uintptr_t>& addresses)>;
+  void moveDirect(const CallContext& call, const void* input, const ReadPeers& read);
   // Bytes of each of `pieces` pieces per chunk slot (cache-line multiples).
   size_t pieceBytes(int pieces) const;
 
@@ -108,6 +114,7 @@ class ShmBackend : public Backend {
   uint64_t sequence_ = 0;             // collectives begun
   uint64_t chunkSteps_ = 0;           // chunk steps done (exchangeChunks, reduceChunked)
   std::vector<const void*> sources_;  // scratch: one per rank
+  std::vector<uintptr_t> addresses_;  // scratch: one per rank (moveDirect)
 };
 
 }  // namespace chorus::backend::shm

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <functional>
 
 #include "core/check.h"
+#include "core/env.h"
 #include "core/error_codec.h"
 #include "transport/shm/shared_mapping.h"
 #include "transport/shm/transport.h"
@@ -20,6 +22,9 @@ namespace chorus::backend::shm {
 namespace {
 
 constexpr size_t kCacheLine = 64;
+constexpr uint64_t kProbeValue = 0x63686f7275732121;  // "chorus!!"
+// Direct reads go in pieces, so that one call never pins a huge range at once.
+constexpr size_t kDirectReadPieceBytes = 2 << 20;
 constexpr size_t kMaxErrorBytes = 8192;
 // A wait first spins (a peer that is running publishes within a microsecond or so), then yields
 // the core between passes, then sleeps on the bell. With more ranks than cores the peer it waits
@@ -48,6 +53,9 @@ struct ControlBlock {
   alignas(kCacheLine) transport::Fingerprint fingerprints[2];  // by sequence parity
   alignas(kCacheLine) std::atomic<uint32_t> state{kOpen};
   pid_t pid = 0;
+  // For the direct-read probe: `probe` holds kProbeValue, at `probeAddress` in the owner's memory.
+  uint64_t probe = 0;
+  uintptr_t probeAddress = 0;
   // Rank 0's block only: the group's failure flag (failed rank + 1), the bell and its sleepers.
   alignas(kCacheLine) std::atomic<int32_t> failedRank{0};
   alignas(kCacheLine) std::atomic<uint32_t> bell{0};
@@ -98,6 +106,8 @@ ShmGroup::ShmGroup(int rank,
   } unlinkAtEnd{name};  // also when setup fails half-way
   ControlBlock* mine = new (segments_[rank].base()) ControlBlock();
   mine->pid = ::getpid();
+  mine->probe = kProbeValue;
+  mine->probeAddress = reinterpret_cast<uintptr_t>(&mine->probe);
   store->set(detail::concat("shm/name/", rank), store::toBytes(name));
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank)
@@ -106,8 +116,53 @@ ShmGroup::ShmGroup(int rank,
     segments_[peer] = SharedMapping::open(peerName, kSegmentBytes, rank);
   }
   // Nobody may unlink before everyone has mapped: a barrier through the store.
-  store->set(detail::concat("shm/mapped/", rank), store::toBytes("1"));
-  for (int peer = 0; peer < size; ++peer) store->get(detail::concat("shm/mapped/", peer), deadline);
+  // Direct reads are used only if every rank can read every peer (the choice changes the protocol).
+  store->set(detail::concat("shm/mapped/", rank), store::toBytes(canReadEveryPeer() ? "1" : "0"));
+  directReads_ = true;
+  for (int peer = 0; peer < size; ++peer) {
+    if (store::toString(store->get(detail::concat("shm/mapped/", peer), deadline)) != "1")
+      directReads_ = false;
+  }
+}
+
+// Reads each peer's probe word with process_vm_readv. Fails (quietly) where the kernel refuses
+// (EPERM: no CAP_SYS_PTRACE over the peer, Yama ptrace_scope >= 1; ENOSYS; a seccomp filter) or
+// CHORUS_SHM_DIRECT=0 turns direct reads off.
+bool ShmGroup::canReadEveryPeer() const {
+  if (env::integer("CHORUS_SHM_DIRECT").value_or(1) == 0)
+    return false;
+  for (int peer = 0; peer < size_; ++peer) {
+    const ControlBlock& theirs = block(peer);
+    uint64_t value = 0;
+    iovec local{&value, sizeof value};
+    iovec remote{reinterpret_cast<void*>(theirs.probeAddress), sizeof value};
+    if (::process_vm_readv(theirs.pid, &local, 1, &remote, 1, 0) != sizeof value ||
+        value != kProbeValue)
+      return false;
+  }
+  return true;
+}
+
+void ShmGroup::readFrom(int rank, void* to, uintptr_t from, size_t bytes) const {
+  auto* destination = static_cast<std::byte*>(to);
+  while (bytes > 0) {
+    const size_t piece = std::min(bytes, kDirectReadPieceBytes);
+    iovec local{destination, piece};
+    iovec remote{reinterpret_cast<void*>(from), piece};
+    const ssize_t got = ::process_vm_readv(block(rank).pid, &local, 1, &remote, 1, 0);
+    if (got <= 0) {
+      const int error = got < 0 ? errno : EFAULT;
+      checkHealthy(true);  // a peer that died or failed explains it best
+      throw InternalError(detail::concat("rank ", rank_, " (this process): reading ", piece,
+                                         " bytes from rank ", rank,
+                                         "'s buffer failed: ", std::strerror(error),
+                                         " (set CHORUS_SHM_DIRECT=0 to copy through shared "
+                                         "memory instead)"));
+    }
+    destination += got;
+    from += static_cast<uintptr_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
 }
 
 ShmGroup::~ShmGroup() { close(); }

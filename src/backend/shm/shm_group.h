@@ -11,6 +11,10 @@
 // are transport::shm::SharedMappings: allocated up front and pre-faulted, no faults on the hot
 // path.
 //
+// Direct reads: where the kernel allows it (probed at setup on every pair; the result is agreed by
+// all ranks), a rank may also copy straight out of a peer's private memory with process_vm_readv
+// (cross-memory attach): one copy instead of two through the slots, for large data movement.
+//
 // Synchronization: counters only grow (one per step kind, on their own cache lines). A rank
 // publishes a step by storing its counter; peers wait until every rank's counter reaches a value.
 // Waiting spins briefly (not at all with more ranks than cores), yields, then sleeps on a futex
@@ -81,6 +85,13 @@ class ShmGroup {
   // `deadline` (the group fails then too).
   void waitAll(Step step, uint64_t value, Deadline deadline);
 
+  // Whether ranks read each other's private memory directly (process_vm_readv, "cross-memory
+  // attach"): the same on every rank; false where the kernel refuses it or CHORUS_SHM_DIRECT=0.
+  bool directReads() const { return directReads_; }
+  // Copies `bytes` at address `from` in `rank`'s memory to `to` (needs directReads()). Throws
+  // PeerError if `rank` died, InternalError naming the cause otherwise.
+  void readFrom(int rank, void* to, uintptr_t from, size_t bytes) const;
+
   // Throws the group's failure, if it failed.
   void throwIfFailed() const { checkHealthy(false); }
 
@@ -94,12 +105,14 @@ class ShmGroup {
   void checkHealthy(bool slow) const;
   [[noreturn]] void throwGroupFailure() const;
   void sleepOnBell(uint32_t seen, Deadline deadline);
+  bool canReadEveryPeer() const;
 
   int rank_;
   int size_;
   int spinPasses_;  // passes a wait spins before it yields (0 with more ranks than cores)
   std::vector<transport::shm::SharedMapping> segments_;  // by rank
   bool closed_ = false;
+  bool directReads_ = false;
 };
 
 }  // namespace chorus::backend::shm
