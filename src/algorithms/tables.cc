@@ -15,24 +15,35 @@ namespace chorus::algorithms {
 
 namespace {
 
+// Thresholds, from the cost models and from crossover runs over tcp on one 2-core machine (each
+// row forced, 2 and 4 ranks, 1 KiB to 4 MiB, medians of 3 runs; docs/algorithms.md):
 // Allreduce: recursive doubling moves count * log2 p elements in log2 p steps, the ring
-// 2(p-1)/p * count in 2(p-1) steps. Below this size the step count dominates.
+// 2(p-1)/p * count in 2(p-1) steps. Below this size the step count dominates (4 ranks: the ring
+// won from 256 KiB). With 2 ranks both move the whole vector once and recursive doubling takes one
+// step instead of two: it won at every size (4 MiB: 1.3 vs 3.3 ms).
 constexpr size_t kAllreduceRecursiveDoublingMaxBytes = 64 * 1024;
-// Broadcast / reduce: a binomial tree takes log2 p message-times, the pipelined chain about
-// p - 1 + segments segment-times; at one segment or less the tree is never slower.
-constexpr size_t kTreeMaxBytes = kDefaultSegmentBytes;
+// Broadcast: a binomial tree takes log2 p message-times, the pipelined chain about p - 1 +
+// segments segment-times. Up to 4 ranks the tree won at 1 and 4 MiB (the root's log2 p sends are
+// few); the chain pays off only where log2 p grows (cost model, not measured here).
+constexpr size_t kBroadcastTreeMaxBytes = kDefaultSegmentBytes;
+constexpr int kBroadcastTreeMaxRanks = 4;
+// Reduce: the same shapes; the chain won from 256 KiB at 4 ranks, the tree at every size at 2.
+constexpr size_t kReduceTreeMaxBytes = 64 * 1024;
 
 template <typename Args>
 bool always(const Args&, int) {
   return true;
 }
 
-bool smallAllreduce(const AllreduceArgs& args, int) {
-  return args.count * dataTypeSize(args.dtype) <= kAllreduceRecursiveDoublingMaxBytes;
+bool smallAllreduce(const AllreduceArgs& args, int groupSize) {
+  return groupSize <= 2 ||
+         args.count * dataTypeSize(args.dtype) <= kAllreduceRecursiveDoublingMaxBytes;
 }
-bool smallBroadcast(const BroadcastArgs& args, int) { return args.bytes <= kTreeMaxBytes; }
-bool smallReduce(const ReduceArgs& args, int) {
-  return args.count * dataTypeSize(args.dtype) <= kTreeMaxBytes;
+bool smallBroadcast(const BroadcastArgs& args, int groupSize) {
+  return groupSize <= kBroadcastTreeMaxRanks || args.bytes <= kBroadcastTreeMaxBytes;
+}
+bool smallReduce(const ReduceArgs& args, int groupSize) {
+  return groupSize <= 2 || args.count * dataTypeSize(args.dtype) <= kReduceTreeMaxBytes;
 }
 
 constexpr AlgorithmInfo<AllreduceArgs> kAllreduceAlgorithms[] = {

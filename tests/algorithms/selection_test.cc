@@ -51,6 +51,9 @@ TEST(Selection, AllreduceDefaultDependsOnSize) {
   EXPECT_EQ(chosen(allreduceOfBytes(64 * 1024 + 4)), "ring");
   EXPECT_EQ(chosen(allreduceOfBytes(64 << 20)), "ring");
   EXPECT_EQ(chosen(allreduceOfBytes(0)), "recursive_doubling");
+  // Two ranks: recursive doubling at every size (measured; docs/algorithms.md).
+  EXPECT_EQ(chosen(allreduceOfBytes(64 << 20), 2), "recursive_doubling");
+  EXPECT_EQ(chosen(allreduceOfBytes(64 << 20), 3), "ring");
 }
 
 TEST(Selection, BroadcastAndReduceDefaultsDependOnSize) {
@@ -67,6 +70,16 @@ TEST(Selection, BroadcastAndReduceDefaultsDependOnSize) {
   EXPECT_EQ(selectAlgorithm(reduceAlgorithms(), small, 8, "CHORUS_TEST_UNSET_ALGO").name,
             "binomial_tree");
   EXPECT_EQ(selectAlgorithm(reduceAlgorithms(), large, 8, "CHORUS_TEST_UNSET_ALGO").name,
+            "pipelined_chain");
+  // Few ranks: the tree at every size (measured; docs/algorithms.md).
+  EXPECT_EQ(selectAlgorithm(reduceAlgorithms(), large, 2, "CHORUS_TEST_UNSET_ALGO").name,
+            "binomial_tree");
+  EXPECT_EQ(selectAlgorithm(broadcastAlgorithms(), BroadcastArgs{nullptr, 16 << 20, 0}, 4,
+                            "CHORUS_TEST_UNSET_ALGO")
+                .name,
+            "binomial_tree");
+  const ReduceArgs middle{nullptr, nullptr, 64 << 10, DataType::kFloat32, ReduceOp::kSum, 0};
+  EXPECT_EQ(selectAlgorithm(reduceAlgorithms(), middle, 4, "CHORUS_TEST_UNSET_ALGO").name,
             "pipelined_chain");
 }
 

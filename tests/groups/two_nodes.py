@@ -1,11 +1,13 @@
-"""two_nodes.py: runs a 4-rank program as 2 simulated nodes x 2 ranks on this machine.
+"""two_nodes.py: runs a program as ranks on simulated nodes of this machine (2 x 2 by default).
 
     two_nodes.py torchrun  PROGRAM [ARGS...]
     two_nodes.py chorusrun CHORUSRUN PROGRAM [ARGS...]
+    two_nodes.py ranks N0,N1,... PROGRAM [ARGS...]
 
 torchrun: starts the 4 ranks itself with torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and CHORUS_NODE_RANK = rank // 2, so ranks 0, 1 are
-node 0 and ranks 2, 3 node 1. chorusrun: starts two launchers, `chorusrun --nnodes 2 --node-rank I
+node 0 and ranks 2, 3 node 1. ranks: the same with uneven nodes, node k holding the next Nk ranks
+(torchrun is "ranks 2,2"; chorusrun needs the same count on every node). chorusrun: starts two launchers, `chorusrun --nnodes 2 --node-rank I
 --master 127.0.0.1:PORT --nproc-per-node 2 PROGRAM`, with one CHORUS_JOB_TOKEN; exits 77 (ctest
 SKIP_RETURN_CODE) when this chorusrun does not support several nodes yet.
 Every process is killed after DEADLINE seconds. Prints "two_nodes: PASSED" when all exit 0.
@@ -55,14 +57,18 @@ def wait_all(procs):
     return codes
 
 
-def run_torchrun(program):
+def run_ranks(per_node, program):
     env, port = clean_environment(), free_port()
+    size = sum(per_node)
     procs = []
-    for rank in range(4):
-        rank_env = dict(env, RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank % 2),
-                        LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                        CHORUS_NODE_RANK=str(rank // 2))
-        procs.append(subprocess.Popen(program, env=rank_env))
+    rank = 0
+    for node, count in enumerate(per_node):
+        for local in range(count):
+            rank_env = dict(env, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local),
+                            LOCAL_WORLD_SIZE=str(count), MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=str(port), CHORUS_NODE_RANK=str(node))
+            procs.append(subprocess.Popen(program, env=rank_env))
+            rank += 1
     return wait_all(procs)
 
 
@@ -85,11 +91,13 @@ def run_chorusrun(chorusrun, program):
 
 
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in ("torchrun", "chorusrun"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("torchrun", "chorusrun", "ranks"):
         print(__doc__, file=sys.stderr)
         return 2
     if sys.argv[1] == "torchrun":
-        codes = run_torchrun(sys.argv[2:])
+        codes = run_ranks([2, 2], sys.argv[2:])
+    elif sys.argv[1] == "ranks":
+        codes = run_ranks([int(n) for n in sys.argv[2].split(",")], sys.argv[3:])
     else:
         codes = run_chorusrun(sys.argv[2], sys.argv[3:])
     if codes is None:

@@ -1,7 +1,7 @@
 // hierarchical_check: the hierarchical backend on real ranks spread over simulated nodes.
 //
-//   nodes.py chorusrun CHORUSRUN hierarchical_check     (2 launchers x 2 ranks: nodes {0,1} {2,3})
-//   nodes.py ranks 2,1 hierarchical_check               (3 ranks: nodes {0,1} {2})
+//   two_nodes.py chorusrun CHORUSRUN hierarchical_check  (2 launchers x 2 ranks: {0,1} {2,3})
+//   two_nodes.py ranks 2,1 hierarchical_check            (3 ranks: nodes {0,1} {2})
 //
 // Checks, with expected values from closed forms (element i of rank r is f(r, i), reduced here in
 // double from f, never by chorus):
