@@ -22,11 +22,11 @@ ShmBackend::ShmBackend(std::unique_ptr<ShmGroup> group, std::unique_ptr<Backend>
 
 ShmBackend::~ShmBackend() { close(); }
 
-uint64_t ShmBackend::arrive(const CallContext& call, const Fill& fill) {
+uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t bytes) {
   const uint64_t sequence = ++sequence_;
   group_->setFingerprint(sequence, call.fingerprint);
-  if (fill)
-    fill(group_->smallSlot(rank(), sequence));
+  if (bytes > 0)
+    std::memcpy(group_->smallSlot(rank(), sequence), data, bytes);
   group_->publish(Step::kArrived, sequence);
   group_->waitAll(Step::kArrived, sequence, call.deadline);
   for (int peer = 0; peer < size(); ++peer) {
@@ -42,7 +42,8 @@ uint64_t ShmBackend::arrive(const CallContext& call, const Fill& fill) {
 void ShmBackend::exchangeChunks(const CallContext& call,
                                 size_t steps,
                                 const FillStep& fill,
-                                const DrainStep& drain) {
+                                const SlotStep& drain,
+                                const SlotStep& reduce) {
   for (size_t i = 0; i < steps; ++i) {
     const uint64_t step = chunkSteps_;
     if (step >= 2)
@@ -50,6 +51,11 @@ void ShmBackend::exchangeChunks(const CallContext& call,
     fill(i, group_->chunkSlot(rank(), step));
     group_->publish(Step::kCopied, step + 1);
     group_->waitAll(Step::kCopied, step + 1, call.deadline);
+    if (reduce) {
+      reduce(i, step);
+      group_->publish(Step::kReduced, step + 1);
+      group_->waitAll(Step::kReduced, step + 1, call.deadline);
+    }
     drain(i, step);
     group_->publish(Step::kDone, step + 1);
     chunkSteps_ = step + 1;
@@ -57,10 +63,8 @@ void ShmBackend::exchangeChunks(const CallContext& call,
 }
 
 void ShmBackend::moveDirect(const CallContext& call, const void* input, const ReadPeers& read) {
-  const uint64_t sequence = arrive(call, [&](std::byte* slot) {
-    const auto address = reinterpret_cast<uintptr_t>(input);
-    std::memcpy(slot, &address, sizeof address);
-  });
+  const auto address = reinterpret_cast<uintptr_t>(input);
+  const uint64_t sequence = arrive(call, &address, sizeof address);
   for (int q = 0; q < size(); ++q)
     std::memcpy(&addresses_[q], group_->smallSlot(q, sequence), sizeof(uintptr_t));
   read(addresses_);

@@ -65,22 +65,23 @@ class ShmBackend : public Backend {
       throw;
     }
   }
-  // Writes this rank's contribution into a slot.
-  using Fill = std::function<void(std::byte* slot)>;
-  // Step `i` of a chunked exchange: fill this rank's slot / read from the slots of parity `parity`.
+  // Step `i` of a chunked exchange: fill this rank's slot / act on the slots of parity `parity`.
   using FillStep = std::function<void(size_t i, std::byte* slot)>;
-  using DrainStep = std::function<void(size_t i, uint64_t parity)>;
+  using SlotStep = std::function<void(size_t i, uint64_t parity)>;
 
-  // The arrival round: publishes the fingerprint (and lets `fill`, if any, write this rank's
-  // contribution into its small slot), waits for every rank, and checks their fingerprints.
+  // The arrival round: publishes the fingerprint and `bytes` of `data` (this rank's contribution,
+  // possibly none) in its small slot, waits for every rank, and checks their fingerprints.
   // Returns the collective's number, the parity of the small slots it filled.
-  uint64_t arrive(const CallContext& call, const Fill& fill = nullptr);
+  uint64_t arrive(const CallContext& call, const void* data = nullptr, size_t bytes = 0);
   // `steps` steps through the chunk slots: per step, once no rank still reads this rank's slot of
-  // that parity, `fill` writes this rank's pieces; once every rank has filled, `drain` reads.
+  // that parity, `fill` writes this rank's pieces; once every rank has filled, `reduce` (if any)
+  // works in place in this rank's slot, and once every rank has reduced, `drain` reads.
   void exchangeChunks(const CallContext& call,
                       size_t steps,
                       const FillStep& fill,
-                      const DrainStep& drain);
+                      const SlotStep& drain,
+                      const SlotStep& reduce = nullptr);
+  static size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
   // Chunked reduction of `count` elements of `input` into `output` on `outputRank` (every rank
   // when kEveryRank); output may alias input.
   static constexpr int kEveryRank = -1;

@@ -20,8 +20,6 @@
 namespace chorus::backend::shm {
 namespace {
 
-size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
-
 // Above this a broadcast pipelines through the chunk slots even where direct reads work: the root
 // then copies while its readers copy, using two cores where a direct read uses one
 // (bench/cma_bench.cc: direct reads win 2-5x from 16 KiB to 1 MiB, pipelining 1.5-2x above).
@@ -43,10 +41,7 @@ void ShmBackend::gatherBlocks(
   const bool reads = reader == kEveryRank || reader == me;
   const bool fills = reader != me;  // a lone reader's block goes straight to its output
   if (bytes <= ShmGroup::kSmallSlotBytes) {
-    const uint64_t sequence = arrive(call, [&](std::byte* slot) {
-      if (fills)
-        std::memcpy(slot, in, bytes);
-    });
+    const uint64_t sequence = arrive(call, in, fills ? bytes : 0);
     for (int q = 0; reads && q < size(); ++q) {
       const std::byte* from = q == me ? in : group_->smallSlot(q, sequence);
       copyUnlessSame(out + q * bytes, from, bytes);
@@ -95,10 +90,7 @@ void ShmBackend::scatterBlocks(
   auto destination = [&](int q) { return writer == kEveryRank ? out + q * bytes : out; };
   auto isWriter = [&](int q) { return writer == kEveryRank || writer == q; };
   if (bytes * p <= ShmGroup::kSmallSlotBytes) {
-    const uint64_t sequence = arrive(call, [&](std::byte* slot) {
-      if (writes)
-        std::memcpy(slot, in, bytes * p);
-    });
+    const uint64_t sequence = arrive(call, in, writes ? bytes * p : 0);
     for (int q = 0; q < p; ++q) {
       if (isWriter(q)) {
         const std::byte* from = q == me ? in : group_->smallSlot(q, sequence);
@@ -163,10 +155,7 @@ void ShmBackend::broadcast(const CallContext& call, const algorithms::BroadcastA
     const int root = args.root;
     const bool isRoot = rank() == root;
     if (args.bytes <= ShmGroup::kSmallSlotBytes) {
-      const uint64_t sequence = arrive(call, [&](std::byte* slot) {
-        if (isRoot)
-          std::memcpy(slot, data, args.bytes);
-      });
+      const uint64_t sequence = arrive(call, data, isRoot ? args.bytes : 0);
       if (!isRoot)
         std::memcpy(data, group_->smallSlot(root, sequence), args.bytes);
       return;

@@ -36,8 +36,6 @@ std::pair<size_t, size_t> sliceOf(size_t count, int parts, int index) {
   return {count * i / p, count * (i + 1) / p};
 }
 
-size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
-
 }  // namespace
 
 void ShmBackend::allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) {
@@ -48,8 +46,7 @@ void ShmBackend::allreduce(const CallContext& call, const algorithms::AllreduceA
       reduceChunked(call, args.data, args.data, args.count, args.dtype, args.op, kEveryRank);
       return;
     }
-    const uint64_t sequence =
-        arrive(call, [&](std::byte* slot) { std::memcpy(slot, args.data, bytes); });
+    const uint64_t sequence = arrive(call, args.data, bytes);
     if (args.count == 0)
       return;
     for (int q = 0; q < size(); ++q) sources_[q] = group_->smallSlot(q, sequence);
@@ -65,8 +62,7 @@ void ShmBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& a
       reduceChunked(call, args.input, args.output, args.count, args.dtype, args.op, args.root);
       return;
     }
-    const uint64_t sequence =
-        arrive(call, [&](std::byte* slot) { std::memcpy(slot, args.input, bytes); });
+    const uint64_t sequence = arrive(call, args.input, bytes);
     if (args.count == 0 || rank() != args.root)
       return;
     for (int q = 0; q < size(); ++q) sources_[q] = group_->smallSlot(q, sequence);
@@ -88,36 +84,31 @@ void ShmBackend::reduceChunked(const CallContext& call,
   const int me = rank();
   const int p = size();
   const bool copiesOut = outputRank == kEveryRank || outputRank == me;
-  for (size_t offset = 0; offset < count; offset += chunkElements) {
-    const size_t n = std::min(chunkElements, count - offset);
-    const uint64_t step = chunkSteps_;
-    if (step >= 2)
-      group_->waitAll(Step::kDone, step - 1, call.deadline);
-    std::byte* mine = group_->chunkSlot(me, step);
-    std::memcpy(mine, in + offset * elementSize, n * elementSize);
-    group_->publish(Step::kCopied, step + 1);
-    group_->waitAll(Step::kCopied, step + 1, call.deadline);
-
-    const auto [begin, end] = sliceOf(n, p, me);
-    if (end > begin) {
-      sources_[0] = mine + begin * elementSize;
-      for (int q = 0, next = 1; q < p; ++q) {
-        if (q != me)
-          sources_[next++] = group_->chunkSlot(q, step) + begin * elementSize;
-      }
-      kernels::reduceMany(op, dtype, mine + begin * elementSize, sources_, end - begin);
-    }
-    group_->publish(Step::kReduced, step + 1);
-    group_->waitAll(Step::kReduced, step + 1, call.deadline);
-
-    for (int q = 0; copiesOut && q < p; ++q) {
-      const auto [from, to] = sliceOf(n, p, q);
-      std::memcpy(out + (offset + from) * elementSize,
-                  group_->chunkSlot(q, step) + from * elementSize, (to - from) * elementSize);
-    }
-    group_->publish(Step::kDone, step + 1);
-    chunkSteps_ = step + 1;
-  }
+  auto chunk = [&](size_t i) { return std::min(chunkElements, count - i * chunkElements); };
+  exchangeChunks(
+      call, ceilDiv(count, chunkElements),
+      [&](size_t i, std::byte* slot) {
+        std::memcpy(slot, in + i * chunkElements * elementSize, chunk(i) * elementSize);
+      },
+      [&](size_t i, uint64_t parity) {
+        for (int q = 0; copiesOut && q < p; ++q) {
+          const auto [from, to] = sliceOf(chunk(i), p, q);
+          std::memcpy(out + (i * chunkElements + from) * elementSize,
+                      group_->chunkSlot(q, parity) + from * elementSize, (to - from) * elementSize);
+        }
+      },
+      [&](size_t i, uint64_t parity) {
+        const auto [begin, end] = sliceOf(chunk(i), p, me);
+        if (end == begin)
+          return;
+        std::byte* mine = group_->chunkSlot(me, parity) + begin * elementSize;
+        sources_[0] = mine;
+        for (int q = 0, next = 1; q < p; ++q) {
+          if (q != me)
+            sources_[next++] = group_->chunkSlot(q, parity) + begin * elementSize;
+        }
+        kernels::reduceMany(op, dtype, mine, sources_, end - begin);
+      });
 }
 
 void ShmBackend::reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) {
@@ -129,8 +120,7 @@ void ShmBackend::reduceScatter(const CallContext& call, const algorithms::Reduce
     const auto* in = static_cast<const std::byte*>(args.input);
     auto* out = static_cast<std::byte*>(args.output);
     if (blockBytes * p <= ShmGroup::kSmallSlotBytes) {
-      const uint64_t sequence =
-          arrive(call, [&](std::byte* slot) { std::memcpy(slot, in, blockBytes * p); });
+      const uint64_t sequence = arrive(call, in, blockBytes * p);
       if (args.countPerRank == 0)
         return;
       for (int q = 0; q < p; ++q) sources_[q] = group_->smallSlot(q, sequence) + me * blockBytes;
