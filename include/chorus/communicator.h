@@ -122,6 +122,8 @@ class Communicator {
 
   // Aborts the communicator: pending and later operations fail, peers are told. Never throws.
   void abort() noexcept;
+  // The same, with the reason every rank's error quotes ("rank 2 (this process): <reason>").
+  void abort(const std::string& reason) noexcept;
 
   detail::CommunicatorState& state() { return *state_; }
 

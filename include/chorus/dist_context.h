@@ -62,6 +62,10 @@ class DistContext {
   // "void". Those already made keep theirs (and are served again when it is switched back).
   void setDefaultBackend(const std::string& backend);
   void shutdown();
+  // Aborts every communicator made so far (Communicator::abort(reason)): pending and later
+  // operations fail here, and peers fail promptly with a PeerError quoting `reason`. For a program
+  // that is about to die (the Python front end calls it on an uncaught exception). Never throws.
+  void abort(const std::string& reason) noexcept;
 
   ~DistContext();
 

@@ -10,6 +10,7 @@ TimeoutError, PeerError, MismatchError, UnsupportedError and InternalError.
 """
 
 import atexit as _atexit
+import sys as _sys
 
 from . import _chorus
 from ._chorus import (Error, InternalError, InvalidArgumentError, MismatchError, PeerError,
@@ -31,6 +32,21 @@ def shutdown():
 
 
 _atexit.register(shutdown)
+
+
+def _abort_on_uncaught_exception(kind, value, traceback):
+    """An uncaught exception ends this rank: abort its communicators first, so that peers waiting
+    in a collective with it raise a PeerError quoting the exception at once, instead of learning
+    only that the rank went away (or waiting for their timeout)."""
+    try:
+        if not issubclass(kind, (KeyboardInterrupt, SystemExit)):
+            _chorus.abort(f"exiting on an uncaught Python exception: {kind.__name__}: {value}")
+    finally:
+        _previous_excepthook(kind, value, traceback)
+
+
+_previous_excepthook = _sys.excepthook
+_sys.excepthook = _abort_on_uncaught_exception
 
 __all__ = [
     "Error", "InternalError", "InvalidArgumentError", "MismatchError", "PeerError",

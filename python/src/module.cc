@@ -54,6 +54,13 @@ void bindConfig(py::module_& module) {
       });
   module.def("config", &config, py::return_value_policy::reference);
   module.def("shutdown", &shutdown);
+  module.def(
+      "abort",
+      [](const std::string& reason) {
+        py::gil_scoped_release release;
+        DistContext::get().abort(reason);
+      },
+      "Aborts every communicator; peers raise a PeerError quoting `reason`.");
   module.def("set_default_backend",
              [](const std::string& backend) { DistContext::get().setDefaultBackend(backend); });
   module.def("valid_reduce_op", [](const std::string& op, const std::string& dtype) {

@@ -36,7 +36,11 @@ std::string Communicator::backendName() const { return state_->backend().name();
 
 void Communicator::setTimeout(std::chrono::milliseconds timeout) { state_->setTimeout(timeout); }
 std::chrono::milliseconds Communicator::timeout() const { return state_->timeout(); }
-void Communicator::abort() noexcept { state_->abort(); }
+void Communicator::abort() noexcept {
+  state_->abort("the communicator was aborted by the program (Communicator::abort)");
+}
+
+void Communicator::abort(const std::string& reason) noexcept { state_->abort(reason); }
 
 namespace detail {
 

@@ -64,6 +64,15 @@ std::shared_ptr<Communicator> CommunicatorPool::world(const std::string& backend
   return get(everyone, backend);
 }
 
+void CommunicatorPool::abortAll(const std::string& reason) noexcept {
+  if (world_)
+    world_->abort(reason);
+  for (auto& [key, group] : groups_) {
+    if (group)
+      group->abort(reason);
+  }
+}
+
 void CommunicatorPool::clear() {
   groups_.clear();
   world_.reset();

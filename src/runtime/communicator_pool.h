@@ -29,6 +29,8 @@ class CommunicatorPool {
   // backend (no allocation), else a cached copy on it (collective the first time, as get()).
   std::shared_ptr<Communicator> world(const std::string& backend);
   void clear();
+  // Aborts the world and every cached group (Communicator::abort(reason)). Never throws.
+  void abortAll(const std::string& reason) noexcept;
 
   // Duplicates ("Each rank can only appear on rank_list once"), ranks outside the world and empty
   // groups are InvalidArgumentError.

@@ -122,12 +122,10 @@ std::chrono::milliseconds CommunicatorState::timeout() const {
   return timeout_;
 }
 
-void CommunicatorState::abort() noexcept {
+void CommunicatorState::abort(const std::string& why) noexcept {
   std::exception_ptr reason;
   try {
-    throw PeerError(concat("rank ", info_.rank, " (this process): the communicator was aborted by ",
-                           "the program (Communicator::abort)"),
-                    info_.rank);
+    throw PeerError(concat("rank ", info_.rank, " (this process): ", why), info_.rank);
   } catch (...) {
     reason = std::current_exception();
   }

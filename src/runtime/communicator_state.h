@@ -65,7 +65,8 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
 
   void setTimeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const;
-  void abort() noexcept;
+  // Fails the communicator with a PeerError naming this rank and quoting `reason`.
+  void abort(const std::string& reason) noexcept;
   // Counter of split() calls, identical on every rank.
   uint64_t nextSplitId();
   // Staging memory for the front end (packing, widening); used by the running operation only.

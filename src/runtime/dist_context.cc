@@ -116,6 +116,12 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
   return state.pool->get(rankList, state.config.backend);
 }
 
+void DistContext::abort(const std::string& reason) noexcept {
+  std::lock_guard lock(state_->mutex);
+  if (state_->pool)
+    state_->pool->abortAll(reason);
+}
+
 void DistContext::shutdown() {
   std::lock_guard lock(state_->mutex);
   state_->shutDown = true;

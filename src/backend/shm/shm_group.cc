@@ -115,6 +115,11 @@ ShmGroup::ShmGroup(int rank,
     std::string peerName = store::toString(store->get(detail::concat("shm/name/", peer), deadline));
     segments_[peer] = SharedMapping::open(peerName, kSegmentBytes, rank);
   }
+  peerProcesses_.resize(size);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank)
+      peerProcesses_[peer] = ProcessWatch(block(peer).pid);
+  }
   // Nobody may unlink before everyone has mapped: a barrier through the store.
   // Direct reads are used only if every rank can read every peer (the choice changes the protocol).
   store->set(detail::concat("shm/mapped/", rank), store::toBytes(canReadEveryPeer() ? "1" : "0"));
@@ -225,7 +230,7 @@ void ShmGroup::checkHealthy(bool slow) const {
                                      "complete"),
                       peer);
     }
-    if (::kill(theirs.pid, 0) != 0 && errno == ESRCH) {
+    if (peerProcesses_[peer].gone()) {
       throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", peer,
                                      " closed its connection unexpectedly (the process died or "
                                      "was killed)"),

@@ -20,7 +20,7 @@
 // Waiting spins briefly (not at all with more ranks than cores), yields, then sleeps on a futex
 // (the group's "bell" in rank 0's segment) that a publisher rings only when someone sleeps, so an
 // idle rank does not burn a core; sleeps are sliced, so the deadline, an abort, a goodbye or a dead
-// peer (its pid gone) are noticed within about 50 ms.
+// peer (watched through a pidfd, so a zombie counts as dead) are noticed within about 50 ms.
 //
 // Failure is final: fail() records the error in this rank's block and marks the group failed, and
 // every rank's next wait raises an error of the same type quoting it.
@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/deadline.h"
+#include "core/process_watch.h"
 #include "store/store.h"
 #include "transport/shm/shared_mapping.h"
 #include "transport/transport.h"
@@ -111,6 +112,7 @@ class ShmGroup {
   int size_;
   int spinPasses_;  // passes a wait spins before it yields (0 with more ranks than cores)
   std::vector<transport::shm::SharedMapping> segments_;  // by rank
+  std::vector<ProcessWatch> peerProcesses_;              // by rank (empty for this one)
   bool closed_ = false;
   bool directReads_ = false;
 };

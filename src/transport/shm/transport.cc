@@ -46,6 +46,7 @@
 
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "core/process_watch.h"
 #include "transport/op_pool.h"
 #include "transport/shm/bootstrap.h"
 
@@ -188,8 +189,9 @@ class ShmTransport final : public Transport {
 
   const int rank_;
   const int size_;
-  std::vector<Segment> segments_;  // by rank; this rank's own at rank_
-  std::vector<Link> links_;        // by rank; this rank's slot unused
+  std::vector<Segment> segments_;            // by rank; this rank's own at rank_
+  std::vector<Link> links_;                  // by rank; this rank's slot unused
+  std::vector<ProcessWatch> peerProcesses_;  // by rank; this rank's slot unused
 
   mutable std::mutex mutex_;
   std::exception_ptr failure_;
@@ -211,6 +213,11 @@ ShmTransport::ShmTransport(int rank, int size, std::vector<Segment> segments)
       continue;
     links_[peer].outbound = segments_[peer].ring(rank);
     links_[peer].inbound = segments_[rank].ring(peer);
+  }
+  peerProcesses_.resize(size);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank)
+      peerProcesses_[peer] = ProcessWatch(segments_[peer].header().pid);
   }
 }
 
@@ -457,8 +464,7 @@ void ShmTransport::checkPeersAlive() {
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_ || links_[peer].left)
       continue;
-    pid_t pid = segments_[peer].header().pid;
-    if (::kill(pid, 0) == -1 && errno == ESRCH) {
+    if (peerProcesses_[peer].gone()) {
       failLocked(std::make_exception_ptr(PeerError(crashMessage(rank_, peer), peer)),
                  /*tellPeers=*/false);
       rethrowFailure();
