@@ -1,8 +1,12 @@
 #include "runtime/communicator_state.h"
 
+#include <optional>
+
 #include "chorus/communicator.h"
 #include "chorus/error.h"
 #include "core/check.h"
+#include "core/stall_watch.h"
+#include "runtime/arrival_census.h"
 
 namespace chorus::detail {
 namespace {
@@ -80,6 +84,10 @@ std::shared_ptr<Work> CommunicatorState::submit(transport::Fingerprint fingerpri
 
 namespace {
 thread_local int blockingCallsDepth = 0;
+
+std::string describeFingerprint(const void* fingerprint) {
+  return static_cast<const transport::Fingerprint*>(fingerprint)->describe();
+}
 }  // namespace
 
 void CommunicatorState::execute(Work& work,
@@ -99,7 +107,14 @@ void CommunicatorState::execute(Work& work,
   }
   std::exception_ptr error;
   try {
-    body(backend::CallContext{fingerprint, Deadline::after(timeout)});
+    const Clock::time_point startedAt = Clock::now();
+    std::optional<StoreCensus> census;  // see Note [Stall inspector]
+    if (resources_.store && info_.size > 1 && fingerprint.sequence > 0)
+      census.emplace(*resources_.store, resources_.scope, info_.rank, info_.size,
+                     fingerprint.sequence);
+    stall::OperationScope scope(info_.rank, startedAt, timeout, &describeFingerprint, &fingerprint,
+                                census ? &*census : nullptr);
+    body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});
   } catch (...) {
     error = std::current_exception();
     std::lock_guard lock(mutex_);

@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/env.h"
 #include "core/error_codec.h"
+#include "core/stall_watch.h"
 #include "transport/shm/shared_mapping.h"
 #include "transport/shm/transport.h"
 
@@ -278,6 +279,11 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
     if (!waiting || !behind(nullptr))
       return;
     checkHealthy(true);
+    if (Clock::now() >= stall::nextCheckAt()) {
+      std::vector<int> late;
+      behind(&late);
+      stall::onStalled(late);
+    }
     if (deadline.expired()) {
       std::vector<int> late;
       behind(&late);

@@ -49,6 +49,7 @@
 
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "core/stall_watch.h"
 #include "transport/op_pool.h"
 
 namespace chorus::transport::mpi {
@@ -539,6 +540,8 @@ void MpiTransport::wait(std::span<Request* const> requests, Deadline deadline) {
         break;
       if (deadline.expired())
         throw makeTimeoutError(rank_, waitingOn);
+      if (Clock::now() >= stall::nextCheckAt())
+        stall::onStalled(waitingOn);
       lock.unlock();
       sched_yield();
       lock.lock();

@@ -47,6 +47,7 @@
 #include "core/check.h"
 #include "core/error_codec.h"
 #include "core/process_watch.h"
+#include "core/stall_watch.h"
 #include "transport/op_pool.h"
 #include "transport/shm/bootstrap.h"
 
@@ -518,6 +519,8 @@ void ShmTransport::wait(std::span<Request* const> requests, Deadline deadline) {
       now = Clock::now();
       if (now >= deadline.at())
         throw makeTimeoutError(rank_, waitingOn_);
+      if (now >= stall::nextCheckAt())
+        stall::onStalled(waitingOn_);
       if (now >= nextLivenessCheck) {
         checkPeersAlive();
         nextLivenessCheck = now + kSlice;

@@ -24,6 +24,7 @@
 
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "core/stall_watch.h"
 #include "transport/op_pool.h"
 #include "transport/tcp/bootstrap.h"
 #include "transport/tcp/connection.h"
@@ -216,9 +217,12 @@ void TcpTransport::wait(std::span<Request* const> requests, Deadline deadline) {
     while (!allComplete(waitOps_)) {
       if (deadline.expired())
         throw makeTimeoutError(rank_, waitingOn_);
+      if (Clock::now() >= stall::nextCheckAt())
+        stall::onStalled(waitingOn_);
       epoll_event events[kMaxEvents];
       lock.unlock();
-      int count = ::epoll_wait(epollFd_, events, kMaxEvents, deadline.pollTimeoutMs());
+      int count =
+          ::epoll_wait(epollFd_, events, kMaxEvents, stall::wakeBy(deadline).pollTimeoutMs());
       int error = errno;
       lock.lock();
       if (failure_)
