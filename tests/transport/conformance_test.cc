@@ -385,7 +385,7 @@ TEST_P(Conformance, TimeoutNamesTheSilentPeer) {
   EXPECT_LT(Clock::now() - start, seconds(3));
   if (const auto* error = expectError<TimeoutError>(errors[0], 0)) {
     EXPECT_EQ(error->missingRanks(), std::vector<int>{size() - 1});
-    std::string expected = "rank(s) " + std::to_string(size() - 1);
+    std::string expected = "waiting for rank " + std::to_string(size() - 1) + ";";
     EXPECT_NE(std::string(error->what()).find(expected), std::string::npos) << error->what();
   }
   expectErrorMentions<TimeoutError>(errors[1], 1, "aborted because rank 0 reported");

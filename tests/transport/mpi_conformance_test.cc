@@ -384,7 +384,7 @@ TEST(MpiTransport, TimeoutNamesTheSilentPeer) {
   });
   EXPECT_LT(Clock::now() - start, seconds(5));
   if (worldRank() == 0) {
-    expectError<TimeoutError>(error, "rank(s) " + std::to_string(size - 1));
+    expectError<TimeoutError>(error, "waiting for rank " + std::to_string(size - 1) + ";");
     try {
       std::rethrow_exception(error);
     } catch (const TimeoutError& e) {
