@@ -35,8 +35,15 @@ class CommunicatorPool {
   // Duplicates ("Each rank can only appear on rank_list once"), ranks outside the world and empty
   // groups are InvalidArgumentError.
   static RankList normalize(const RankList& rankList, int worldSize);
+  // "[[0, 1], [2]]".
+  static std::string format(const RankList& groups);
 
  private:
+  // Every rank must ask for the same (normalized) groups: an allgather of their hash on the
+  // world, before the split. A difference is a MismatchError (field "rank_list") on every rank,
+  // naming the ranks whose list differs from this rank's and showing both lists.
+  void checkSameOnEveryRank(const RankList& groups);
+
   std::shared_ptr<Communicator> world_;
   std::map<std::pair<std::string, RankList>, std::shared_ptr<Communicator>> groups_;
 };

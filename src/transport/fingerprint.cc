@@ -32,7 +32,7 @@ std::string_view toString(Collective collective) {
     case Collective::kPointToPoint:
       return "send/recv";
     case Collective::kSplit:
-      return "split";
+      return "group setup (split or rank_list)";
   }
   return "unknown collective";
 }
@@ -140,6 +140,19 @@ MismatchError makeMismatchError(int selfRank,
                                 const Fingerprint& theirs) {
   std::string field(self.firstDifference(theirs));
   CHORUS_ASSERT(!field.empty());
+  if ((self.collective == Collective::kSplit) != (theirs.collective == Collective::kSplit)) {
+    // One rank sets up a group the other did not ask for: the cause is the group, not the call.
+    const bool mine = self.collective == Collective::kSplit;
+    return MismatchError(
+        detail::concat("rank ", selfRank, " (this process): ", self.describe(),
+                       " does not match rank ", peerRank, "'s call, ", theirs.describe(), ": ",
+                       mine ? "this rank" : detail::concat("rank ", peerRank),
+                       " is setting up a group (a rank_list or split) that ",
+                       mine ? detail::concat("rank ", peerRank) : "this rank",
+                       " did not ask for. Every rank must pass the same rank_list (and call split "
+                       "at the same point)."),
+        "rank_list", {selfRank, peerRank});
+  }
   std::string message = detail::concat(
       "rank ", selfRank, " (this process): ", self.describe(), " does not match rank ", peerRank,
       "'s call, ", theirs.describe(), ": ", field, " is ", self.fieldValue(field), " here but ",

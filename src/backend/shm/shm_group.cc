@@ -159,6 +159,12 @@ void ShmGroup::readFrom(int rank, void* to, uintptr_t from, size_t bytes) const 
     if (got <= 0) {
       const int error = got < 0 ? errno : EFAULT;
       checkHealthy(true);  // a peer that died or failed explains it best
+      if (error == ESRCH) {  // exiting: its memory is gone before its pidfd says so
+        throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", rank,
+                                       " died (or was killed) while this rank was reading its "
+                                       "buffer"),
+                        rank);
+      }
       throw InternalError(detail::concat("rank ", rank_, " (this process): reading ", piece,
                                          " bytes from rank ", rank,
                                          "'s buffer failed: ", std::strerror(error),
