@@ -1,0 +1,98 @@
+// FaultyTransport: see transport.h.
+#include "transport/faulty/transport.h"
+
+#include <thread>
+
+#include "core/check.h"
+#include "transport/loopback/transport.h"
+#include "transport/shm/transport.h"
+#include "transport/tcp/transport.h"
+
+namespace chorus::transport::faulty {
+namespace {
+
+void crash(Transport& transport) {
+  if (transport.name() == "loopback")
+    loopback::crashForTesting(transport);
+  else if (transport.name() == "shm")
+    shm::crashForTesting(transport);
+  else if (transport.name() == "tcp")
+    tcp::crashForTesting(transport);
+  else
+    throw UnsupportedError(detail::concat("FaultyTransport cannot crash a '", transport.name(),
+                                          "' transport (tcp, shm and loopback can)"));
+}
+
+}  // namespace
+
+FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner, Fault fault)
+    : inner_(std::move(inner)), fault_(fault) {
+  CHORUS_CHECK_ARG(fault.peer >= -1 && fault.peer < inner_->size() && fault.peer != inner_->rank(),
+                   "FaultyTransport: the fault's peer ", fault.peer, " is not another rank");
+}
+
+bool FaultyTransport::faultApplies(int peer, size_t bytes) {
+  if (fault_.peer != -1 && fault_.peer != peer)
+    return false;
+  const bool applies =
+      bytesSent_ + bytes > fault_.afterBytes || (bytes == 0 && bytesSent_ >= fault_.afterBytes);
+  bytesSent_ += bytes;
+  faultsInjected_ += applies ? 1 : 0;
+  return applies;
+}
+
+void FaultyTransport::postSend(int peer,
+                               uint64_t tag,
+                               const Fingerprint& fingerprint,
+                               const void* data,
+                               size_t bytes,
+                               Request& request) {
+  if (!faultApplies(peer, bytes)) {
+    inner_->postSend(peer, tag, fingerprint, data, bytes, request);
+    return;
+  }
+  switch (fault_.kind) {
+    case Fault::Kind::kDelay:
+      std::this_thread::sleep_for(fault_.delay);
+      inner_->postSend(peer, tag, fingerprint, data, bytes, request);
+      return;
+    case Fault::Kind::kDrop:
+      request = Request{peer, true};
+      dropped_.insert(&request);
+      return;
+    case Fault::Kind::kTruncate:
+      inner_->postSend(peer, tag, fingerprint, data, bytes / 2, request);
+      return;
+    case Fault::Kind::kClose:
+      inner_->close();
+      break;
+    case Fault::Kind::kCrash:
+      crash(*inner_);
+      break;
+  }
+  inner_->postSend(peer, tag, fingerprint, data, bytes, request);  // fails as a closed one does
+}
+
+void FaultyTransport::postRecv(int peer,
+                               uint64_t tag,
+                               const Fingerprint& fingerprint,
+                               void* data,
+                               size_t bytes,
+                               Request& request) {
+  inner_->postRecv(peer, tag, fingerprint, data, bytes, request);
+}
+
+void FaultyTransport::wait(std::span<Request* const> requests, Deadline deadline) {
+  if (dropped_.empty()) {
+    inner_->wait(requests, deadline);
+    return;
+  }
+  forwarded_.clear();
+  for (Request* request : requests) {
+    if (dropped_.erase(request) == 0)
+      forwarded_.push_back(request);
+  }
+  inner_->wait(forwarded_, deadline);
+}
+
+}  // namespace chorus::transport::faulty
