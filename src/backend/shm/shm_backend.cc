@@ -24,16 +24,20 @@ ShmBackend::~ShmBackend() { close(); }
 
 uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t bytes) {
   const uint64_t sequence = ++sequence_;
+#ifndef CHORUS_MEASURE_WITHOUT_MISMATCH_CHECK
   group_->setFingerprint(sequence, call.fingerprint);
+#endif
   if (bytes > 0)
     std::memcpy(group_->smallSlot(rank(), sequence), data, bytes);
   group_->publish(Step::kArrived, sequence);
   group_->waitAll(Step::kArrived, sequence, call.deadline);
+#ifndef CHORUS_MEASURE_WITHOUT_MISMATCH_CHECK  // see src/backend/CMakeLists.txt
   for (int peer = 0; peer < size(); ++peer) {
     const transport::Fingerprint theirs = group_->fingerprint(peer, sequence);
     if (peer != rank() && !call.fingerprint.firstDifference(theirs).empty())
       throw transport::makeMismatchError(rank(), peer, call.fingerprint, theirs);
   }
+#endif
   return sequence;
 }
 
