@@ -172,7 +172,7 @@ class LoopbackTransport final : public Transport {
         return;
       }
       if (deadline.expired()) {
-        failLocked(rank_, std::make_exception_ptr(timeoutError(waitingOn)), true);
+        failLocked(rank_, std::make_exception_ptr(makeTimeoutError(rank_, waitingOn)), true);
         throwIfFailedLocked();
       }
       if (deadline.isNever()) {
@@ -295,20 +295,6 @@ class LoopbackTransport final : public Transport {
     auto& ops = endpoint(rank_).ops;
     for (Request* request : requests) request->done = true;
     std::erase_if(ops, [](const std::unique_ptr<Op>& op) { return op->request->done; });
-  }
-
-  TimeoutError timeoutError(std::vector<int> peers) const {
-    std::sort(peers.begin(), peers.end());
-    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-    std::string names;
-    for (int peer : peers) names += detail::concat(names.empty() ? "" : ", ", peer);
-    return TimeoutError(
-        detail::concat("rank ", rank_,
-                       " (this process): timed out waiting for sends and receives with rank(s) ",
-                       names,
-                       "; they may have crashed, be stuck, or have called a different collective "
-                       "(raise CHORUS_TIMEOUT if they are only slow)"),
-        peers);
   }
 
   // Fails endpoint `rank` with `error` (if it has not failed yet) and, when `propagate`, tells
