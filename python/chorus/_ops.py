@@ -39,9 +39,11 @@ class Work:
             for p in self._pending:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if not p.wait(left):
-                    raise _chorus.TimeoutError(
+                    error = _chorus.TimeoutError(
                         f"{p.description} did not complete within {timeout} s; it keeps running, "
                         "call wait() again")
+                    error.missing_ranks = []  # unknown here: the operation has not failed
+                    raise error
             self._result = self._finish()
             self._done = True
             self._pending = []

@@ -35,8 +35,8 @@ void adviseHugePages(void* data, size_t bytes) {
 
 void copyTensor(const Tensor& from, const Tensor& to) {
   if (from.nbytes() != to.nbytes() || from.dtype() != to.dtype())
-    throw InvalidArgumentError("internal: copy between tensors " + from.describe() + " and " +
-                               to.describe() + " of different sizes");
+    throw InternalError("internal: copy between tensors " + from.describe() + " and " +
+                        to.describe() + " of different sizes");
   if (from.data() == to.data() || from.nbytes() == 0)
     return;
   adviseHugePages(to.data(), to.nbytes());
@@ -79,7 +79,7 @@ py::object allreduce(Communicator& comm,
     BlockingUnlessAsync blocking(async);
     if (!in.empty()) {
       if (in.size() != out.size())
-        throw InvalidArgumentError("internal: allreduce got unequal input and output lists");
+        throw InternalError("internal: allreduce got unequal input and output lists");
       for (size_t i = 0; i < in.size(); ++i) copyTensor(in[i], out[i]);
     }
     work = out.size() == 1 ? comm.allreduce(out[0], reduceOp) : comm.allreduce(out, reduceOp);
@@ -142,7 +142,7 @@ py::object outOfPlace(Communicator& comm,
     else if (collective == "all_to_all")
       work = comm.allToAll(in, out, axis, axis2);
     else
-      throw InvalidArgumentError("internal: unknown collective " + collective);
+      throw InternalError("internal: unknown collective " + collective);
   }
   return finishOperation(std::move(work), py::make_tuple(input, output), async);
 }
@@ -195,7 +195,7 @@ Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype) {
     return tensor;
   DataType real = parseDataType(dtype);
   if (dataTypeSize(real) != tensor.elementSize())
-    throw InvalidArgumentError("internal: dtype override " + dtype + " has another element size");
+    throw InternalError("internal: dtype override " + dtype + " has another element size");
   return Tensor(tensor.data(), real, tensor.shape(), tensor.strides(), tensor.device());
 }
 

@@ -3,13 +3,17 @@
 // else a single rank.
 #include "connector/connector.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <optional>
 #include <sstream>
 
+#include "connector/bind_address.h"
 #include "connector/store_connector.h"
 #ifdef CHORUS_WITH_MPI
 #include "connector/mpi_connector.h"
@@ -42,16 +46,25 @@ std::string hostName() {
   return name;
 }
 
-// The job token: CHORUS_JOB_TOKEN, else the file named by CHORUS_JOB_TOKEN_FILE.
+// The job token: CHORUS_JOB_TOKEN, else the first line of the file named by CHORUS_JOB_TOKEN_FILE,
+// which group and others may not access (as chorusrun's --token-file).
 std::optional<std::string> jobToken() {
   if (auto token = env::string("CHORUS_JOB_TOKEN"))
     return token;
   if (auto path = env::string("CHORUS_JOB_TOKEN_FILE")) {
+    struct stat info {};
+    CHORUS_CHECK_ARG(::stat(path->c_str(), &info) == 0, "cannot read the job token file ", *path,
+                     " named by CHORUS_JOB_TOKEN_FILE: ", std::strerror(errno));
+    CHORUS_CHECK_ARG((info.st_mode & 077) == 0, "the job token file ", *path,
+                     " (CHORUS_JOB_TOKEN_FILE) is accessible to group or others; run chmod 600 ",
+                     *path);
     std::ifstream file(*path);
     CHORUS_CHECK_ARG(file.good(), "cannot read the job token file ", *path,
                      " named by CHORUS_JOB_TOKEN_FILE");
     std::string token;
     std::getline(file, token);
+    CHORUS_CHECK_ARG(!token.empty(), "the job token file ", *path,
+                     " (CHORUS_JOB_TOKEN_FILE) is empty");
     return token;
   }
   return std::nullopt;
@@ -85,8 +98,10 @@ std::unique_ptr<Connector> connectChorusrun(std::chrono::milliseconds timeout) {
   CHORUS_CHECK_ARG(token.has_value(),
                    "CHORUS_STORE is set but neither CHORUS_JOB_TOKEN nor CHORUS_JOB_TOKEN_FILE is; "
                    "start the job with chorusrun");
+  std::string bindHost = rankBindAddress().value_or("");
   auto store = std::make_shared<store::TcpStore>(address, *token, Deadline::after(timeout));
-  return std::make_unique<StoreConnector>(placement, std::move(store), *token, nullptr);
+  return std::make_unique<StoreConnector>(placement, std::move(store), *token, nullptr,
+                                          std::move(bindHost));
 }
 
 // The store that rank 0 serves under torchrun-style launching. It lives as long as the process, not
@@ -104,11 +119,17 @@ std::shared_ptr<store::TcpStoreServer> processStoreServer(const net::Address& ad
   return server;
 }
 
-// torchrun-style: rank 0 serves the store at MASTER_ADDR:MASTER_PORT.
+// torchrun-style: rank 0 serves the store at MASTER_ADDR:MASTER_PORT. A wildcard MASTER_ADDR
+// would bind every interface implicitly and is refused (Note [Bind address]).
 std::unique_ptr<Connector> connectTorchrun(std::chrono::milliseconds timeout) {
   Placement placement = readPlacement("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   net::Address address{env::string("MASTER_ADDR").value_or("127.0.0.1"),
                        static_cast<uint16_t>(requiredInt("MASTER_PORT"))};
+  CHORUS_CHECK_ARG(!isWildcardAddress(address.host), "rank ", placement.rank,
+                   ": MASTER_ADDR=", address.host,
+                   " would make rank 0 serve the store on every interface; set MASTER_ADDR to "
+                   "rank 0's address on the network the ranks share (127.0.0.1 on one machine)");
+  std::string bindHost = rankBindAddress().value_or("");
   auto token = jobToken();
   if (!token) {
     CHORUS_LOG(kWarn) << "no CHORUS_JOB_TOKEN is set: connections are authenticated with a token "
@@ -119,7 +140,8 @@ std::unique_ptr<Connector> connectTorchrun(std::chrono::milliseconds timeout) {
   if (placement.rank == 0)
     server = processStoreServer(address, *token);
   auto store = std::make_shared<store::TcpStore>(address, *token, Deadline::after(timeout));
-  return std::make_unique<StoreConnector>(placement, std::move(store), *token, std::move(server));
+  return std::make_unique<StoreConnector>(placement, std::move(store), *token, std::move(server),
+                                          std::move(bindHost));
 }
 
 // mpirun's environment: Open MPI sets OMPI_COMM_WORLD_SIZE, MPICH/Hydra PMI_SIZE, PMIx PMIX_RANK.

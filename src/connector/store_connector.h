@@ -23,10 +23,13 @@ class StoreConnector : public Connector {
  public:
   // `server` is non-null when this process serves the store itself (rank 0 under torchrun); it is
   // shared because it outlives the connector (see processStoreServer in connector.cc).
+  // `bindHost` is where this rank's listeners bind (see Note [Bind address]); empty: the local
+  // address of the connection to the store.
   StoreConnector(Placement placement,
                  std::shared_ptr<store::TcpStore> store,
                  std::string token,
-                 std::shared_ptr<store::TcpStoreServer> server);
+                 std::shared_ptr<store::TcpStoreServer> server,
+                 std::string bindHost = "");
   ~StoreConnector() override;
 
   std::string kind() const override { return "store"; }
@@ -38,6 +41,7 @@ class StoreConnector : public Connector {
   std::string nodeId() const override { return placement_.nodeId; }
   std::shared_ptr<store::Store> store() const override;
   const std::string& token() const override { return token_; }
+  // The bind host given at construction, else the local address of the connection to the store.
   std::string hostAddress() const override;
 
   void barrier(Deadline deadline) override;
@@ -48,6 +52,7 @@ class StoreConnector : public Connector {
   std::shared_ptr<store::TcpStore> store_;
   std::string token_;
   std::shared_ptr<store::TcpStoreServer> server_;
+  std::string bindHost_;
   std::atomic<uint64_t> barrierCount_{0};
   std::atomic<uint64_t> broadcastCount_{0};
 };

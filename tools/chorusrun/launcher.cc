@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "connector/bind_address.h"
 #include "core/check.h"
 #include "core/net/handshake.h"
 #include "job_token.h"
@@ -83,15 +84,17 @@ int Launcher::run() {
     say(missingTokenMessage());
     return 2;
   }
+  // See Note [Bind address] (src/connector/bind_address.h).
+  std::optional<std::string> bindHost = connector::launcherBindAddress(options_.bind);
   if (options_.nnodes > 1) {
-    nodes_ = std::make_unique<NodeGroup>(options_, *token);
+    nodes_ = std::make_unique<NodeGroup>(options_, *token, bindHost);
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.fd = nodes_->eventFd();
     CHORUS_SYSCHECK(epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, nodes_->eventFd(), &event));
     jobId_ = nodes_->jobId();
     try {
-      spawnRanks(*token, nodes_->storeHost(), nodes_->storePort());
+      spawnRanks(*token, nodes_->storeHost(), nodes_->storePort(), bindHost.value_or(""));
       eventLoop();
     } catch (const std::exception& e) {
       nodes_->reportFailure(
@@ -102,9 +105,11 @@ int Launcher::run() {
     nodes_->finish();
     return exitCode_;
   }
-  store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0, *token);
+  std::string listenHost = bindHost.value_or("127.0.0.1");
+  store_ = std::make_unique<store::TcpStoreServer>(listenHost, 0, *token);
   jobId_ = newJobId();
-  spawnRanks(*token, "127.0.0.1", store_->port());
+  std::string storeHost = connector::isWildcardAddress(listenHost) ? "127.0.0.1" : listenHost;
+  spawnRanks(*token, storeHost, store_->port(), listenHost);
   eventLoop();
   removeLeftoverSegments();
   return exitCode_;
@@ -144,8 +149,8 @@ void Launcher::handleNodeEvent() {
     return;
   }
   say(event->message + "; stopping the ranks of node " + std::to_string(options_.nodeRank));
-  if (!stopping_ && !finishing_) {
-    beginStop(SIGTERM, event->exitCode);
+  if (!stopping_ && !finishing_ && !failed_) {
+    stopAfterGrace(event->exitCode);
   } else if (exitCode_ == 0) {
     exitCode_ = event->exitCode;
   }
@@ -153,7 +158,8 @@ void Launcher::handleNodeEvent() {
 
 void Launcher::spawnRanks(const std::string& token,
                           const std::string& storeHost,
-                          uint16_t storePort) {
+                          uint16_t storePort,
+                          const std::string& bindHost) {
   int n = options_.nprocPerNode;
   ensureFileLimit(n);
   JobEnvironment job;
@@ -163,6 +169,7 @@ void Launcher::spawnRanks(const std::string& token,
   job.nnodes = options_.nnodes;
   job.storeHost = storeHost;
   job.storePort = storePort;
+  job.bindHost = bindHost;
   job.token = token;
   job.jobId = jobId_;
   job.timeout = options_.timeout;
@@ -216,6 +223,11 @@ void Launcher::eventLoop() {
       signalAll(SIGKILL);
       killAt_.reset();
     }
+    if (stopAt_ && Clock::now() >= *stopAt_) {
+      stopAt_.reset();
+      if (!stopping_)
+        beginStop(SIGTERM, exitCode_);
+    }
     int timeoutMs = -1;
     if (auto deadline = nextDeadline()) {
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
@@ -239,12 +251,27 @@ void Launcher::eventLoop() {
     }
   }
   output_->closeAll();
+  sayFailures();
+}
+
+void Launcher::sayFailures() const {
+  if (failures_.empty())
+    return;
+  std::string line = failures_.front();
+  for (size_t i = 1; i < failures_.size(); ++i) line += (i == 1 ? "; then " : ", ") + failures_[i];
+  if (!earlyExits_.empty()) {
+    line += "; ";
+    for (int rank : earlyExits_)
+      line += (rank == *earlyExits_.begin() ? "rank " : ", rank ") + std::to_string(rank);
+    line += " exited with code 0";
+  }
+  say(line);
 }
 
 std::optional<Launcher::TimePoint> Launcher::nextDeadline() const {
   std::optional<TimePoint> next;
   for (const std::optional<TimePoint>& at :
-       {killAt_, drainUntil_, nodeSettled_ ? std::nullopt : waitNodesUntil_}) {
+       {killAt_, stopAt_, drainUntil_, nodeSettled_ ? std::nullopt : waitNodesUntil_}) {
     if (at && (!next || *at < *next)) {
       next = at;
     }
@@ -280,6 +307,9 @@ void Launcher::checkRankExits() {
   std::string failure;
   for (RankProcess& process : ranks_) {
     std::optional<ExitStatus> status = process.pollExit();
+    if (status && status->success() && !finishing_ && !stopping_) {
+      earlyExits_.insert(process.rank());  // only worth saying if the job then fails
+    }
     if (!status || status->success()) {
       continue;
     }
@@ -294,14 +324,18 @@ void Launcher::checkRankExits() {
     output_->drainAvailable(out);
     output_->drainAvailable(err);
     std::string what = nodeName() + status->describe(process.rank());
-    say(what);
+    failures_.push_back(what);
     if (!failedCode) {
       failedCode = status->launcherExitCode();
       failure = what;
     }
   }
-  if (failedCode) {
-    fail(SIGTERM, *failedCode, failure);
+  if (failedCode && !failed_) {
+    stopAfterGrace(*failedCode);
+    if (nodes_ && !ownFailure_) {
+      ownFailure_ = true;
+      nodes_->reportFailure(*failedCode, failure);
+    }
   }
   if (finishing_) {
     reapChildren();
@@ -321,6 +355,12 @@ void Launcher::beginStop(int signal, int exitCode) {
   }
 }
 
+void Launcher::stopAfterGrace(int exitCode) {
+  failed_ = true;
+  exitCode_ = exitCode;
+  stopAt_ = Clock::now() + kFailureGrace;
+}
+
 void Launcher::signalAll(int signal) {
   sentSignals_.insert(signal);
   for (RankProcess& process : ranks_) {
@@ -330,7 +370,8 @@ void Launcher::signalAll(int signal) {
 
 void Launcher::beginFinish() {
   finishing_ = true;
-  if (nodes_ && !stopping_) {
+  stopAt_.reset();
+  if (nodes_ && !stopping_ && !failed_) {
     nodes_->reportDone();
     std::chrono::milliseconds wait{300000};
     if (options_.timeout) {

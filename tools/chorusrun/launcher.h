@@ -5,13 +5,17 @@
 //  1. Blocks SIGINT, SIGTERM, SIGHUP and SIGCHLD (before any thread exists, so the store's threads
 //     inherit the mask) and receives them through a signalfd; becomes a child subreaper, so
 //     processes orphaned by a dying rank are re-parented to the launcher, which reaps them.
-//  2. Starts the TCP store on 127.0.0.1 (a free port; several nodes: see below) with a fresh job
-//     token, and spawns the ranks (see rank_process.h, rank_environment.h).
+//  2. Starts the TCP store on 127.0.0.1 (or --bind's address; a free port; several nodes: see
+//     below) with a fresh job token, and spawns the ranks (see rank_process.h,
+//     rank_environment.h), telling them where to bind (Note [Bind address]).
 //  3. One event loop (epoll over the output pipes and the signalfd) forwards output, notices
 //     exits and signals. Nothing sleeps; the only timed waits are the kill grace and the drain.
-//  4. A rank that exits non-zero or is killed: chorusrun says which and how on stderr, sends
-//     SIGTERM to every rank's process group, SIGKILL after --kill-grace, and exits with that
-//     rank's code (128 + signal if it was killed). A signal to the launcher: forwarded to every
+//  4. A rank that exits non-zero or is killed: the other ranks get kFailureGrace to notice (their
+//     pending collectives raise an error naming that rank) and exit on their own; then chorusrun
+//     sends SIGTERM to every rank's process group that is left, SIGKILL after --kill-grace, and
+//     exits with the first failed rank's code (128 + signal if it was killed). Once the ranks are
+//     gone it prints one line on stderr: the first failure, then the ranks that failed after it
+//     (see Note [Failure grace]). A signal to the launcher: forwarded to every
 //     rank's process group, SIGKILL after the grace, exit 128 + signal; a second signal kills at
 //     once.
 //  5. Once every rank has exited, any process left in a rank's group is killed, output is drained
@@ -57,6 +61,15 @@ namespace chorus::launcher {
 
 inline constexpr std::chrono::milliseconds kDrainTimeout{2000};
 
+// Note [Failure grace]
+// When a rank fails, its peers are usually inside a collective with it. They notice within
+// milliseconds (a closed socket, a pidfd, an abort message) and raise a PeerError that names the
+// failed rank, which is the explanation the user needs; stopping them at once with SIGTERM would
+// throw that away. So the launcher waits up to kFailureGrace for the others to exit on their own
+// before it signals what is left. A rank busy with something else (not in a collective) is
+// stopped after the grace as before.
+inline constexpr std::chrono::milliseconds kFailureGrace{3000};
+
 class Launcher {
  public:
   explicit Launcher(LaunchOptions options);
@@ -71,7 +84,11 @@ class Launcher {
  private:
   using TimePoint = std::chrono::steady_clock::time_point;
 
-  void spawnRanks(const std::string& token, const std::string& storeHost, uint16_t storePort);
+  // `bindHost`: exported as CHORUS_BIND_ADDR unless empty.
+  void spawnRanks(const std::string& token,
+                  const std::string& storeHost,
+                  uint16_t storePort,
+                  const std::string& bindHost);
   // Removes the job's leftover shared-memory segments, once; nothing before jobId_ is set.
   void removeLeftoverSegments();
   void handleNodeEvent();
@@ -82,6 +99,10 @@ class Launcher {
   void handleSignals();
   void checkRankExits();
   void beginStop(int signal, int exitCode);
+  // A failure (here or on another node): stop the ranks after kFailureGrace unless they all exit.
+  void stopAfterGrace(int exitCode);
+  // The one line that ends a failed job: the first failure, then the ones after it.
+  void sayFailures() const;
   void signalAll(int signal);
   void beginFinish();
   void reapOrphans();
@@ -110,6 +131,10 @@ class Launcher {
   bool finishing_ = false;
   bool childrenLeft_ = true;
   std::optional<TimePoint> killAt_;
+  std::optional<TimePoint> stopAt_;    // the end of the failure grace
+  bool failed_ = false;                // a rank here or another node failed
+  std::vector<std::string> failures_;  // how each failed rank ended, in the order seen
+  std::set<int> earlyExits_;           // ranks that exited 0 before the job ended
   std::optional<TimePoint> drainUntil_;
   bool drained_ = false;
   // Multi-node: the node group's watcher has reported (the job may end), this node's failure was

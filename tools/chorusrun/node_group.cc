@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "chorus/error.h"
+#include "connector/bind_address.h"
 #include "core/check.h"
 #include "core/net/socket.h"
 #include "rank_environment.h"
@@ -53,15 +54,30 @@ void reportJobFailure(const std::string& master,
   }
 }
 
-NodeGroup::NodeGroup(const LaunchOptions& options, const std::string& token) : options_(options) {
+NodeGroup::NodeGroup(const LaunchOptions& options,
+                     const std::string& token,
+                     const std::optional<std::string>& bindHost)
+    : options_(options) {
   net::Address address = net::Address::parse(options.master);
   host_ = address.host;
   port_ = address.port;
   int node = options.nodeRank;
   if (node == 0) {
-    server_ = std::make_unique<store::TcpStoreServer>(host_, port_, token);
+    if (!bindHost && connector::isWildcardAddress(host_)) {
+      throw InvalidArgumentError(
+          "--master " + options.master +
+          " would serve the store on every interface of this host; give --master this host's "
+          "address on the nodes' network (or --bind ADDR / CHORUS_IFNAME=<interface>), or pass "
+          "--bind 0.0.0.0 to mean every interface");
+    }
+    server_ = std::make_unique<store::TcpStoreServer>(bindHost.value_or(host_), port_, token);
     port_ = server_->port();
     address.port = port_;
+    if (connector::isWildcardAddress(host_)) {
+      // This node's ranks reach the store at the bound address, or on loopback for --bind 0.0.0.0.
+      host_ = connector::isWildcardAddress(*bindHost) ? "127.0.0.1" : *bindHost;
+      address.host = host_;
+    }
   }
   Deadline connect = Deadline::after(options.connectTimeout);
   try {

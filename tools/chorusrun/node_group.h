@@ -61,10 +61,14 @@ void reportJobFailure(const std::string& master,
 
 class NodeGroup {
  public:
-  // Node 0 serves the store on options.master; every node connects to it (node 0 at once, the
-  // others retrying for options.connectTimeout), claims its node rank and checks the config.
-  // Throws chorus::Error with a clear message on a mismatch or when the store cannot be reached.
-  NodeGroup(const LaunchOptions& options, const std::string& token);
+  // Node 0 serves the store on options.master (bound to `bindHost` when given, else to the
+  // master's host, which may not be a wildcard: see Note [Bind address]); every node connects to
+  // it (node 0 at once, the others retrying for options.connectTimeout), claims its node rank and
+  // checks the config. Throws chorus::Error with a clear message on a mismatch or when the store
+  // cannot be reached.
+  NodeGroup(const LaunchOptions& options,
+            const std::string& token,
+            const std::optional<std::string>& bindHost);
   ~NodeGroup();
   NodeGroup(const NodeGroup&) = delete;
   NodeGroup& operator=(const NodeGroup&) = delete;

@@ -14,7 +14,7 @@ Everything from the program name on is passed to the program untouched.
 
 Each rank gets CHORUS_RANK, CHORUS_SIZE, CHORUS_LOCAL_RANK, CHORUS_LOCAL_SIZE,
 CHORUS_NODE_RANK, CHORUS_NNODES, CHORUS_STORE, CHORUS_JOB_TOKEN, CHORUS_JOB_ID,
-CHORUS_LAUNCHER, and the torchrun-compatible RANK, WORLD_SIZE, LOCAL_RANK,
+CHORUS_LAUNCHER, CHORUS_BIND_ADDR (see below), and the torchrun-compatible RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Output lines are prefixed "[rank] ".
 When a rank fails, the others are stopped and chorusrun exits with its code.
 CHORUS_JOB_ID (16 hex digits, fresh for each job, the same on every node)
@@ -32,6 +32,17 @@ non-zero naming the node and rank; losing node 0's store does the same.
 -H/--hostfile starts those launchers over ssh (CHORUS_RSH overrides "ssh";
 "chorusrun" must be on the remote PATH), passing the token on their stdin.
 Hostfile lines: "node1 slots=4" or "node1:4"; '#' comments.
+
+Listening sockets: on one node the store and the ranks' transports bind
+127.0.0.1 only. Across nodes, --bind ADDR (an IPv4 address of this host) or
+CHORUS_IFNAME=<interface> (e.g. eth0; its IPv4 address) says which address
+this node's store (node 0, on --master's port) and ranks' transports bind;
+the ranks get it as CHORUS_BIND_ADDR. Without either, node 0's store binds the
+--master host and ranks bind the interface that reaches the store. chorus
+never binds every interface implicitly: a --master of 0.0.0.0 is refused
+unless --bind 0.0.0.0 is given explicitly. An unknown interface, or an
+address that is not this host's, is an error listing this host's addresses.
+With -H/--hostfile use CHORUS_IFNAME (passed on to every host), not --bind.
 
 --launcher mpi: runs "mpirun -np N [-H hosts] program args" instead
 (CHORUS_MPIRUN overrides "mpirun"; Open MPI's or MPICH's, told apart by
@@ -114,6 +125,10 @@ std::optional<std::string> usageProblem(const LaunchOptions& options) {
   } else if (options.nprocPerNode == 0) {
     return "say how many ranks to start, e.g. chorusrun -np 4 " + first;
   }
+  if (!options.bind.empty() && (!options.hosts.empty() || !options.hostfile.empty())) {
+    return "--bind names one host's address; with -H/--hostfile set CHORUS_IFNAME=<interface> "
+           "instead (it is passed to every host)";
+  }
   if (options.nnodes > 1 && options.master.empty()) {
     return "--nnodes " + std::to_string(options.nnodes) +
            " needs --master HOST:PORT (where node 0 serves the store)";
@@ -147,6 +162,10 @@ ParseResult parseOptions(int argc, const char* const* argv) {
   app.add_option("--master", options.master,
                  "HOST:PORT where node 0 serves the store (multi-node; -H: default "
                  "<first host>:29500)");
+  app.add_option("--bind", options.bind,
+                 "IPv4 address of this host that its store and ranks' transports listen on "
+                 "(default 127.0.0.1 on one node; also CHORUS_IFNAME=<interface>); 0.0.0.0 only "
+                 "when given explicitly");
   double connectTimeoutSeconds = 60.0;
   app.add_option("--connect-timeout", connectTimeoutSeconds,
                  "Seconds other nodes keep trying to reach node 0's store (default 60)")

@@ -21,6 +21,9 @@ struct LaunchOptions {
   int nodeRank = 0;
   // --master HOST:PORT: where node 0 serves the store (multi-node); empty for one node.
   std::string master;
+  // --bind ADDR: the address this node's listeners bind (store on node 0, the ranks' transports);
+  // empty: not given (see Note [Bind address], src/connector/bind_address.h).
+  std::string bind;
   // How long nodes other than 0 keep trying to reach the store.
   std::chrono::milliseconds connectTimeout{60000};
   // The job token's file (--token-file, else CHORUS_JOB_TOKEN_FILE); empty: none.

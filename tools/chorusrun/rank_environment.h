@@ -25,6 +25,8 @@ struct JobEnvironment {
   int nnodes = 1;
   std::string storeHost;
   uint16_t storePort = 0;
+  // CHORUS_BIND_ADDR: where the ranks' listeners bind (Note [Bind address]); empty: not exported.
+  std::string bindHost;
   std::string token;
   std::string jobId;                   // CHORUS_JOB_ID, see newJobId()
   std::optional<std::string> timeout;  // CHORUS_TIMEOUT, seconds

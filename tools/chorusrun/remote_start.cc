@@ -79,6 +79,11 @@ std::string remoteCommand(
   if (options.timeout) {
     words.insert(words.end(), {"--timeout", *options.timeout});
   }
+  // The interface to bind (Note [Bind address]) has the same name on every host; ssh does not
+  // forward the environment, so it travels on the command line (it is no secret).
+  if (const char* interface = std::getenv("CHORUS_IFNAME"); interface && *interface) {
+    words.insert(words.begin(), {"env", std::string("CHORUS_IFNAME=") + interface});
+  }
   if (!options.tagOutput) {
     words.push_back("--no-tag-output");
   }

@@ -13,7 +13,9 @@ namespace chorus::transport::tcp {
 // connection runs the authenticated handshake (Note [Authenticated handshake]) with purpose
 // "tcp-transport/<scope>" and the rank as id, so a connection meant for another communicator or job
 // cannot join. Connections from impostors (wrong token, wrong scope, wrong or duplicate rank) are
-// dropped and the rank keeps accepting.
+// dropped and the rank keeps accepting; handshakes run concurrently, so a client that stalls holds
+// up only itself (Note [Concurrent bootstrap handshakes], bootstrap.cc). The listener is closed
+// when this returns.
 //
 // Returns one blocking socket per rank (the slot of options.rank is empty). Collective: blocks
 // until every pair is connected; TimeoutError at options.deadline naming the ranks not connected;
