@@ -13,6 +13,8 @@ packages=(
   python3-mpi4py
   # bench/plot.py draws chorus-bench results.
   python3-matplotlib
+  # fuzz/: libFuzzer targets, built with clang (make test runs them briefly, make fuzz for long).
+  clang libclang-rt-14-dev
 )
 
 missing=()
