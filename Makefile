@@ -8,7 +8,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 NP ?= 4
 
-.PHONY: all deps configure build demo test install format format-check clean
+.PHONY: all deps configure build demo test fuzz install format format-check clean
 
 all: build
 
@@ -27,8 +27,15 @@ demo: build
 	$(BUILD)/bin/chorusrun -np $(NP) $(BUILD)/bin/allreduce
 	PYTHONPATH=$(BUILD)/python $(BUILD)/bin/chorusrun -np $(NP) /usr/bin/python3 examples/python/allreduce.py
 
+# The whole suite, then a short run of every fuzz target (fuzz/, built with clang).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 600
+	fuzz/run.sh 10 $(BUILD)/fuzz
+
+# libFuzzer targets for the store and transport parsers: FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 300
+fuzz: deps
+	fuzz/run.sh $(FUZZ_SECONDS) $(BUILD)/fuzz
 
 # Installs under PREFIX (default /usr/local): libchorus.so, headers, chorusrun, the CMake package
 # (find_package(chorus)), chorus.pc, and the Python package where /usr/bin/python3 finds it.

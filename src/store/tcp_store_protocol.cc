@@ -9,6 +9,11 @@
 #include "store/tcp_store.h"
 
 namespace chorus::store::protocol {
+namespace {
+
+constexpr size_t kFirstChunkBytes = 64 * 1024;
+
+}  // namespace
 
 Writer& Writer::u8(uint8_t value) {
   buffer_.push_back(value);
@@ -113,6 +118,46 @@ void Reader::expectEnd() const {
   }
 }
 
+Request decodeRequest(const std::vector<uint8_t>& payload) {
+  Reader reader(payload);
+  Request request;
+  request.op = static_cast<Op>(reader.u8());
+  switch (request.op) {
+    case Op::kSet:
+      request.key = reader.string();
+      request.value = reader.bytes();
+      break;
+    case Op::kGet:
+      request.key = reader.string();
+      request.deadline = fromTimeoutMs(reader.i64());
+      break;
+    case Op::kAdd:
+      request.key = reader.string();
+      request.delta = reader.i64();
+      break;
+    case Op::kCompareSet:
+      request.key = reader.string();
+      request.value = reader.bytes();
+      request.desired = reader.bytes();
+      break;
+    case Op::kWait:
+      request.keys = reader.strings();
+      request.deadline = fromTimeoutMs(reader.i64());
+      break;
+    case Op::kCheck:
+      request.keys = reader.strings();
+      break;
+    case Op::kErase:
+      request.key = reader.string();
+      break;
+    default:
+      throw ProtocolError(::chorus::detail::concat("unknown TCP store request type ",
+                                                   int(static_cast<uint8_t>(request.op))));
+  }
+  reader.expectEnd();
+  return request;
+}
+
 void sendFrame(int fd, Writer& writer, Deadline deadline) {
   const std::vector<uint8_t>& frame = writer.frame();
   net::sendAll(fd, frame.data(), frame.size(), deadline);
@@ -127,8 +172,16 @@ std::vector<uint8_t> recvFrame(int fd, Deadline headerDeadline, Deadline bodyDea
     throw ProtocolError(::chorus::detail::concat("a TCP store frame announced ", size,
                                                  " bytes, over the limit of ", kMaxFrameBytes));
   }
-  std::vector<uint8_t> payload(size);
-  net::recvAll(fd, payload.data(), size, bodyDeadline);
+  // The payload grows as its bytes arrive (doubling, from 64 KiB), so memory follows what the peer
+  // sent rather than what its length prefix claims: a peer that announces kMaxFrameBytes and then
+  // stalls or hangs up holds no more than it sent.
+  std::vector<uint8_t> payload;
+  while (payload.size() < size) {
+    size_t got = payload.size();
+    size_t next = std::min<size_t>(size - got, std::max<size_t>(got, kFirstChunkBytes));
+    payload.resize(got + next);
+    net::recvAll(fd, payload.data() + got, next, bodyDeadline);
+  }
   return payload;
 }
 

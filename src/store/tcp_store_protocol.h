@@ -4,13 +4,16 @@
 // reply is one frame: a 4-byte little-endian payload length, then the payload. Inside a payload,
 // integers are little-endian, and strings and byte strings are a u32 length then the bytes.
 //
+// clang-format off
 //   request = op (u8) | fields                         reply = status (u8) | fields
 //     kSet         key, value                            kOk       op-specific result:
 //     kGet         key, timeout ms (i64, -1 = never)       kGet, kCompareSet: value; kAdd: i64;
 //     kAdd         key, delta (i64)                        kCheck, kErase: u8 (0 or 1); else none
 //     kCompareSet  key, expected, desired                kTimeout  missing keys (u32 count,
-//     strings) kWait        keys (u32 count, strings), timeout ms kError    message (string) kCheck
-//     keys kErase       key
+//     kWait        keys (u32 count, strings), timeout ms           strings)
+//     kCheck       keys                                  kError    error (bytes, from
+//     kErase       key                                             detail::encodeError)
+// clang-format on
 //
 // A Reader never reads past its payload: a short or inconsistent payload is a ProtocolError, and
 // the server drops that connection.
@@ -73,10 +76,25 @@ class Reader {
   size_t left_;
 };
 
+// One request, decoded. Only the fields of its op are set (see the table at the top).
+struct Request {
+  Op op = Op::kSet;
+  std::string key;                        // every op but kWait and kCheck
+  std::vector<std::string> keys;          // kWait, kCheck
+  Bytes value;                            // kSet: the value; kCompareSet: the expected value
+  Bytes desired;                          // kCompareSet
+  int64_t delta = 0;                      // kAdd
+  Deadline deadline = Deadline::never();  // kGet, kWait: from the request's timeout
+};
+// Decodes one request payload. A short, long or unknown request is ProtocolError. Pure: the
+// server's only parser of client bytes, and what the fuzz targets (fuzz/) feed arbitrary bytes.
+Request decodeRequest(const std::vector<uint8_t>& payload);
+
 // Sends a finished frame.
 void sendFrame(int fd, Writer& writer, Deadline deadline);
 // Receives one frame's payload. The length prefix must arrive by `headerDeadline` and the rest by
-// `bodyDeadline`; a length over kMaxFrameBytes is ProtocolError (nothing more is read).
+// `bodyDeadline`; a length over kMaxFrameBytes is ProtocolError (nothing more is read). Memory is
+// allocated as the payload arrives, not up front from the length prefix.
 std::vector<uint8_t> recvFrame(int fd, Deadline headerDeadline, Deadline bodyDeadline);
 
 // A deadline as the timeout carried in a request (milliseconds left, -1 for never), and back.

@@ -34,7 +34,7 @@ namespace {
 using namespace std::chrono_literals;
 using protocol::Op;
 using protocol::ProtocolError;
-using protocol::Reader;
+using protocol::Request;
 using protocol::Status;
 using protocol::Writer;
 
@@ -70,7 +70,7 @@ struct TcpStoreServer::Impl {
   void startConnection(net::Socket socket);
   void reapFinished();
   void serve(Connection& connection) noexcept;
-  void handleRequest(int fd, Reader& request, Writer& reply);
+  void handleRequest(int fd, const protocol::Request& request, Writer& reply);
   // Calls attempt(sliceDeadline) until it returns without TimeoutError or `deadline` passes;
   // returns false on timeout.
   template <typename Attempt>
@@ -94,55 +94,34 @@ bool TcpStoreServer::Impl::waitInSlices(int fd, Deadline deadline, Attempt attem
   }
 }
 
-void TcpStoreServer::Impl::handleRequest(int fd, Reader& request, Writer& reply) {
-  auto op = static_cast<Op>(request.u8());
-  std::string key;
-  std::vector<std::string> keys;
-  switch (op) {
-    case Op::kSet: {
-      key = request.string();
-      Bytes value = request.bytes();
-      request.expectEnd();
-      store.set(key, value);
+void TcpStoreServer::Impl::handleRequest(int fd, const Request& request, Writer& reply) {
+  switch (request.op) {
+    case Op::kSet:
+      store.set(request.key, request.value);
       reply.u8(uint8_t(Status::kOk));
       return;
-    }
     case Op::kGet: {
-      key = request.string();
-      Deadline deadline = protocol::fromTimeoutMs(request.i64());
-      request.expectEnd();
       Bytes value;
-      if (!waitInSlices(fd, deadline, [&](Deadline slice) { value = store.get(key, slice); })) {
-        reply.u8(uint8_t(Status::kTimeout)).strings({key});
+      auto attempt = [&](Deadline slice) { value = store.get(request.key, slice); };
+      if (!waitInSlices(fd, request.deadline, attempt)) {
+        reply.u8(uint8_t(Status::kTimeout)).strings({request.key});
         return;
       }
       reply.u8(uint8_t(Status::kOk)).bytes(value);
       return;
     }
-    case Op::kAdd: {
-      key = request.string();
-      int64_t delta = request.i64();
-      request.expectEnd();
-      int64_t result = store.add(key, delta);
-      reply.u8(uint8_t(Status::kOk)).i64(result);
+    case Op::kAdd:
+      reply.u8(uint8_t(Status::kOk)).i64(store.add(request.key, request.delta));
       return;
-    }
-    case Op::kCompareSet: {
-      key = request.string();
-      Bytes expected = request.bytes();
-      Bytes desired = request.bytes();
-      request.expectEnd();
-      Bytes after = store.compareSet(key, expected, desired);
-      reply.u8(uint8_t(Status::kOk)).bytes(after);
+    case Op::kCompareSet:
+      reply.u8(uint8_t(Status::kOk))
+          .bytes(store.compareSet(request.key, request.value, request.desired));
       return;
-    }
     case Op::kWait: {
-      keys = request.strings();
-      Deadline deadline = protocol::fromTimeoutMs(request.i64());
-      request.expectEnd();
-      if (!waitInSlices(fd, deadline, [&](Deadline slice) { store.wait(keys, slice); })) {
+      auto attempt = [&](Deadline slice) { store.wait(request.keys, slice); };
+      if (!waitInSlices(fd, request.deadline, attempt)) {
         std::vector<std::string> missing;
-        for (const auto& k : keys) {
+        for (const auto& k : request.keys) {
           if (!store.check({k}))
             missing.push_back(k);
         }
@@ -152,20 +131,14 @@ void TcpStoreServer::Impl::handleRequest(int fd, Reader& request, Writer& reply)
       reply.u8(uint8_t(Status::kOk));
       return;
     }
-    case Op::kCheck: {
-      keys = request.strings();
-      request.expectEnd();
-      reply.u8(uint8_t(Status::kOk)).u8(store.check(keys) ? 1 : 0);
+    case Op::kCheck:
+      reply.u8(uint8_t(Status::kOk)).u8(store.check(request.keys) ? 1 : 0);
       return;
-    }
-    case Op::kErase: {
-      key = request.string();
-      request.expectEnd();
-      reply.u8(uint8_t(Status::kOk)).u8(store.erase(key) ? 1 : 0);
+    case Op::kErase:
+      reply.u8(uint8_t(Status::kOk)).u8(store.erase(request.key) ? 1 : 0);
       return;
-    }
   }
-  throw ProtocolError(::chorus::detail::concat("unknown TCP store request type ", int(op)));
+  CHORUS_ASSERT(false && "decodeRequest returned an unknown op");
 }
 
 void TcpStoreServer::Impl::serve(Connection& connection) noexcept {
@@ -193,12 +166,10 @@ void TcpStoreServer::Impl::serve(Connection& connection) noexcept {
     while (!stopping.load()) {
       std::vector<uint8_t> payload =
           protocol::recvFrame(fd, Deadline::never(), Deadline::after(kFrameBodyTimeout));
-      Reader request(payload);
+      Request request = protocol::decodeRequest(payload);  // ProtocolError: drop the client
       Writer reply;
       try {
         handleRequest(fd, request, reply);
-      } catch (const ProtocolError&) {
-        throw;
       } catch (const Error&) {
         // A valid request the store cannot serve (add() on a non-number): the client's error.
         reply = Writer();

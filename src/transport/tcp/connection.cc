@@ -4,8 +4,11 @@
 // Reads: headers and small payloads are read in bulk through a 64 KiB buffer (one recv for many
 // small frames); once a large payload's receive is known, its bytes are read straight into the
 // receive's buffer (no copy). A message that arrives before its receive is read into a buffer of
-// its exact size, and copied once when the receive is posted (if the receive is posted while the
-// message is still arriving, the rest streams straight into the receive's buffer).
+// its own, and copied once when the receive is posted (if the receive is posted while the message
+// is still arriving, the rest streams straight into the receive's buffer). That buffer starts at
+// up to kFirstUnexpectedBytes (1 MiB) and doubles as bytes arrive (messages over 1 MiB pay about
+// one more copy): the size in a header is the peer's claim, and memory follows what was actually
+// sent, so a corrupt or hostile header cannot make this process reserve a terabyte.
 // Writes: queued frames go out with one sendmsg of up to kMaxIov pieces, header and payload
 // together, so small messages cost one system call.
 #include "transport/tcp/connection.h"
@@ -31,6 +34,7 @@ constexpr size_t kDirectReadMin = 16 * 1024;
 // Bytes read per readSome() call, so one busy peer cannot starve the others.
 constexpr size_t kReadBudget = 16 << 20;
 constexpr int kMaxIov = 64;
+constexpr size_t kFirstUnexpectedBytes = 1 << 20;
 constexpr size_t kZeroBytes = 64 * 1024;
 const char kZeros[kZeroBytes] = {};
 
@@ -123,8 +127,13 @@ Connection::Event Connection::readSome() {
     if (budget == 0)
       return Event::kNone;  // level-triggered epoll brings us back
     bool direct = inPayload_ && remaining_ >= kDirectReadMin;
-    char* target = direct ? dest_ : inBuffer_.get();
     size_t want = direct ? remaining_ : kInBufferBytes;
+    if (direct && sink_ == Sink::kUnexpected) {
+      growUnexpected(kDirectReadMin);
+      const Unexpected& message = unexpected_.back();
+      want = std::min(want, message.capacity - (message.header.bytes - remaining_));
+    }
+    char* target = direct ? dest_ : inBuffer_.get();
     ssize_t got = ::recv(fd(), target, want, 0);
     if (got == 0)
       return endOfStream();
@@ -175,6 +184,8 @@ Connection::Event Connection::consumeBuffered() {
         return event;
     } else {
       size_t take = std::min(available, remaining_);
+      if (sink_ == Sink::kUnexpected)
+        growUnexpected(take);
       std::memcpy(dest_, from, take);
       dest_ += take;
       remaining_ -= take;
@@ -216,16 +227,10 @@ Connection::Event Connection::onHeader() {
       }
       Unexpected message;
       message.header = header;
-      try {
-        message.payload = std::make_unique_for_overwrite<char[]>(header.bytes);
-      } catch (const std::bad_alloc&) {
-        throw Error(detail::concat("rank ", self_, " (this process): out of memory buffering a ",
-                                   header.bytes, "-byte message from rank ", peer_,
-                                   " that arrived before its receive was posted"));
-      }
-      dest_ = message.payload.get();
       unexpected_.push_back(std::move(message));
       sink_ = Sink::kUnexpected;
+      remaining_ = header.bytes;
+      growUnexpected(std::min<uint64_t>(header.bytes, kFirstUnexpectedBytes));
       break;
     }
     case FrameKind::kAbort:
@@ -247,6 +252,28 @@ Connection::Event Connection::onHeader() {
   inPayload_ = true;
   remaining_ = header.bytes;
   return remaining_ == 0 ? finishPayload() : Event::kNone;
+}
+
+void Connection::growUnexpected(size_t more) {
+  Unexpected& message = unexpected_.back();
+  size_t got = message.header.bytes - remaining_;
+  if (message.payload != nullptr && got + more <= message.capacity)
+    return;
+  size_t capacity =
+      std::min<uint64_t>(message.header.bytes, std::max(got + more, 2 * message.capacity));
+  std::unique_ptr<char[]> grown;
+  try {
+    grown = std::make_unique_for_overwrite<char[]>(capacity);
+  } catch (const std::bad_alloc&) {
+    throw Error(detail::concat("rank ", self_, " (this process): out of memory buffering a ",
+                               message.header.bytes, "-byte message from rank ", peer_,
+                               " that arrived before its receive was posted"));
+  }
+  if (got > 0)
+    std::memcpy(grown.get(), message.payload.get(), got);
+  message.payload = std::move(grown);
+  message.capacity = capacity;
+  dest_ = message.payload.get() + got;
 }
 
 Connection::Event Connection::finishPayload() {

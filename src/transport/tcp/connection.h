@@ -33,7 +33,8 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == 48);
 
 inline constexpr uint32_t kFrameMagic = 0x46524843;  // "CHRF"
-// Larger messages that arrive before their receive are refused as a protocol error.
+// Larger messages that arrive before their receive are refused as a protocol error. Below it, the
+// buffer of such a message grows as its bytes arrive, so a header alone commits no memory.
 inline constexpr uint64_t kMaxUnexpectedBytes = uint64_t{1} << 40;
 inline constexpr uint64_t kMaxAbortBytes = uint64_t{1} << 20;
 
@@ -99,7 +100,8 @@ class Connection {
   };
   struct Unexpected {
     FrameHeader header;
-    std::unique_ptr<char[]> payload;
+    std::unique_ptr<char[]> payload;  // grows as bytes arrive, up to header.bytes
+    size_t capacity = 0;
     bool complete = false;
   };
 
@@ -108,6 +110,8 @@ class Connection {
   Event onHeader();
   Event finishPayload();
   Event endOfStream();
+  // Makes room for `more` bytes in the unexpected message being read (see Note in connection.cc).
+  void growUnexpected(size_t more);
   void accept(size_t bytes);
 
   int self_;
