@@ -5,8 +5,8 @@
 // of it arrived, so one authenticated connection could make the server (or a client) commit 64 MiB
 // per frame by sending four bytes and stalling. Memory must follow the bytes that arrive.
 //
-// This is its own executable: it replaces the global operator new to record the largest single
-// allocation.
+// This is its own executable: it links chorus_largest_allocation, which replaces the global
+// operator new to record the largest single allocation.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -19,31 +19,10 @@
 
 #include "chorus/error.h"
 #include "core/net/socket.h"
+#include "harness/largest_allocation.h"
 #include "net_test_util.h"
 #include "store/tcp_store.h"
 #include "store/tcp_store_protocol.h"
-
-namespace {
-
-std::atomic<size_t> largestAllocation{0};
-
-void* countedAllocation(size_t size) {
-  size_t seen = largestAllocation.load();
-  while (size > seen && !largestAllocation.compare_exchange_weak(seen, size)) {
-  }
-  if (void* memory = std::malloc(size == 0 ? 1 : size))
-    return memory;
-  throw std::bad_alloc();
-}
-
-}  // namespace
-
-void* operator new(size_t size) { return countedAllocation(size); }
-void* operator new[](size_t size) { return countedAllocation(size); }
-void operator delete(void* memory) noexcept { std::free(memory); }
-void operator delete[](void* memory) noexcept { std::free(memory); }
-void operator delete(void* memory, size_t) noexcept { std::free(memory); }
-void operator delete[](void* memory, size_t) noexcept { std::free(memory); }
 
 namespace chorus::store::protocol {
 namespace {
@@ -60,9 +39,9 @@ TEST(StoreFuzzRegression, LengthPrefixAloneCommitsNoMemory) {
   stream.resize(stream.size() + 100, 0x5a);  // 100 of the 64 MiB announced, then EOF
   net::sendAll(client.fd(), stream.data(), stream.size(), Deadline::after(10s));
   ::shutdown(client.fd(), SHUT_WR);
-  largestAllocation.store(0);
+  chorus::testing::resetLargestAllocation();
   EXPECT_THROW(recvFrame(server.fd(), Deadline::after(10s), Deadline::after(10s)), PeerError);
-  EXPECT_LE(largestAllocation.load(), size_t{1} << 20);
+  EXPECT_LE(chorus::testing::largestAllocation(), size_t{1} << 20);
 }
 
 TEST(StoreFuzzRegression, FrameLargerThanTheFirstChunkArrivesWhole) {
@@ -117,9 +96,9 @@ TEST(StoreFuzzRegression, DecodeRequestRefusesMalformedPayloads) {
   EXPECT_THROW(decodeRequest({7, 5, 0, 0, 0, 'k'}), ProtocolError);     // key overruns
   EXPECT_THROW(decodeRequest({7, 1, 0, 0, 0, 'k', 0}), ProtocolError);  // trailing byte
   // A key count that the payload cannot hold is refused before allocating for it.
-  largestAllocation.store(0);
+  chorus::testing::resetLargestAllocation();
   EXPECT_THROW(decodeRequest({6, 0xff, 0xff, 0xff, 0x0f}), ProtocolError);
-  EXPECT_LE(largestAllocation.load(), size_t{1} << 10);
+  EXPECT_LE(chorus::testing::largestAllocation(), size_t{1} << 10);
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 // hostile header made the process reserve up to a terabyte (under a sanitizer, or without
 // overcommit, an out-of-memory abort or error) from 48 bytes. The buffer now grows as bytes arrive.
 //
-// This is its own executable: it replaces the global operator new to record the largest single
-// allocation.
+// This is its own executable: it links chorus_largest_allocation, which replaces the global
+// operator new to record the largest single allocation.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -18,29 +18,8 @@
 #include <vector>
 
 #include "chorus/error.h"
+#include "harness/largest_allocation.h"
 #include "transport/tcp/connection.h"
-
-namespace {
-
-std::atomic<size_t> largestAllocation{0};
-
-void* countedAllocation(size_t size) {
-  size_t seen = largestAllocation.load();
-  while (size > seen && !largestAllocation.compare_exchange_weak(seen, size)) {
-  }
-  if (void* memory = std::malloc(size == 0 ? 1 : size))
-    return memory;
-  throw std::bad_alloc();
-}
-
-}  // namespace
-
-void* operator new(size_t size) { return countedAllocation(size); }
-void* operator new[](size_t size) { return countedAllocation(size); }
-void operator delete(void* memory) noexcept { std::free(memory); }
-void operator delete[](void* memory) noexcept { std::free(memory); }
-void operator delete(void* memory, size_t) noexcept { std::free(memory); }
-void operator delete[](void* memory, size_t) noexcept { std::free(memory); }
 
 namespace chorus::transport::tcp {
 namespace {
@@ -77,11 +56,11 @@ TEST(TcpFrameFuzzRegression, HugeUnexpectedHeaderCommitsNoMemory) {
   std::vector<char> some(100, 'x');
   raw.send(some.data(), some.size());
   ::shutdown(raw.peer.fd(), SHUT_WR);
-  largestAllocation.store(0);
+  chorus::testing::resetLargestAllocation();
   Event event = Event::kNone;
   for (int i = 0; i < 10 && event == Event::kNone; ++i) event = raw.connection->readSome();
   EXPECT_EQ(event, Event::kCrashed);  // the peer vanished mid-message; nothing was refused
-  EXPECT_LE(largestAllocation.load(), size_t{2} << 20);
+  EXPECT_LE(chorus::testing::largestAllocation(), size_t{2} << 20);
 }
 
 // An unexpected message several times the first buffer, arriving in pieces, is delivered intact
