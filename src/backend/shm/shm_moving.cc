@@ -25,10 +25,17 @@ namespace {
 // (bench/cma_bench.cc: direct reads win 2-5x from 16 KiB to 1 MiB, pipelining 1.5-2x above).
 constexpr size_t kDirectBroadcastMaxBytes = 1 << 20;
 
+// memcpy that accepts an empty copy: an empty tensor's data pointer may be null, which memcpy's
+// arguments may not be, even for 0 bytes.
+void copyBytes(std::byte* to, const std::byte* from, size_t bytes) {
+  if (bytes > 0)
+    std::memcpy(to, from, bytes);
+}
+
 // Copies `bytes` unless source and destination are the same place (an in-place allgather).
 void copyUnlessSame(std::byte* to, const std::byte* from, size_t bytes) {
   if (to != from)
-    std::memcpy(to, from, bytes);
+    copyBytes(to, from, bytes);
 }
 
 }  // namespace
@@ -94,7 +101,7 @@ void ShmBackend::scatterBlocks(
     for (int q = 0; q < p; ++q) {
       if (isWriter(q)) {
         const std::byte* from = q == me ? in : group_->smallSlot(q, sequence);
-        std::memcpy(destination(q), from + me * bytes, bytes);
+        copyBytes(destination(q), from + me * bytes, bytes);
       }
     }
     return;
@@ -157,7 +164,7 @@ void ShmBackend::broadcast(const CallContext& call, const algorithms::BroadcastA
     if (args.bytes <= ShmGroup::kSmallSlotBytes) {
       const uint64_t sequence = arrive(call, data, isRoot ? args.bytes : 0);
       if (!isRoot)
-        std::memcpy(data, group_->smallSlot(root, sequence), args.bytes);
+        copyBytes(data, group_->smallSlot(root, sequence), args.bytes);
       return;
     }
     if (group_->directReads() && args.bytes <= kDirectBroadcastMaxBytes) {

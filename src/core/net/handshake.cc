@@ -36,7 +36,18 @@ constexpr uint8_t kRefused = 0;
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Mac = std::array<uint8_t, kMacBytes>;
 
+// OpenSSL without its exit-time cleanup (OPENSSL_cleanup, an atexit handler). A program's global
+// communicator, and the TCP store its rank 0 serves, may be destroyed after that handler ran (it
+// was built before OpenSSL's first use); the store's connection threads, joined then, would end
+// after OpenSSL dropped its per-thread state (error queue, random generator), which then leaks
+// (LeakSanitizer reports it). Without the handler every thread's state is freed as it ends.
+void initOpenSsl() {
+  static const int initialized = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr);
+  (void)initialized;  // a failed initialization makes RAND_bytes or HMAC fail, which is reported
+}
+
 void randomBytes(uint8_t* out, size_t bytes) {
+  initOpenSsl();
   if (RAND_bytes(out, static_cast<int>(bytes)) != 1) {
     throw Error("OpenSSL's random generator failed (RAND_bytes); the system has no entropy source");
   }
@@ -71,6 +82,7 @@ Mac computeMac(const std::string& token,
 
   Mac mac{};
   unsigned int length = 0;
+  initOpenSsl();
   if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), message.data(),
            message.size(), mac.data(), &length) == nullptr ||
       length != kMacBytes) {
