@@ -158,7 +158,7 @@ void ShmGroup::readFrom(int rank, void* to, uintptr_t from, size_t bytes) const 
     const ssize_t got = ::process_vm_readv(block(rank).pid, &local, 1, &remote, 1, 0);
     if (got <= 0) {
       const int error = got < 0 ? errno : EFAULT;
-      checkHealthy(true);  // a peer that died or failed explains it best
+      checkHealthy(true);    // a peer that died or failed explains it best
       if (error == ESRCH) {  // exiting: its memory is gone before its pidfd says so
         throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", rank,
                                        " died (or was killed) while this rank was reading its "
