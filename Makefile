@@ -1,6 +1,7 @@
 # The two commands a newcomer needs:
 #   make demo   builds chorus and runs the seed examples (C++, then Python) on 4 ranks (one node, no MPI)
-#   make test   builds chorus and runs the whole test suite
+#   make test   builds chorus and runs the whole test suite, the fuzz targets briefly, and the
+#               multi-rank C++ tests under ASan+UBSan and TSan
 # Each installs the Debian packages it needs first (scripts/install-deps.sh).
 
 BUILD ?= build
@@ -27,10 +28,14 @@ demo: build
 	$(BUILD)/bin/chorusrun -np $(NP) $(BUILD)/bin/allreduce
 	PYTHONPATH=$(BUILD)/python $(BUILD)/bin/chorusrun -np $(NP) /usr/bin/python3 examples/python/allreduce.py
 
-# The whole suite, then a short run of every fuzz target (fuzz/, built with clang).
+# The whole suite; then a short run of every fuzz target (fuzz/, built with clang); then the
+# multi-rank and unit C++ tests built with AddressSanitizer + UBSan, and with ThreadSanitizer
+# (scripts/sanitize.sh: their own build directories, no Python or MPI there).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 600
 	fuzz/run.sh 10 $(BUILD)/fuzz
+	scripts/sanitize.sh asan $(BUILD)-asan
+	scripts/sanitize.sh tsan $(BUILD)-tsan
 
 # libFuzzer targets for the store and transport parsers: FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 300
