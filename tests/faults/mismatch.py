@@ -43,6 +43,9 @@ def main():
     try:
         chorus.barrier()
         call(field, rank == size - 1)
+        # A rank whose own part of the mismatched call could complete (a broadcast leaf that got
+        # its data from the root it expected) learns of the mismatch at its next operation.
+        chorus.barrier()
         print(f"RESULT rank={rank} outcome=ok", flush=True)
     except chorus.Error as error:
         ranks = ",".join(map(str, getattr(error, "ranks", [])))

@@ -1,6 +1,7 @@
 """Inconsistent calls across ranks, with real processes: chorusrun runs mismatch.py on 3 ranks and
 the last rank calls the collective differently in one field. Every rank must raise MismatchError
-naming the field and ranks, with both values in its message, on both backends.
+naming the field and ranks, with both values in its message, on both backends: in the mismatched
+call, or (a rank whose part of it could complete, e.g. a broadcast leaf) at its next operation.
 
 Run by ctest as (see CMakeLists.txt)
     CHORUSRUN=<build>/bin/chorusrun PYTHONPATH=<build>/python /usr/bin/python3 -m pytest test_mismatch.py
