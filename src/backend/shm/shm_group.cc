@@ -227,20 +227,20 @@ void ShmGroup::checkHealthy(bool slow) const {
     throwGroupFailure();
   if (!slow)
     return;
+  // A death first: a peer that closed may have done so because it saw that death.
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_)
-      continue;
-    const ControlBlock& theirs = block(peer);
-    if (theirs.state.load(std::memory_order_acquire) == kClosed) {
-      throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", peer,
-                                     " has closed its communicator, so this collective cannot "
-                                     "complete"),
-                      peer);
-    }
-    if (peerProcesses_[peer].gone()) {
+    if (peer != rank_ && peerProcesses_[peer].gone()) {
       throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", peer,
                                      " closed its connection unexpectedly (the process died or "
                                      "was killed)"),
+                      peer);
+    }
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_ && block(peer).state.load(std::memory_order_acquire) == kClosed) {
+      throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", peer,
+                                     " has closed its communicator, so this collective cannot "
+                                     "complete"),
                       peer);
     }
   }

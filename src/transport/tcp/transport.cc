@@ -276,7 +276,7 @@ void TcpTransport::handle(Connection& connection, Connection::Event event) {
                                     " closed its connection unexpectedly (the process died or "
                                     "was killed)"),
                      peer)),
-                 /*tellPeers=*/false);
+                 /*tellPeers=*/true);  // a peer that hears this rank's goodbye first learns why
       rethrowFailure();
     case Connection::Event::kAbort: {
       auto prefix = detail::concat("rank ", rank_, " (this process): aborted because rank ", peer,
