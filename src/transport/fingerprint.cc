@@ -174,6 +174,13 @@ MismatchError makeByteCountMismatchError(int selfRank,
   return MismatchError(message, "bytes", {selfRank, peerRank});
 }
 
+PeerError makeCrashedPeerError(int selfRank, int peerRank) {
+  return PeerError(detail::concat("rank ", selfRank, " (this process): rank ", peerRank,
+                                  " closed its connection unexpectedly (the process died or was "
+                                  "killed)"),
+                   peerRank);
+}
+
 TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers) {
   peers = stall::missingRanks(std::move(peers));
   std::sort(peers.begin(), peers.end());

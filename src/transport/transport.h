@@ -110,6 +110,10 @@ MismatchError makeByteCountMismatchError(int selfRank,
                                          uint64_t expectedBytes,
                                          uint64_t sentBytes);
 
+// The PeerError every transport (and the shm backend) raises when `peerRank` went away without a
+// goodbye: killed, crashed, or exited without closing.
+PeerError makeCrashedPeerError(int selfRank, int peerRank);
+
 // The TimeoutError a transport raises at a deadline, naming the peers of unfinished requests
 // (sorted, without repeats) in the message and in missingRanks().
 TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers);

@@ -260,10 +260,10 @@ void Launcher::sayFailures() const {
   std::string line = failures_.front();
   for (size_t i = 1; i < failures_.size(); ++i) line += (i == 1 ? "; then " : ", ") + failures_[i];
   if (!earlyExits_.empty()) {
-    line += "; ";
+    std::string ranks;
     for (int rank : earlyExits_)
-      line += (rank == *earlyExits_.begin() ? "rank " : ", rank ") + std::to_string(rank);
-    line += " exited with code 0";
+      ranks += (ranks.empty() ? "; rank " : ", rank ") + std::to_string(rank);
+    line += ranks + " exited with code 0";
   }
   say(line);
 }

@@ -229,12 +229,8 @@ void ShmGroup::checkHealthy(bool slow) const {
     return;
   // A death first: a peer that closed may have done so because it saw that death.
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && peerProcesses_[peer].gone()) {
-      throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", peer,
-                                     " closed its connection unexpectedly (the process died or "
-                                     "was killed)"),
-                      peer);
-    }
+    if (peer != rank_ && peerProcesses_[peer].gone())
+      throw transport::makeCrashedPeerError(rank_, peer);
   }
   for (int peer = 0; peer < size_; ++peer) {
     if (peer != rank_ && block(peer).state.load(std::memory_order_acquire) == kClosed) {

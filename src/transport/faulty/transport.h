@@ -58,9 +58,6 @@ class FaultyTransport final : public Transport {
   void close() noexcept override { inner_->close(); }
   std::exception_ptr failure() const override { return inner_->failure(); }
 
-  // How many sends the fault has touched so far.
-  int faultsInjected() const { return faultsInjected_; }
-
  private:
   bool faultApplies(int peer, size_t bytes);
 
@@ -69,7 +66,6 @@ class FaultyTransport final : public Transport {
   uint64_t bytesSent_ = 0;                // over the faulty link(s), all peers together
   std::unordered_set<Request*> dropped_;  // sends completed here, never handed on
   std::vector<Request*> forwarded_;       // scratch for wait()
-  int faultsInjected_ = 0;
 };
 
 }  // namespace chorus::transport::faulty

@@ -72,11 +72,6 @@ struct Group {
   std::vector<std::unique_ptr<Endpoint>> endpoints;
 };
 
-std::string crashMessage(int self, int peer) {
-  return detail::concat("rank ", self, " (this process): rank ", peer,
-                        " closed its connection unexpectedly (the process died or was killed)");
-}
-
 class LoopbackTransport final : public Transport {
  public:
   LoopbackTransport(std::shared_ptr<Group> group, int rank)
@@ -217,7 +212,7 @@ class LoopbackTransport final : public Transport {
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_ || endpoint(peer).state != State::kOpen)
         continue;
-      failLocked(peer, std::make_exception_ptr(PeerError(crashMessage(peer, rank_), rank_)),
+      failLocked(peer, std::make_exception_ptr(makeCrashedPeerError(peer, rank_)),
                  /*propagate=*/false);  // every peer notices by itself, as over TCP
     }
   }

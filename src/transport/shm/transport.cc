@@ -130,11 +130,6 @@ struct Link {
   bool left = false;  // said goodbye and everything it sent has been read
 };
 
-std::string crashMessage(int self, int peer) {
-  return detail::concat("rank ", self, " (this process): rank ", peer,
-                        " closed its connection unexpectedly (the process died or was killed)");
-}
-
 class ShmTransport final : public Transport {
  public:
   ShmTransport(int rank, int size, std::vector<Segment> segments);
@@ -339,7 +334,7 @@ bool ShmTransport::progressPeer(int peer) {
 
 void ShmTransport::checkPeerState(int peer, PeerState state) {
   if (state == PeerState::kCrashed) {
-    failLocked(std::make_exception_ptr(PeerError(crashMessage(rank_, peer), peer)),
+    failLocked(std::make_exception_ptr(makeCrashedPeerError(rank_, peer)),
                /*tellPeers=*/false);
     rethrowFailure();
   }
@@ -466,7 +461,7 @@ void ShmTransport::checkPeersAlive() {
     if (peer == rank_ || links_[peer].left)
       continue;
     if (peerProcesses_[peer].gone()) {
-      failLocked(std::make_exception_ptr(PeerError(crashMessage(rank_, peer), peer)),
+      failLocked(std::make_exception_ptr(makeCrashedPeerError(rank_, peer)),
                  /*tellPeers=*/false);
       rethrowFailure();
     }

@@ -271,11 +271,7 @@ void TcpTransport::handle(Connection& connection, Connection::Event event) {
       connection.closeNow();
       return;
     case Connection::Event::kCrashed:
-      failLocked(std::make_exception_ptr(PeerError(
-                     detail::concat("rank ", rank_, " (this process): rank ", peer,
-                                    " closed its connection unexpectedly (the process died or "
-                                    "was killed)"),
-                     peer)),
+      failLocked(std::make_exception_ptr(makeCrashedPeerError(rank_, peer)),
                  /*tellPeers=*/true);  // a peer that hears this rank's goodbye first learns why
       rethrowFailure();
     case Connection::Event::kAbort: {
