@@ -13,6 +13,8 @@ packages=(
   python3-mpi4py
   # bench/plot.py draws chorus-bench results.
   python3-matplotlib
+  # examples/python/train_digits.py: scikit-learn's bundled digits data set (nothing is downloaded).
+  python3-sklearn
   # fuzz/: libFuzzer targets, built with clang (make test runs them briefly, make fuzz for long).
   clang libclang-rt-14-dev
 )

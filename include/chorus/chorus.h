@@ -8,6 +8,7 @@
 #include "chorus/communicator.h"
 #include "chorus/dist_context.h"
 #include "chorus/error.h"
+#include "chorus/gradient_reducer.h"
 #include "chorus/tensor.h"
 #include "chorus/types.h"
 #include "chorus/work.h"

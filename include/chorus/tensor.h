@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -42,8 +43,9 @@ class Tensor {
   // A view of `managed` (which stays owned by the caller). Unsupported dtypes or devices are
   // InvalidArgumentError / UnsupportedError.
   static Tensor fromDLPack(const DLManagedTensor* managed);
-  // A new DLManagedTensor over the same memory. The consumer calls its deleter exactly once.
-  DLManagedTensor* toDLPack() const;
+  // A new DLManagedTensor over the same memory. The consumer calls its deleter exactly once; the
+  // deleter releases `owner` (if any), so an owner of the memory keeps it alive until then.
+  DLManagedTensor* toDLPack(std::shared_ptr<const void> owner = nullptr) const;
 
   void* data() const { return data_; }
   DataType dtype() const { return dtype_; }

@@ -44,6 +44,14 @@ def _torch_dtypes(torch):
     return _TORCH_DTYPE_NAMES
 
 
+def torch_dtype_name(dtype):
+    """chorus's name of a torch dtype (InvalidArgumentError if chorus does not support it)."""
+    name = _torch_dtypes(_torch()).get(dtype)
+    if name is None:
+        raise _unsupported_dtype("the tensor", str(dtype).replace("torch.", ""))
+    return name
+
+
 def _unsupported_dtype(what, name):
     return _chorus.InvalidArgumentError(
         f"{what} has dtype {name}, which chorus does not support; supported dtypes: "

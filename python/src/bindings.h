@@ -23,6 +23,8 @@ void bindConfig(py::module_& module);
 void bindOperations(py::module_& module);
 // PendingWork, the handle of an async operation.
 void bindWork(py::module_& module);
+// GradientReducer, the data-parallel core under chorus.torch.DistributedDataParallel.
+void bindReducer(py::module_& module);
 
 // A Tensor viewing the DLPack capsule `capsule` (which must stay alive while the view is used).
 // A non-empty `dtype` replaces the exported element type (bool arrives as uint8 of equal size).

@@ -74,6 +74,7 @@ PYBIND11_MODULE(_chorus, module) {
   bindConfig(module);
   bindWork(module);
   bindOperations(module);
+  bindReducer(module);
 }
 
 }  // namespace chorus::python

@@ -3,7 +3,8 @@
 //
 // fromDLPack makes a view without taking ownership: data + byte_offset, shape and strides copied
 // (null strides mean row-major). toDLPack allocates one block holding the DLManagedTensor and
-// copies of shape and strides; its deleter frees that block and never the data.
+// copies of shape and strides (and the optional owner); its deleter frees that block, releasing the
+// owner, and never frees the data itself.
 //
 // dtypes: float 16/32/64, bfloat 16, int 8/32/64, uint 8, and bool as type code 6 with 8 bits
 // (kDLBool in DLPack >= 0.8; the installed v0.6 header predates it). Vector types (lanes != 1) are
@@ -75,6 +76,7 @@ struct ExportedTensor {
   DLManagedTensor managed{};
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;
+  std::shared_ptr<const void> owner;  // the memory's owner, released by the deleter
 };
 
 void deleteExported(DLManagedTensor* self) {
@@ -104,8 +106,9 @@ Tensor Tensor::fromDLPack(const DLManagedTensor* managed) {
   return Tensor(data, dtype, std::move(shape), std::move(strides), device);
 }
 
-DLManagedTensor* Tensor::toDLPack() const {
+DLManagedTensor* Tensor::toDLPack(std::shared_ptr<const void> owner) const {
   auto exported = std::make_unique<ExportedTensor>();
+  exported->owner = std::move(owner);
   exported->shape = shape_;
   exported->strides = strides_;
   DLTensor& tensor = exported->managed.dl_tensor;

@@ -1,0 +1,123 @@
+// chorus/gradient_reducer.h — data-parallel gradient averaging in buckets, overlapped with backward
+// (DESIGN §7).
+//
+// Contract:
+//  - Every rank of `comm` constructs the reducer with the same gradient specs (element count and
+//    dtype per gradient, in parameter registration order) and the same limits. Construction
+//    communicates nothing.
+//  - Gradient i lives at gradient(i): a contiguous view into a bucket buffer the reducer owns, zero
+//    at first. Frameworks make the view the parameter's gradient, so backward accumulates into the
+//    bucket and nothing is copied. storage(i) keeps that memory alive for as long as it is held,
+//    even after a rebuild or the reducer's destruction.
+//  - One iteration: markReady(i) as backward produces each gradient (at most once per iteration),
+//    then finalize(). Buckets start in their plan order: a bucket's allreduce (avg) is issued, and
+//    runs on the communicator's worker thread while the caller goes on, as soon as all its
+//    gradients are ready and every earlier bucket has been issued.
+//  - finalize() treats every gradient not marked in this iteration as absent on this rank: its
+//    view is zeroed, so it contributes nothing to the average. It issues the remaining buckets,
+//    agrees with the other ranks on which gradients were present anywhere, waits for everything,
+//    and returns that (usedAnywhere()[i]). Afterwards every view holds the average over ranks.
+//  - After the first finalize() the buckets are rebuilt once to follow the order in which rank 0's
+//    gradients became ready (every rank adopts rank 0's, so plans stay equal). When that order
+//    differs from the plan, views move to new buffers (generation() grows; averaged values are
+//    carried over), and callers must fetch gradient(i) again.
+//  - float16 and bfloat16 gradients are averaged with float32 accumulation (Communicator).
+//  - Errors: markReady() twice for one gradient in an iteration, or an index out of range, is
+//    InvalidArgumentError. Communication errors (PeerError, TimeoutError, MismatchError when ranks
+//    disagree on the specs) are raised by finalize(), after which the reducer is unusable.
+//  - Not thread-safe: one thread (backward's) calls markReady() and finalize().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "chorus/communicator.h"
+#include "chorus/tensor.h"
+
+namespace chorus {
+
+namespace parallel {
+struct Bucket;
+}
+
+struct GradientSpec {
+  int64_t numel = 0;
+  DataType dtype = DataType::kFloat32;
+};
+
+struct GradientReducerOptions {
+  // Limit of each bucket (DistConfig::bucketBytes, CHORUS_BUCKET_MB: 25 MiB).
+  size_t bucketBytes = size_t{25} << 20;
+  // Limit of the first bucket, small so that communication starts early (1 MiB).
+  size_t firstBucketBytes = size_t{1} << 20;
+  // Rebuild the buckets after the first iteration to follow the observed ready order.
+  bool rebuildAfterFirstIteration = true;
+};
+
+class GradientReducer {
+ public:
+  GradientReducer(std::shared_ptr<Communicator> comm,
+                  std::vector<GradientSpec> specs,
+                  GradientReducerOptions options = {});
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  int numGradients() const { return static_cast<int>(specs_.size()); }
+  int numBuckets() const;
+  // Bytes in bucket b (gradients plus alignment padding); the buckets in plan order.
+  size_t bucketBytes(int bucket) const;
+  // The gradient indices in bucket b, in their order inside it.
+  std::vector<int> bucketGradients(int bucket) const;
+
+  Tensor gradient(int index) const;
+  std::shared_ptr<const void> storage(int index) const;
+  // Grows by one whenever the views move (a rebuild).
+  int generation() const { return generation_; }
+
+  void markReady(int index);
+  // Copies `values` (same numel and dtype, contiguous) into gradient(index), then markReady(index):
+  // for a gradient that backward wrote somewhere else.
+  void markReady(int index, const Tensor& values);
+  // Whether gradient i was marked ready in the current iteration.
+  bool isReady(int index) const;
+  // How many buckets of the current iteration have been issued so far.
+  int bucketsIssued() const { return nextBucketToLaunch_; }
+
+  const std::vector<bool>& finalize();
+  // From the last finalize(): whether gradient i was present on at least one rank.
+  const std::vector<bool>& usedAnywhere() const { return usedAnywhere_; }
+
+ private:
+  struct Storage;
+  struct Location {
+    int bucket = 0;
+    int64_t offset = 0;
+  };
+
+  std::vector<parallel::Bucket> plan(const std::vector<int>& readyOrder) const;
+  void build(std::vector<parallel::Bucket> buckets);
+  void checkIndex(int index, const char* what) const;
+  void launchReadyBuckets();
+  void rebuildFromRankZeroOrder();
+  std::vector<int> observedOrder() const;
+
+  std::shared_ptr<Communicator> comm_;
+  std::vector<GradientSpec> specs_;
+  GradientReducerOptions options_;
+  std::vector<parallel::Bucket> buckets_;
+  std::vector<std::shared_ptr<Storage>> storage_;  // one per bucket
+  std::vector<Location> locations_;                // one per gradient
+  std::vector<int> pendingInBucket_;
+  std::vector<std::shared_ptr<Work>> inFlight_;
+  std::vector<bool> ready_;
+  std::vector<int> readySequence_;  // this iteration's markReady order
+  std::vector<bool> usedAnywhere_;
+  int nextBucketToLaunch_ = 0;
+  int iterations_ = 0;
+  int generation_ = 0;
+};
+
+}  // namespace chorus

@@ -1,0 +1,163 @@
+"""chorus.torch.DistributedDataParallel: data-parallel training for any torch.nn.Module.
+
+The C++ GradientReducer (src/parallel/) does the work: gradients live as views into its bucket
+buffers, each bucket's allreduce (avg) starts the moment its last gradient is produced, while
+backward goes on, and the end of backward waits for them all. This file only connects it to
+autograd: a hook on each parameter's gradient accumulator marks the gradient ready, and a callback
+at the end of backward finalizes.
+"""
+
+import contextlib
+
+import torch
+from torch.utils import dlpack as _dlpack
+
+from .. import _arrays, _chorus, _groups, _ops
+
+_FIRST_BUCKET_BYTES = 1 << 20  # small, so that communication starts early in backward
+
+
+def _check_parameters(module):
+    """The parameters that get gradients, each once (shared parameters appear once)."""
+    params, seen = [], set()
+    for name, p in module.named_parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p.device.type != "cpu":
+            raise _chorus.UnsupportedError(
+                f"DistributedDataParallel: parameter {name} is on {p.device}; chorus was built "
+                "without a GPU backend, move the module to the CPU")
+        if p.layout != torch.strided:
+            raise _chorus.UnsupportedError(
+                f"DistributedDataParallel: parameter {name} is {p.layout}; only dense parameters "
+                "are supported")
+        if not p.is_floating_point():
+            raise _chorus.InvalidArgumentError(
+                f"DistributedDataParallel: parameter {name} has dtype {p.dtype}; gradients must "
+                "be floating point")
+        params.append((name, p))
+    return params
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """Wraps `module` so that backward averages its gradients across every rank.
+
+    - At construction, rank 0's parameters and buffers are broadcast, so every rank starts equal
+      (collective: every rank must construct it, with the same module structure).
+    - Gradients are packed into buckets of bucket_cap_mb (default: get_config().bucket_bytes,
+      CHORUS_BUCKET_MB, 25 MB) in reverse registration order, with a small first bucket; after the
+      first iteration the buckets follow the order gradients actually became ready on rank 0.
+      Each parameter's .grad becomes a view into its bucket, so nothing is copied.
+    - When backward returns, every .grad holds the average over ranks. A parameter that got no
+      gradient on a rank contributes zero there; one that got none on any rank keeps .grad None,
+      exactly as in a single process.
+    - broadcast_buffers: buffers (e.g. BatchNorm statistics) are broadcast from rank 0 at every
+      forward, as torch's DistributedDataParallel does.
+    - no_sync(): backward inside it only accumulates local gradients; the first backward after it
+      averages the accumulated sum.
+    - Works with any torch optimizer: optimizer.step() reads the averaged .grad.
+    - float16 and bfloat16 gradients are averaged with float32 accumulation.
+    """
+
+    def __init__(self, module, bucket_cap_mb=None, broadcast_buffers=True):
+        super().__init__()
+        self.module = module
+        self.broadcast_buffers = bool(broadcast_buffers)
+        self._comm = _groups.get(None)
+        named = _check_parameters(module)
+        self._names = [name for name, _ in named]
+        self._params = [p for _, p in named]
+        self._broadcast_from_rank_zero([p.detach() for p in self._params])
+        self._broadcast_from_rank_zero(self._buffers_to_sync())
+        bucket_bytes = self._bucket_bytes(bucket_cap_mb)
+        specs = [(p.numel(), _arrays.torch_dtype_name(p.dtype)) for p in self._params]
+        self._reducer = _chorus.GradientReducer(
+            self._comm._native, specs, bucket_bytes, min(_FIRST_BUCKET_BYTES, bucket_bytes))
+        self._views = []
+        self._views_generation = None
+        self._sync = True
+        self._finalize_queued = False
+        self._accumulators = []  # keeps the autograd nodes (and so their hooks) alive
+        for index, p in enumerate(self._params):
+            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+            accumulator.register_hook(self._make_hook(index))
+            self._accumulators.append(accumulator)
+
+    @staticmethod
+    def _bucket_bytes(bucket_cap_mb):
+        if bucket_cap_mb is None:
+            return int(_chorus.config().bucket_bytes)
+        if not bucket_cap_mb > 0:
+            raise _chorus.InvalidArgumentError(
+                f"DistributedDataParallel: bucket_cap_mb must be positive, not {bucket_cap_mb}")
+        return max(1, int(bucket_cap_mb * (1 << 20)))
+
+    def _buffers_to_sync(self):
+        if not self.broadcast_buffers:
+            return []
+        return [b for b in self.module.buffers() if b.device.type == "cpu"]
+
+    def _broadcast_from_rank_zero(self, tensors):
+        if self._comm.size > 1 and tensors:
+            _ops.broadcast(tensors, root=self._comm.members[0], inplace=True)
+
+    def forward(self, *inputs, **kwargs):
+        self._broadcast_from_rank_zero(self._buffers_to_sync())
+        return self.module(*inputs, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward inside only accumulates gradients locally (gradient accumulation)."""
+        previous, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = previous
+
+    @property
+    def reducer(self):
+        """The C++ GradientReducer (num_buckets, bucket_bytes(b), bucket_gradients(b), ...)."""
+        return self._reducer
+
+    def _view(self, index):
+        """Gradient `index`'s view into its bucket, shaped like the parameter."""
+        if self._views_generation != self._reducer.generation:
+            self._views = [
+                _dlpack.from_dlpack(self._reducer.gradient(i)).view(p.shape)
+                for i, p in enumerate(self._params)]
+            self._views_generation = self._reducer.generation
+        return self._views[index]
+
+    def _adopt(self, index):
+        """Makes the parameter's .grad its bucket view (copying a gradient that lives elsewhere)."""
+        p, view = self._params[index], self._view(index)
+        grad = p.grad
+        if grad is None or grad.data_ptr() != view.data_ptr():
+            if grad is not None:
+                view.copy_(grad)
+            p.grad = view
+
+    def _make_hook(self, index):
+        def on_gradient_accumulated(*_):
+            if not self._sync:
+                return
+            if not self._finalize_queued:
+                torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
+                self._finalize_queued = True
+            self._adopt(index)
+            self._reducer.mark_ready(index)
+        return on_gradient_accumulated
+
+    def _finalize(self):
+        """End of backward: gradients present but not produced by this backward (accumulated under
+        no_sync, or left from earlier) count too; then wait for the averages."""
+        self._finalize_queued = False
+        for index, p in enumerate(self._params):
+            if p.grad is not None and not self._reducer.is_ready(index):
+                self._adopt(index)
+                self._reducer.mark_ready(index)
+        used = self._reducer.finalize()
+        for index, p in enumerate(self._params):
+            if used[index]:
+                self._adopt(index)  # averaged, and possibly moved by the bucket rebuild

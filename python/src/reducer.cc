@@ -1,0 +1,56 @@
+// GradientReducer as seen from chorus.torch: specs in, DLPack capsules of the gradient views out
+// (each keeps its bucket's memory alive), and finalize() with the GIL released.
+#include <dlpack/dlpack.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "chorus/gradient_reducer.h"
+
+namespace chorus::python {
+namespace {
+
+void deleteUnconsumedCapsule(PyObject* capsule) {
+  // A consumer renames the capsule to "used_dltensor" and owns the tensor from then on.
+  if (!PyCapsule_IsValid(capsule, "dltensor"))
+    return;
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+  if (managed != nullptr && managed->deleter != nullptr)
+    managed->deleter(managed);
+}
+
+py::capsule gradientCapsule(const GradientReducer& reducer, int index) {
+  DLManagedTensor* managed = reducer.gradient(index).toDLPack(reducer.storage(index));
+  return py::capsule(managed, "dltensor", &deleteUnconsumedCapsule);
+}
+
+std::shared_ptr<GradientReducer> makeReducer(
+    std::shared_ptr<Communicator> comm,
+    const std::vector<std::pair<int64_t, std::string>>& specs,
+    size_t bucketBytes,
+    size_t firstBucketBytes) {
+  std::vector<GradientSpec> parsed;
+  for (const auto& [numel, dtype] : specs) parsed.push_back({numel, parseDataType(dtype)});
+  GradientReducerOptions options;
+  options.bucketBytes = bucketBytes;
+  options.firstBucketBytes = firstBucketBytes;
+  return std::make_shared<GradientReducer>(std::move(comm), std::move(parsed), options);
+}
+
+}  // namespace
+
+void bindReducer(py::module_& module) {
+  py::class_<GradientReducer, std::shared_ptr<GradientReducer>>(module, "GradientReducer")
+      .def(py::init(&makeReducer), py::arg("communicator"), py::arg("specs"),
+           py::arg("bucket_bytes"), py::arg("first_bucket_bytes"))
+      .def_property_readonly("num_buckets", &GradientReducer::numBuckets)
+      .def_property_readonly("generation", &GradientReducer::generation)
+      .def_property_readonly("buckets_issued", &GradientReducer::bucketsIssued)
+      .def("bucket_bytes", &GradientReducer::bucketBytes)
+      .def("bucket_gradients", &GradientReducer::bucketGradients)
+      .def("gradient", &gradientCapsule, "A DLPack capsule of gradient i's view (1-D).")
+      .def("is_ready", &GradientReducer::isReady)
+      .def("mark_ready", py::overload_cast<int>(&GradientReducer::markReady))
+      .def("finalize", &GradientReducer::finalize, py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace chorus::python

@@ -1,0 +1,228 @@
+// GradientReducer: buckets of gradients averaged with one async allreduce each (see the contract in
+// include/chorus/gradient_reducer.h). Bucket buffers are allocated here, zeroed (which also faults
+// their pages in before the first backward), and handed out as views.
+#include "chorus/gradient_reducer.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "chorus/error.h"
+#include "parallel/bucket_plan.h"
+
+namespace chorus {
+
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+void* allocateZeroed(size_t bytes) {
+  size_t rounded = (bytes + parallel::kSlotAlignmentBytes - 1) / parallel::kSlotAlignmentBytes *
+                   parallel::kSlotAlignmentBytes;
+  size_t alignment = rounded >= kHugePage ? kHugePage : parallel::kSlotAlignmentBytes;
+  void* data = nullptr;
+  if (posix_memalign(&data, alignment, rounded == 0 ? alignment : rounded) != 0)
+    throw InternalError("gradient reducer: cannot allocate a bucket of " + std::to_string(bytes) +
+                        " bytes");
+  if (alignment == kHugePage)
+    madvise(data, rounded, MADV_HUGEPAGE);  // advisory: fewer page faults on the first touch
+  std::memset(data, 0, rounded);
+  return data;
+}
+
+}  // namespace
+
+struct GradientReducer::Storage {
+  explicit Storage(size_t bytes) : data(allocateZeroed(bytes)) {}
+  ~Storage() { std::free(data); }
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data;
+};
+
+GradientReducer::GradientReducer(std::shared_ptr<Communicator> comm,
+                                 std::vector<GradientSpec> specs,
+                                 GradientReducerOptions options)
+    : comm_(std::move(comm)), specs_(std::move(specs)), options_(options) {
+  if (!comm_)
+    throw InvalidArgumentError("gradient reducer: no communicator");
+  build(plan(parallel::reverseOrder(numGradients())));
+  ready_.assign(specs_.size(), false);
+  usedAnywhere_.assign(specs_.size(), false);
+}
+
+GradientReducer::~GradientReducer() {
+  // Operations still in flight write into our buffers: let them finish first.
+  for (auto& work : inFlight_) {
+    try {
+      work->wait();
+    } catch (const std::exception&) {  // already reported, or never asked for
+    }
+  }
+}
+
+std::vector<parallel::Bucket> GradientReducer::plan(const std::vector<int>& readyOrder) const {
+  return parallel::planBuckets(specs_, readyOrder,
+                               {options_.bucketBytes, options_.firstBucketBytes});
+}
+
+void GradientReducer::build(std::vector<parallel::Bucket> buckets) {
+  std::vector<std::shared_ptr<Storage>> storage;
+  std::vector<Location> locations(specs_.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    storage.push_back(std::make_shared<Storage>(buckets[b].nbytes()));
+    for (const auto& slot : buckets[b].slots)
+      locations[slot.gradient] = {static_cast<int>(b), slot.offset};
+  }
+  // Carry the current values over (a rebuild happens right after finalize(): the averages).
+  if (!storage_.empty()) {
+    for (int i = 0; i < numGradients(); ++i) {
+      size_t bytes = static_cast<size_t>(specs_[i].numel) * dataTypeSize(specs_[i].dtype);
+      size_t to = static_cast<size_t>(locations[i].offset) * dataTypeSize(specs_[i].dtype);
+      if (bytes > 0)
+        std::memcpy(static_cast<std::byte*>(storage[locations[i].bucket]->data) + to,
+                    gradient(i).data(), bytes);
+    }
+    ++generation_;
+  }
+  buckets_ = std::move(buckets);
+  storage_ = std::move(storage);
+  locations_ = std::move(locations);
+  pendingInBucket_.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    pendingInBucket_[b] = static_cast<int>(buckets_[b].slots.size());
+}
+
+int GradientReducer::numBuckets() const { return static_cast<int>(buckets_.size()); }
+
+size_t GradientReducer::bucketBytes(int bucket) const { return buckets_.at(bucket).nbytes(); }
+
+std::vector<int> GradientReducer::bucketGradients(int bucket) const {
+  std::vector<int> indices;
+  for (const auto& slot : buckets_.at(bucket).slots) indices.push_back(slot.gradient);
+  return indices;
+}
+
+void GradientReducer::checkIndex(int index, const char* what) const {
+  if (index < 0 || index >= numGradients())
+    throw InvalidArgumentError(std::string("gradient reducer: ") + what + " of gradient " +
+                               std::to_string(index) + ", but there are " +
+                               std::to_string(numGradients()) + " gradients");
+}
+
+Tensor GradientReducer::gradient(int index) const {
+  checkIndex(index, "view");
+  const Location& at = locations_[index];
+  auto* base = static_cast<std::byte*>(storage_[at.bucket]->data);
+  const GradientSpec& spec = specs_[index];
+  return Tensor(base + static_cast<size_t>(at.offset) * dataTypeSize(spec.dtype), spec.dtype,
+                {spec.numel});
+}
+
+std::shared_ptr<const void> GradientReducer::storage(int index) const {
+  checkIndex(index, "storage");
+  return storage_[locations_[index].bucket];
+}
+
+bool GradientReducer::isReady(int index) const {
+  checkIndex(index, "readiness");
+  return ready_[index];
+}
+
+void GradientReducer::markReady(int index, const Tensor& values) {
+  checkIndex(index, "markReady");
+  Tensor view = gradient(index);
+  if (values.dtype() != view.dtype() || values.numel() != view.numel() || !values.isContiguous())
+    throw InvalidArgumentError("gradient reducer: gradient " + std::to_string(index) + " is " +
+                               values.describe() + " but was registered as " + view.describe() +
+                               " (contiguous)");
+  if (values.data() != view.data() && view.nbytes() > 0)
+    std::memcpy(view.data(), values.data(), view.nbytes());
+  markReady(index);
+}
+
+void GradientReducer::markReady(int index) {
+  checkIndex(index, "markReady");
+  if (ready_[index])
+    throw InvalidArgumentError(
+        "gradient reducer: gradient " + std::to_string(index) +
+        " was marked ready twice in one iteration (a parameter whose gradient was produced by two "
+        "backward passes between optimizer steps: run the earlier ones under no_sync())");
+  ready_[index] = true;
+  readySequence_.push_back(index);
+  --pendingInBucket_[locations_[index].bucket];
+  launchReadyBuckets();
+}
+
+void GradientReducer::launchReadyBuckets() {
+  while (nextBucketToLaunch_ < numBuckets() && pendingInBucket_[nextBucketToLaunch_] == 0) {
+    const parallel::Bucket& bucket = buckets_[nextBucketToLaunch_];
+    Tensor whole(storage_[nextBucketToLaunch_]->data, bucket.dtype, {bucket.numel});
+    inFlight_.push_back(comm_->allreduce(whole, ReduceOp::kAvg));
+    ++nextBucketToLaunch_;
+  }
+}
+
+const std::vector<bool>& GradientReducer::finalize() {
+  std::vector<uint8_t> used(specs_.size());
+  for (int i = 0; i < numGradients(); ++i) {
+    used[i] = ready_[i] ? 1 : 0;
+    if (!ready_[i]) {
+      Tensor view = gradient(i);
+      if (view.nbytes() > 0)
+        std::memset(view.data(), 0, view.nbytes());
+      --pendingInBucket_[locations_[i].bucket];
+    }
+  }
+  launchReadyBuckets();
+  if (!used.empty())
+    inFlight_.push_back(
+        comm_->allreduce(Tensor(used.data(), {static_cast<int64_t>(used.size())}), ReduceOp::kMax));
+
+  std::exception_ptr failure;
+  for (auto& work : inFlight_) {
+    try {
+      work->wait();
+    } catch (const std::exception&) {
+      if (!failure)
+        failure = std::current_exception();
+    }
+  }
+  inFlight_.clear();
+  if (failure)
+    std::rethrow_exception(failure);
+
+  for (int i = 0; i < numGradients(); ++i) usedAnywhere_[i] = used[i] != 0;
+  if (++iterations_ == 1 && options_.rebuildAfterFirstIteration)
+    rebuildFromRankZeroOrder();
+  ready_.assign(specs_.size(), false);
+  readySequence_.clear();
+  nextBucketToLaunch_ = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    pendingInBucket_[b] = static_cast<int>(buckets_[b].slots.size());
+  return usedAnywhere_;
+}
+
+std::vector<int> GradientReducer::observedOrder() const {
+  // Gradients in the order they became ready, then the absent ones in their current plan order.
+  std::vector<int> order = readySequence_;
+  for (const auto& bucket : buckets_)
+    for (const auto& slot : bucket.slots)
+      if (!ready_[slot.gradient])
+        order.push_back(slot.gradient);
+  return order;
+}
+
+void GradientReducer::rebuildFromRankZeroOrder() {
+  std::vector<int32_t> order;
+  for (int index : observedOrder()) order.push_back(index);
+  if (!order.empty())
+    comm_->broadcast(Tensor(order.data(), {static_cast<int64_t>(order.size())}), 0)->wait();
+  auto planned = plan(std::vector<int>(order.begin(), order.end()));
+  if (planned != buckets_)
+    build(std::move(planned));
+}
+
+}  // namespace chorus

@@ -1,0 +1,212 @@
+// GradientReducer on 2 and 3 ranks (threads, loopback TCP) with synthetic gradients: averages,
+// bucket issue order, absent gradients, bf16, the rebuild after the first iteration, and errors.
+#include "chorus/gradient_reducer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "core/half.h"
+#include "harness/run_ranks.h"
+
+namespace chorus {
+namespace {
+
+using chorus::testing::runRanks;
+
+std::shared_ptr<Communicator> borrow(Communicator& comm) {
+  return std::shared_ptr<Communicator>(&comm, [](Communicator*) {});
+}
+
+// Rank r's value j of gradient i; the average over p ranks is value(i, j) + (p - 1) / 2.
+float value(int rank, int i, int64_t j) { return static_cast<float>(rank + i * 10 + j % 7); }
+
+float* floats(const Tensor& t) { return static_cast<float*>(t.data()); }
+
+void fill(GradientReducer& reducer, int rank, int i) {
+  Tensor view = reducer.gradient(i);
+  for (int64_t j = 0; j < view.numel(); ++j) floats(view)[j] = value(rank, i, j);
+}
+
+void expectAverage(GradientReducer& reducer, int size, int i, float extra = 0.0f) {
+  Tensor view = reducer.gradient(i);
+  for (int64_t j = 0; j < view.numel(); ++j) {
+    float expected = value(0, i, j) + (size - 1) / 2.0f + extra;
+    ASSERT_FLOAT_EQ(floats(view)[j], expected) << "gradient " << i << " element " << j;
+  }
+}
+
+GradientReducerOptions smallBuckets() {
+  GradientReducerOptions options;
+  options.bucketBytes = 4096;  // 1024 floats
+  options.firstBucketBytes = 1024;
+  return options;
+}
+
+// Five float32 gradients; with smallBuckets() the reverse order gives buckets {4}, {3, 2}, {1, 0}.
+std::vector<GradientSpec> fiveGradients() {
+  return {{600, DataType::kFloat32},
+          {300, DataType::kFloat32},
+          {500, DataType::kFloat32},
+          {700, DataType::kFloat32},
+          {256, DataType::kFloat32}};
+}
+
+TEST(GradientReducerTest, AveragesEveryGradientAcrossRanks) {
+  for (int p : {2, 3}) {
+    runRanks(p, [&](Communicator& comm) {
+      GradientReducer reducer(borrow(comm), fiveGradients(), smallBuckets());
+      ASSERT_EQ(reducer.numBuckets(), 3);
+      for (int iteration = 0; iteration < 3; ++iteration) {
+        for (int i = 4; i >= 0; --i) {
+          fill(reducer, comm.rank(), i);
+          reducer.markReady(i);
+        }
+        auto used = reducer.finalize();
+        for (int i = 0; i < 5; ++i) {
+          EXPECT_TRUE(used[i]);
+          expectAverage(reducer, p, i);
+        }
+      }
+      EXPECT_EQ(reducer.generation(), 0);  // the ready order was the plan's: no rebuild
+    });
+  }
+}
+
+TEST(GradientReducerTest, ABucketIsIssuedOnceItAndEveryEarlierBucketAreReady) {
+  runRanks(2, [&](Communicator& comm) {
+    GradientReducer reducer(borrow(comm), fiveGradients(), smallBuckets());
+    EXPECT_EQ(reducer.bucketGradients(0), std::vector<int>{4});
+    EXPECT_EQ(reducer.bucketGradients(1), (std::vector<int>{3, 2}));
+    EXPECT_EQ(reducer.bucketGradients(2), (std::vector<int>{1, 0}));
+    for (int i = 0; i < 5; ++i) fill(reducer, comm.rank(), i);
+    reducer.markReady(1);  // bucket 2, half of it
+    reducer.markReady(0);  // bucket 2 is complete, but bucket 0 is not issued yet
+    EXPECT_EQ(reducer.bucketsIssued(), 0);
+    reducer.markReady(4);
+    EXPECT_EQ(reducer.bucketsIssued(), 1);
+    reducer.markReady(3);
+    EXPECT_EQ(reducer.bucketsIssued(), 1);
+    reducer.markReady(2);  // completes bucket 1, which releases bucket 2 as well
+    EXPECT_EQ(reducer.bucketsIssued(), 3);
+    reducer.finalize();
+    for (int i = 0; i < 5; ++i) expectAverage(reducer, 2, i);
+  });
+}
+
+TEST(GradientReducerTest, AnAbsentGradientContributesZeroAndUnusedEverywhereIsReported) {
+  runRanks(3, [&](Communicator& comm) {
+    GradientReducer reducer(borrow(comm), fiveGradients(), smallBuckets());
+    for (int i = 0; i < 5; ++i) {
+      // Gradient 2 only on rank 1; gradient 3 on no rank (its view holds stale values).
+      fill(reducer, comm.rank(), i);
+      if (i == 3 || (i == 2 && comm.rank() != 1))
+        continue;
+      reducer.markReady(i);
+    }
+    auto used = reducer.finalize();
+    EXPECT_EQ(used, (std::vector<bool>{true, true, true, false, true}));
+    Tensor two = reducer.gradient(2);
+    for (int64_t j = 0; j < two.numel(); ++j)
+      ASSERT_FLOAT_EQ(floats(two)[j], value(1, 2, j) / 3.0f);
+    Tensor three = reducer.gradient(3);
+    for (int64_t j = 0; j < three.numel(); ++j) ASSERT_EQ(floats(three)[j], 0.0f);
+    for (int i : {0, 1, 4}) expectAverage(reducer, 3, i);
+  });
+}
+
+TEST(GradientReducerTest, ValuesProducedElsewhereAreCopiedIn) {
+  runRanks(2, [&](Communicator& comm) {
+    GradientReducer reducer(borrow(comm), fiveGradients(), smallBuckets());
+    std::vector<std::vector<float>> own(5);
+    for (int i = 4; i >= 0; --i) {
+      own[i].resize(reducer.gradient(i).numel());
+      for (size_t j = 0; j < own[i].size(); ++j) own[i][j] = value(comm.rank(), i, j);
+      reducer.markReady(i, Tensor(own[i].data(), {static_cast<int64_t>(own[i].size())}));
+    }
+    reducer.finalize();
+    for (int i = 0; i < 5; ++i) expectAverage(reducer, 2, i);
+    std::vector<float> wrongSize(3);
+    EXPECT_THROW(reducer.markReady(0, Tensor(wrongSize.data(), {3})), InvalidArgumentError);
+  });
+}
+
+TEST(GradientReducerTest, Bfloat16GradientsAreAveragedInFloat32) {
+  runRanks(3, [&](Communicator& comm) {
+    std::vector<GradientSpec> specs = {{1000, DataType::kBFloat16}, {10, DataType::kFloat32}};
+    GradientReducer reducer(borrow(comm), specs, smallBuckets());
+    Tensor half = reducer.gradient(0);
+    auto* raw = static_cast<uint16_t*>(half.data());
+    // 256 + 1 + 1 = 258, and 258 / 3 = 86 exactly. A bfloat16 running sum that adds a 1 to 256
+    // rounds it away (257 is not a bfloat16), giving 256 / 3 -> 85.5: only float32 sums give 86.
+    for (int64_t j = 0; j < half.numel(); ++j)
+      raw[j] = half::floatToBfloat16(comm.rank() == 0 ? 256.0f : 1.0f);
+    for (int64_t j = 0; j < 10; ++j) floats(reducer.gradient(1))[j] = comm.rank() * 2.0f;
+    reducer.markReady(1);
+    reducer.markReady(0);
+    reducer.finalize();
+    for (int64_t j = 0; j < half.numel(); ++j) ASSERT_EQ(half::bfloat16ToFloat(raw[j]), 86.0f);
+    EXPECT_EQ(floats(reducer.gradient(1))[9], 2.0f);
+  });
+}
+
+TEST(GradientReducerTest, BucketsFollowRankZerosReadyOrderAfterTheFirstIteration) {
+  runRanks(2, [&](Communicator& comm) {
+    GradientReducer reducer(borrow(comm), fiveGradients(), smallBuckets());
+    // Rank 0 produces the gradients in registration order; rank 1 in yet another order.
+    std::vector<int> order =
+        comm.rank() == 0 ? std::vector<int>{0, 1, 2, 3, 4} : std::vector<int>{2, 4, 0, 3, 1};
+    for (int i : order) {
+      fill(reducer, comm.rank(), i);
+      reducer.markReady(i);
+    }
+    reducer.finalize();
+    EXPECT_EQ(reducer.generation(), 1);
+    // Limits 1 KiB, then 4 KiB, over 0 (2400 B), 1 (1200 B), 2 (2000 B), 3 (2800 B), 4 (1024 B).
+    EXPECT_EQ(reducer.bucketGradients(0), std::vector<int>{0});
+    EXPECT_EQ(reducer.bucketGradients(1), (std::vector<int>{1, 2, 3}));
+    EXPECT_EQ(reducer.bucketGradients(2), std::vector<int>{4});
+    for (int i = 0; i < 5; ++i) expectAverage(reducer, 2, i);  // carried into the new buffers
+    // The next iteration accumulates into the new views: each rank adds its own values to the
+    // first average, so the new average is twice the first.
+    for (int i : order) {
+      Tensor view = reducer.gradient(i);
+      for (int64_t j = 0; j < view.numel(); ++j) floats(view)[j] += value(comm.rank(), i, j);
+      reducer.markReady(i);
+    }
+    reducer.finalize();
+    EXPECT_EQ(reducer.generation(), 1);  // rebuilt once only
+    for (int i = 0; i < 5; ++i) {
+      Tensor view = reducer.gradient(i);
+      for (int64_t j = 0; j < view.numel(); ++j)
+        ASSERT_FLOAT_EQ(floats(view)[j], 2.0f * (value(0, i, j) + 0.5f)) << i << " " << j;
+    }
+  });
+}
+
+TEST(GradientReducerTest, MarkingAGradientTwiceInOneIterationIsRefused) {
+  runRanks(2, [&](Communicator& comm) {
+    GradientReducer reducer(borrow(comm), fiveGradients(), smallBuckets());
+    reducer.markReady(4);
+    EXPECT_THROW(reducer.markReady(4), InvalidArgumentError);
+    EXPECT_THROW(reducer.markReady(5), InvalidArgumentError);
+    reducer.finalize();
+  });
+}
+
+TEST(GradientReducerTest, RanksWithDifferentGradientsRaiseMismatchError) {
+  runRanks(2, [&](Communicator& comm) {
+    auto specs = fiveGradients();
+    if (comm.rank() == 1)
+      specs[4].numel = 255;
+    GradientReducer reducer(borrow(comm), specs, smallBuckets());
+    for (int i = 4; i >= 0; --i) reducer.markReady(i);
+    EXPECT_THROW(reducer.finalize(), MismatchError);
+  });
+}
+
+}  // namespace
+}  // namespace chorus
