@@ -1,0 +1,119 @@
+"""The main job: data-parallel training of a small MLP on scikit-learn's digits (8x8 images of
+handwritten digits, 1797 samples, shipped with python3-sklearn: nothing is downloaded).
+
+Each rank trains on its share of every epoch (chorus.torch.DistributedSampler); gradients are
+averaged across ranks during backward (chorus.torch.DistributedDataParallel). Rank 0 prints the
+training loss and test accuracy after every epoch; the job fails if the final test accuracy is
+below --target.
+
+    build/bin/chorusrun -np 4 /usr/bin/python3 examples/python/train_digits.py
+(with PYTHONPATH=build/python, or chorus installed; `make demo` runs it)
+"""
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+import chorus
+import chorus.distributed as dist
+import chorus.torch
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=16, help="per rank")
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--target", type=float, default=0.95, help="final test accuracy to reach")
+    return parser.parse_args()
+
+
+def load_data():
+    """The same split on every rank: 80 % train, 20 % test, pixels scaled to [0, 1]."""
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int64)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0,
+                                                        stratify=y)
+    as_dataset = lambda a, b: torch.utils.data.TensorDataset(torch.from_numpy(a),
+                                                             torch.from_numpy(b))
+    return as_dataset(x_train, y_train), as_dataset(x_test, y_test)
+
+
+def make_model():
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(),
+        torch.nn.Linear(128, 64), torch.nn.ReLU(),
+        torch.nn.Linear(64, 10))
+
+
+def global_sum(*values):
+    """Sums of per-rank numbers over every rank (one fused allreduce)."""
+    return chorus.allreduce(np.array(values, dtype=np.float64)).tolist()
+
+
+def evaluate(model, test_set, rank, size):
+    """Test accuracy over the whole test set: each rank scores every size-th sample from its rank
+    on, and the counts are summed."""
+    x, y = test_set[list(range(rank, len(test_set), size))]
+    with torch.no_grad():
+        correct = (model(x).argmax(dim=1) == y).sum().item()
+    total_correct, total = global_sum(correct, len(y))
+    return total_correct / total
+
+
+def progress_bar(done, total, width=20):
+    filled = round(width * done / total)
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(1)  # ranks share the cores
+    config = dist.get_config()
+    train_set, test_set = load_data()
+
+    torch.manual_seed(config.rank)  # different on purpose: DistributedDataParallel makes them equal
+    model = chorus.torch.DistributedDataParallel(make_model())
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    sampler = chorus.torch.DistributedSampler(train_set, shuffle=True, seed=0)
+    loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+    if config.rank == 0:
+        print(f"training on {config.size} ranks: {len(train_set)} training and {len(test_set)} "
+              f"test samples, batch {args.batch_size} per rank, {args.epochs} epochs", flush=True)
+
+    started = time.perf_counter()
+    accuracy = 0.0
+    for epoch in range(1, args.epochs + 1):
+        sampler.set_epoch(epoch)
+        model.train()
+        loss_sum, seen = 0.0, 0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()  # gradients are averaged across ranks here
+            optimizer.step()
+            loss_sum += loss.item() * len(y)
+            seen += len(y)
+        total_loss, total_seen = global_sum(loss_sum, seen)
+        model.eval()
+        accuracy = evaluate(model, test_set, config.rank, config.size)
+        if config.rank == 0:
+            print(f"epoch {epoch:2d}/{args.epochs} {progress_bar(epoch, args.epochs)} "
+                  f"loss {total_loss / total_seen:.4f}  test accuracy {accuracy:6.2%}  "
+                  f"({time.perf_counter() - started:.1f} s)", flush=True)
+
+    if config.rank == 0:
+        verdict = "reached" if accuracy >= args.target else "MISSED"
+        print(f"final test accuracy {accuracy:.2%}: {verdict} the target {args.target:.0%}",
+              flush=True)
+    if accuracy < args.target:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
