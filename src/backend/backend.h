@@ -4,8 +4,8 @@
 // transport: tcp, or mpi as backend "mpi_algorithms"), "mpi" (native MPI collectives,
 // src/backend/mpi/; builds with CHORUS_WITH_MPI), later "shm" and "nccl". The communicator front
 // end (src/runtime/) validates, flattens tensors, widens float16/bfloat16, turns avg into
-// sum-then-divide and fuses tensor lists before calling a backend, so a backend sees flat buffers
-// only.
+// sum-then-divide (unless the backend's allreduce averages itself) and fuses tensor lists before
+// calling a backend, so a backend sees flat buffers only.
 //
 // Contract: methods are called from one thread at a time, in the communicator's call order. Each
 // call finishes or throws a chorus::Error before `call.deadline`. After a throw the backend is
@@ -36,6 +36,10 @@ class Backend {
   virtual int size() const = 0;
 
   virtual void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) = 0;
+  // True when allreduce() takes ReduceOp::kAvg itself (divides by size() inside the reduction,
+  // where the data is in cache); otherwise the front end sends kSum and divides afterwards, an
+  // extra pass over the whole buffer.
+  virtual bool allreduceAverages() const { return false; }
   virtual void reduceScatter(const CallContext& call,
                              const algorithms::ReduceScatterArgs& args) = 0;
   virtual void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) = 0;

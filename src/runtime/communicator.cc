@@ -137,8 +137,12 @@ Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, Reduc
         offset += tensor.numel();
       }
     }
-    state.backend().allreduce(call, {buffer, total, work, detail::wireOp(op)});
-    detail::finishAverage(op, work, buffer, total, state.info().size);
+    if (state.backend().allreduceAverages()) {
+      state.backend().allreduce(call, {buffer, total, work, op});
+    } else {
+      state.backend().allreduce(call, {buffer, total, work, detail::wireOp(op)});
+      detail::finishAverage(op, work, buffer, total, state.info().size);
+    }
     if (!direct) {
       size_t offset = 0;
       for (const auto& tensor : tensors) {

@@ -76,6 +76,33 @@ TEST_P(ShmCollectivesTest, ReduceScatter) {
   });
 }
 
+// avg is divided inside the reduction (ShmBackend::allreduceAverages): integers truncate toward
+// zero, floats are the correctly rounded quotient of the exact sum.
+TEST_P(ShmCollectivesTest, AllreduceAverage) {
+  run([](Communicator& comm, size_t count) {
+    const int p = comm.size();
+    std::vector<int32_t> ints(count);
+    std::vector<float> floats(count);
+    for (size_t i = 0; i < count; ++i) {
+      ints[i] = code(comm.rank(), 0, i) * (i % 2 == 0 ? 1 : -1);
+      floats[i] = static_cast<float>(comm.rank() + static_cast<int>(i % 101));
+    }
+    comm.allreduce(tensorOf(ints), ReduceOp::kAvg)->wait();
+    comm.allreduce(Tensor(floats.data(), {static_cast<int64_t>(count)}), ReduceOp::kAvg)->wait();
+    for (size_t i = 0; i < count; ++i) {
+      int64_t sum = 0;
+      double floatSum = 0;
+      for (int from = 0; from < p; ++from) {
+        sum += int64_t{code(from, 0, i)} * (i % 2 == 0 ? 1 : -1);
+        floatSum += from + static_cast<int>(i % 101);
+      }
+      ASSERT_EQ(ints[i], static_cast<int32_t>(sum / p)) << "count " << count << " element " << i;
+      ASSERT_EQ(floats[i], static_cast<float>(floatSum / p))
+          << "count " << count << " element " << i;
+    }
+  });
+}
+
 TEST_P(ShmCollectivesTest, AllToAll) {
   run([](Communicator& comm, size_t count) {
     const int p = comm.size();

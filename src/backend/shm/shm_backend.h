@@ -36,6 +36,7 @@ class ShmBackend : public Backend {
   ~ShmBackend() override;
 
   std::string name() const override { return "shm"; }
+  bool allreduceAverages() const override { return true; }
   int rank() const override { return group_->rank(); }
   int size() const override { return group_->size(); }
 

@@ -17,6 +17,9 @@
 // reduced by one rank and copied by all, so results are bit-identical across ranks. Three waits
 // per chunk, each a store and a few cache-line reads when ranks keep pace.
 //
+// avg (allreduce only; allreduceAverages()): combined like sum, and each slice is divided by p
+// right after its reduction, by the rank that reduced it (so results stay bit-identical).
+//
 // reduce_scatter, larger: each step carries, for every block q, the same range of elements of
 // block q, as piece q of the slot; rank r reduces piece r of every slot into its output.
 #include <algorithm>
@@ -51,6 +54,8 @@ void ShmBackend::allreduce(const CallContext& call, const algorithms::AllreduceA
       return;
     for (int q = 0; q < size(); ++q) sources_[q] = group_->smallSlot(q, sequence);
     kernels::reduceMany(args.op, args.dtype, args.data, sources_, args.count);
+    if (args.op == ReduceOp::kAvg)
+      kernels::divideBy(args.dtype, args.data, args.count, size());
   });
 }
 
@@ -108,6 +113,8 @@ void ShmBackend::reduceChunked(const CallContext& call,
             sources_[next++] = group_->chunkSlot(q, parity) + begin * elementSize;
         }
         kernels::reduceMany(op, dtype, mine, sources_, end - begin);
+        if (op == ReduceOp::kAvg)  // while the slice is in cache, not as a pass over the output
+          kernels::divideBy(dtype, mine, end - begin, p);
       });
 }
 

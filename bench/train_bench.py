@@ -1,0 +1,219 @@
+"""Data-parallel training throughput: 1 process, 2 independent processes, chorus DP and torch DDP
+over gloo, all in one session, every configuration started by chorusrun.
+
+    /usr/bin/python3 bench/train_bench.py [--build build] [--repeats 5] [--steps 40] [--csv F]
+
+The model (the issue's): 4 Linear layers of 1024 units (4.2 M parameters, 16.8 MB of float32
+gradients), batch 64 per rank, MSE loss, SGD, one intra-op thread per rank. Every configuration
+gets the same environment: OPENBLAS_NUM_THREADS=1 (and torch.set_num_threads(1)) and
+GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 (glibc would
+otherwise unmap freed large blocks, and a fresh page's first touch costs ~10 us on these VMs).
+Runs are interleaved (A B C D, A B C D, ...) so that noise hits every configuration alike; the
+table shows medians.
+
+Samples/s counts every rank's samples. For chorus DP the worker also reports the communication of
+one step alone (the same buckets, no compute), the part of it left exposed after backward (the
+wait at the end of backward), and so the overlap: hidden / alone.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CONFIGS = {  # name: (ranks, worker mode)
+    "1 process": (1, "single"),
+    "2 independent processes": (2, "independent"),
+    "chorus DP, 2 ranks": (2, "chorus"),
+    "torch DDP (gloo), 2 ranks": (2, "gloo"),
+}
+ENVIRONMENT = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
+}
+LAYERS, WIDTH, BATCH = 4, 1024, 64
+
+
+# ---- worker: one configuration, under chorusrun -------------------------------------------------
+
+def make_model(torch):
+    layers = []
+    for i in range(LAYERS):
+        layers.append(torch.nn.Linear(WIDTH, WIDTH))
+        if i < LAYERS - 1:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def gloo_wrap(torch, chorus, model):
+    """torch DDP over gloo: rank 0 picks a free loopback port and chorus broadcasts it."""
+    import socket
+    import numpy as np
+    import torch.distributed as torch_dist
+    port = np.zeros(1, dtype=np.int64)
+    if chorus.distributed.get_config().rank == 0:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port[0] = probe.getsockname()[1]
+    port = int(chorus.broadcast(port, root=0)[0])
+    config = chorus.distributed.get_config()
+    torch_dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                  rank=config.rank, world_size=config.size)
+    return torch.nn.parallel.DistributedDataParallel(model)
+
+
+def chorus_wrap(chorus_torch, model, bucket_mb, exposed):
+    """chorus DP, timing the wait at the end of backward (the communication left exposed)."""
+
+    class TimedDataParallel(chorus_torch.DistributedDataParallel):
+        def _finalize(self):
+            started = time.perf_counter()
+            super()._finalize()
+            exposed.append(time.perf_counter() - started)
+
+    return TimedDataParallel(model, bucket_cap_mb=bucket_mb)
+
+
+def communication_alone(ddp, repeats=10):
+    """One step's bucket allreduces with no compute around them (seconds, median)."""
+    reducer, times = ddp.reducer, []
+    order = [i for b in range(reducer.num_buckets) for i in reducer.bucket_gradients(b)]
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for index in order:
+            reducer.mark_ready(index)
+        reducer.finalize()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def worker(args):
+    import torch
+    import chorus
+    import chorus.torch as chorus_torch
+    torch.set_num_threads(1)
+    config = chorus.distributed.get_config()
+    torch.manual_seed(0)
+    model = make_model(torch)
+    exposed = []
+    if args.worker == "chorus":
+        model = chorus_wrap(chorus_torch, model, args.bucket_mb, exposed)
+    elif args.worker == "gloo":
+        model = gloo_wrap(torch, chorus, model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
+
+    def step():
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+    for _ in range(args.warmup):
+        step()
+    chorus.barrier()  # every rank starts timing together (also the independent ones)
+    exposed.clear()
+    started = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    elapsed = time.perf_counter() - started
+    result = {"elapsed": elapsed}
+    if args.worker == "chorus":
+        result["exposed"] = sum(exposed) / len(exposed)
+        result["alone"] = communication_alone(model)
+    every = chorus.allgather(torch.tensor([[result.get(k, 0.0) for k in
+                                            ("elapsed", "exposed", "alone")]],
+                                          dtype=torch.float64))
+    if config.rank == 0:
+        slowest = float(every[:, 0].max())
+        print("RESULT " + json.dumps({
+            "samples_per_s": config.size * BATCH * args.steps / slowest,
+            "step_ms": slowest / args.steps * 1e3,
+            "exposed_ms": float(every[:, 1].mean()) * 1e3,
+            "alone_ms": float(every[:, 2].mean()) * 1e3,
+        }), flush=True)
+
+
+# ---- driver: every configuration, interleaved, then the table -----------------------------------
+
+def run_config(args, ranks, mode):
+    env = dict(os.environ, **ENVIRONMENT)
+    env["PYTHONPATH"] = os.path.join(args.build, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    command = [os.path.join(args.build, "bin", "chorusrun"), "-np", str(ranks), sys.executable,
+               os.path.abspath(__file__), "--worker", mode, "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--bucket-mb", str(args.bucket_mb)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    for line in done.stdout.splitlines():
+        if "RESULT " in line:
+            return json.loads(line.split("RESULT ", 1)[1])
+    raise RuntimeError(f"{mode} failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
+
+
+def blas_name():
+    try:
+        return os.path.realpath("/etc/alternatives/libblas.so.3-x86_64-linux-gnu")
+    except OSError:
+        return "unknown"
+
+
+def print_table(results):
+    single = statistics.median(r["samples_per_s"] for r in results["1 process"])
+    gloo = statistics.median(r["samples_per_s"] for r in results["torch DDP (gloo), 2 ranks"])
+    print("| configuration | samples/s (median) | runs | step ms | vs 1 process | vs torch DDP |")
+    print("|---|---|---|---|---|---|")
+    for name, runs in results.items():
+        rate = statistics.median(r["samples_per_s"] for r in runs)
+        step = statistics.median(r["step_ms"] for r in runs)
+        spread = ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)
+        print(f"| {name} | {rate:.0f} | {spread} | {step:.1f} | {rate / single:.2f}x | "
+              f"{rate / gloo:.2f}x |")
+    chorus_runs = results["chorus DP, 2 ranks"]
+    alone = statistics.median(r["alone_ms"] for r in chorus_runs)
+    exposed = statistics.median(r["exposed_ms"] for r in chorus_runs)
+    hidden = max(0.0, alone - exposed)
+    print(f"\nchorus DP communication per step: {alone:.2f} ms alone, {exposed:.2f} ms exposed "
+          f"after backward: {hidden:.2f} ms hidden ({hidden / alone:.0%} overlap)")
+    print(f"BLAS: {blas_name()}; environment: "
+          + " ".join(f"{k}={v}" for k, v in ENVIRONMENT.items()))
+
+
+def driver(args):
+    results = {name: [] for name in CONFIGS}
+    for repeat in range(args.repeats):
+        for name, (ranks, mode) in CONFIGS.items():
+            result = run_config(args, ranks, mode)
+            results[name].append(result)
+            print(f"run {repeat + 1}/{args.repeats} {name}: {result['samples_per_s']:.0f} "
+                  f"samples/s", file=sys.stderr, flush=True)
+    if args.csv:
+        with open(args.csv, "w") as out:
+            out.write("configuration,run,samples_per_s,step_ms,exposed_ms,alone_ms\n")
+            for name, runs in results.items():
+                for i, r in enumerate(runs):
+                    out.write(f"{name},{i},{r['samples_per_s']:.1f},{r['step_ms']:.3f},"
+                              f"{r['exposed_ms']:.3f},{r['alone_ms']:.3f}\n")
+    print_table(results)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build", help="the build directory (chorusrun, python)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per configuration (>= 3)")
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--bucket-mb", type=float, default=25.0, help="chorus DP bucket size")
+    parser.add_argument("--csv", help="also write every run here")
+    parser.add_argument("--worker", choices=sorted(mode for _, mode in CONFIGS.values()),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+    else:
+        driver(args)
+
+
+if __name__ == "__main__":
+    main()
