@@ -3,7 +3,7 @@ as one process trained on the concatenated batch (the reference, computed on eve
 torch with no communication). Runs at every world size of the suite (1 to 4 ranks).
 
 Tolerances: float32 within 1e-5 relative (max |dp - ref| / max |ref|, per parameter); bfloat16
-within 1e-2 (the reference rounds the full-batch gradient to bfloat16 once, data parallel rounds
+within 2e-2 (the reference rounds the full-batch gradient to bfloat16 once, data parallel rounds
 each rank's gradient and then their average; one bfloat16 step is 2**-8 = 0.4 %).
 """
 
@@ -141,7 +141,7 @@ def test_bfloat16_parameters_and_gradients(comm):
     model, _ = train_data_parallel("sgd", comm, dtype=torch.bfloat16)
     reference = train_reference("sgd", comm.size, dtype=torch.bfloat16)
     assert model.first.weight.grad.dtype == torch.bfloat16
-    assert_same_parameters(model, reference, 1e-2)
+    assert_same_parameters(model, reference, 2e-2)
 
 
 def test_gradients_are_views_into_the_buckets(comm):
