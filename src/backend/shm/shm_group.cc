@@ -33,6 +33,11 @@ constexpr size_t kMaxErrorBytes = 8192;
 // ranks on 2 cores ~100 µs per small allreduce, against ~3.5 µs for 2 ranks that spin).
 constexpr int kSpinPasses = 4000;
 constexpr int kYieldPasses = 2000;
+// Yielding also ends after this long. On a loaded machine one sched_yield can hand the core away
+// for a whole time slice: 2000 of them took seconds (busy loops on both cores), and a dead peer,
+// an abort or the deadline went unnoticed until they were done (only the sliced sleep below
+// checks for them). Unloaded, the 2000 passes take about a millisecond.
+constexpr std::chrono::milliseconds kMaxYieldTime{2};
 
 int spinPassesFor(int ranks) {
   const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
@@ -263,12 +268,18 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
     }
     return any;
   };
+  Clock::time_point yieldUntil = Clock::time_point::max();
   for (int pass = 0; pass < spinPasses_ + kYieldPasses; ++pass) {
     if (!behind(nullptr))
       return;
     checkHealthy(false);
-    if (pass >= spinPasses_)
-      sched_yield();
+    if (pass < spinPasses_)
+      continue;
+    if (pass == spinPasses_)
+      yieldUntil = Clock::now() + kMaxYieldTime;
+    else if (Clock::now() >= yieldUntil)
+      break;
+    sched_yield();
   }
   ControlBlock& hub = block(0);
   while (true) {

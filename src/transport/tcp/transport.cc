@@ -4,9 +4,12 @@
 // peer that dies is noticed while waiting on anyone.
 //
 // Failure (see the contract in transport.h): the first error is kept; pending requests are
-// forgotten (half-written frames are finished with zeros so the stream stays parsable); errors
-// found here are sent to every live peer in an abort frame (errors that came in an abort frame, or
-// from a peer's crash, are not: every peer hears those first-hand). abort() from another thread
+// forgotten (half-written frames are finished with zeros so the stream stays parsable); the error
+// is sent to every live peer in an abort frame, ahead of this rank's goodbye, also when it came in
+// a peer's abort frame or from a peer's crash: a third rank may hear this rank's goodbye before
+// the failed rank's own abort frame or end of stream (the aborting rank writes its frames one
+// peer at a time, and may lose the core in between), and would then blame this rank. The first
+// error wins on every rank, so forwarded frames end there. abort() from another thread
 // takes the lock (the waiter drops it while in epoll_wait) and wakes the waiter through an
 // eventfd in the epoll set.
 //
@@ -278,7 +281,7 @@ void TcpTransport::handle(Connection& connection, Connection::Event event) {
       auto prefix = detail::concat("rank ", rank_, " (this process): aborted because rank ", peer,
                                    " reported: ");
       failLocked(detail::decodeError(connection.takeAbortPayload(), prefix, peer),
-                 /*tellPeers=*/false);
+                 /*tellPeers=*/true);  // as for a crash: see the top of this file
       rethrowFailure();
     }
   }
