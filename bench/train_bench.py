@@ -11,7 +11,8 @@ otherwise unmap freed large blocks, and a fresh page's first touch costs ~10 us 
 Runs are interleaved (A B C D, A B C D, ...) so that noise hits every configuration alike; the
 table shows medians.
 
-Samples/s counts every rank's samples. For chorus DP the worker also reports the communication of
+Samples/s counts every rank's samples. Each step's phases (zero_grad, forward, backward, optimizer
+step) are timed too, and shown as medians. For chorus DP the worker also reports the communication of
 one step alone (the same buckets, no compute), the part of it left exposed after backward (the
 wait at the end of backward), and so the overlap: hidden / alone.
 """
@@ -36,6 +37,7 @@ ENVIRONMENT = {
     "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
 }
 LAYERS, WIDTH, BATCH = 4, 1024, 64
+PHASES = ("zero_grad", "forward", "backward", "optimizer_step")  # timed separately, medians per rank
 
 
 # ---- worker: one configuration, under chorusrun -------------------------------------------------
@@ -107,15 +109,27 @@ def worker(args):
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
     x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
 
+    phases = {name: [] for name in PHASES}
+
     def step():
+        t0 = time.perf_counter()
         optimizer.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        t1 = time.perf_counter()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        t2 = time.perf_counter()
+        loss.backward()  # chorus DP and torch DDP: including the wait for the gradients
+        t3 = time.perf_counter()
         optimizer.step()
+        t4 = time.perf_counter()
+        for name, begin, end in zip(PHASES, (t0, t1, t2, t3), (t1, t2, t3, t4)):
+            phases[name].append(end - begin)
 
     for _ in range(args.warmup):
         step()
     chorus.barrier()  # every rank starts timing together (also the independent ones)
     exposed.clear()
+    for times in phases.values():
+        times.clear()
     started = time.perf_counter()
     for _ in range(args.steps):
         step()
@@ -124,8 +138,9 @@ def worker(args):
     if args.worker == "chorus":
         result["exposed"] = sum(exposed) / len(exposed)
         result["alone"] = communication_alone(model)
-    every = chorus.allgather(torch.tensor([[result.get(k, 0.0) for k in
-                                            ("elapsed", "exposed", "alone")]],
+    result.update({name: statistics.median(times) for name, times in phases.items()})
+    keys = ("elapsed", "exposed", "alone") + PHASES
+    every = chorus.allgather(torch.tensor([[result.get(k, 0.0) for k in keys]],
                                           dtype=torch.float64))
     if config.rank == 0:
         slowest = float(every[:, 0].max())
@@ -134,6 +149,8 @@ def worker(args):
             "step_ms": slowest / args.steps * 1e3,
             "exposed_ms": float(every[:, 1].mean()) * 1e3,
             "alone_ms": float(every[:, 2].mean()) * 1e3,
+            **{name + "_ms": float(every[:, 3 + i].mean()) * 1e3
+               for i, name in enumerate(PHASES)},
         }), flush=True)
 
 
@@ -176,6 +193,11 @@ def print_table(results):
     hidden = max(0.0, alone - exposed)
     print(f"\nchorus DP communication per step: {alone:.2f} ms alone, {exposed:.2f} ms exposed "
           f"after backward: {hidden:.2f} ms hidden ({hidden / alone:.0%} overlap)")
+    print("\n| phase, ms (median) | " + " | ".join(results) + " |")
+    print("|---" * (len(results) + 1) + "|")
+    for name in PHASES:
+        cells = [statistics.median(r[name + "_ms"] for r in runs) for runs in results.values()]
+        print(f"| {name} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
     print(f"BLAS: {blas_name()}; environment: "
           + " ".join(f"{k}={v}" for k, v in ENVIRONMENT.items()))
 
@@ -190,11 +212,11 @@ def driver(args):
                   f"samples/s", file=sys.stderr, flush=True)
     if args.csv:
         with open(args.csv, "w") as out:
-            out.write("configuration,run,samples_per_s,step_ms,exposed_ms,alone_ms\n")
+            columns = list(next(iter(results.values()))[0])
+            out.write("configuration,run," + ",".join(columns) + "\n")
             for name, runs in results.items():
                 for i, r in enumerate(runs):
-                    out.write(f"{name},{i},{r['samples_per_s']:.1f},{r['step_ms']:.3f},"
-                              f"{r['exposed_ms']:.3f},{r['alone_ms']:.3f}\n")
+                    out.write(f"{name},{i}," + ",".join(f"{r[c]:.3f}" for c in columns) + "\n")
     print_table(results)
 
 
