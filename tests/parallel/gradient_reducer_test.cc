@@ -1,5 +1,6 @@
 // GradientReducer on 2 and 3 ranks (threads, loopback TCP) with synthetic gradients: averages,
-// bucket issue order, absent gradients, bf16, the rebuild after the first iteration, and errors.
+// bucket issue order, absent gradients, bf16 and fp16, the rebuild after the first iteration, and
+// errors.
 #include "chorus/gradient_reducer.h"
 
 #include <gtest/gtest.h>
@@ -134,21 +135,26 @@ TEST(GradientReducerTest, ValuesProducedElsewhereAreCopiedIn) {
   });
 }
 
-TEST(GradientReducerTest, Bfloat16GradientsAreAveragedInFloat32) {
+TEST(GradientReducerTest, HalfPrecisionGradientsAreAveragedInFloat32) {
   runRanks(3, [&](Communicator& comm) {
-    std::vector<GradientSpec> specs = {{1000, DataType::kBFloat16}, {10, DataType::kFloat32}};
+    std::vector<GradientSpec> specs = {
+        {1000, DataType::kBFloat16}, {10, DataType::kFloat32}, {500, DataType::kFloat16}};
     GradientReducer reducer(borrow(comm), specs, smallBuckets());
-    Tensor half = reducer.gradient(0);
-    auto* raw = static_cast<uint16_t*>(half.data());
-    // 256 + 1 + 1 = 258, and 258 / 3 = 86 exactly. A bfloat16 running sum that adds a 1 to 256
-    // rounds it away (257 is not a bfloat16), giving 256 / 3 -> 85.5: only float32 sums give 86.
-    for (int64_t j = 0; j < half.numel(); ++j)
-      raw[j] = half::floatToBfloat16(comm.rank() == 0 ? 256.0f : 1.0f);
+    auto* brain = static_cast<uint16_t*>(reducer.gradient(0).data());
+    auto* ieee = static_cast<uint16_t*>(reducer.gradient(2).data());
+    // bfloat16: 256 + 1 + 1 = 258, and 258 / 3 = 86 exactly. A bfloat16 running sum that adds a 1
+    // to 256 rounds it away (257 is not a bfloat16), giving 256 / 3 -> 85.5: only float32 sums
+    // give 86. float16: likewise 2048 + 1 + 1 (2049 is not a float16).
+    for (int64_t j = 0; j < 1000; ++j)
+      brain[j] = half::floatToBfloat16(comm.rank() == 0 ? 256.0f : 1.0f);
+    for (int64_t j = 0; j < 500; ++j)
+      ieee[j] = half::floatToFloat16(comm.rank() == 0 ? 2048.0f : 1.0f);
     for (int64_t j = 0; j < 10; ++j) floats(reducer.gradient(1))[j] = comm.rank() * 2.0f;
-    reducer.markReady(1);
-    reducer.markReady(0);
+    for (int i : {2, 1, 0}) reducer.markReady(i);
     reducer.finalize();
-    for (int64_t j = 0; j < half.numel(); ++j) ASSERT_EQ(half::bfloat16ToFloat(raw[j]), 86.0f);
+    for (int64_t j = 0; j < 1000; ++j) ASSERT_EQ(half::bfloat16ToFloat(brain[j]), 86.0f);
+    // 2050 / 3 = 683.33, rounded once to float16 (steps of 0.5 there): 683.5.
+    for (int64_t j = 0; j < 500; ++j) ASSERT_EQ(half::float16ToFloat(ieee[j]), 683.5f);
     EXPECT_EQ(floats(reducer.gradient(1))[9], 2.0f);
   });
 }

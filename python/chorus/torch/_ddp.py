@@ -58,9 +58,12 @@ class DistributedDataParallel(torch.nn.Module):
       averages the accumulated sum.
     - Works with any torch optimizer: optimizer.step() reads the averaged .grad.
     - float16 and bfloat16 gradients are averaged with float32 accumulation.
+    - find_unused_parameters is accepted for torch compatibility and changes nothing: parameters
+      without a gradient are always handled (one tiny allreduce per step says which).
     """
 
-    def __init__(self, module, bucket_cap_mb=None, broadcast_buffers=True):
+    def __init__(self, module, bucket_cap_mb=None, broadcast_buffers=True,
+                 find_unused_parameters=False):
         super().__init__()
         self.module = module
         self.broadcast_buffers = bool(broadcast_buffers)
