@@ -25,6 +25,8 @@ void bindOperations(py::module_& module);
 void bindWork(py::module_& module);
 // GradientReducer, the data-parallel core under chorus.torch.DistributedDataParallel.
 void bindReducer(py::module_& module);
+// FlatOptimizer: SGD / Adam / AdamW on a flat float32 shard (ZeRO).
+void bindOptimizers(py::module_& module);
 
 // A Tensor viewing the DLPack capsule `capsule` (which must stay alive while the view is used).
 // A non-empty `dtype` replaces the exported element type (bool arrives as uint8 of equal size).

@@ -1,0 +1,110 @@
+// Flat-shard SGD and Adam/AdamW (see flat_optimizer.h). Scalars are computed in double, as torch
+// does for its Python-number hyperparameters, then rounded to float once per step.
+#include "parallel/flat_optimizer.h"
+
+#include <cmath>
+#include <string>
+
+#include "chorus/error.h"
+
+namespace chorus::parallel {
+namespace {
+
+void require(bool ok, const std::string& what, double value) {
+  if (!ok)
+    throw InvalidArgumentError("optimizer: invalid " + what + " " + std::to_string(value));
+}
+
+class Sgd final : public FlatOptimizer {
+ public:
+  Sgd(size_t numel, const SgdOptions& options)
+      : FlatOptimizer(numel), options_(options), momentum_(options.momentum > 0 ? numel : 0) {
+    require(options.lr >= 0, "learning rate", options.lr);
+    require(options.momentum >= 0, "momentum", options.momentum);
+    require(options.weightDecay >= 0, "weight_decay", options.weightDecay);
+    if (options.nesterov && (options.momentum <= 0 || options.dampening != 0))
+      throw InvalidArgumentError(
+          "optimizer: nesterov momentum requires a momentum and zero "
+          "dampening");
+  }
+
+  std::string name() const override { return "sgd"; }
+  size_t stateBytes() const override { return momentum_.size() * sizeof(float); }
+
+  void step(float* __restrict params, const float* __restrict grads) override {
+    const auto lr = static_cast<float>(options_.lr);
+    const auto decay = static_cast<float>(options_.weightDecay);
+    const auto momentum = static_cast<float>(options_.momentum);
+    const auto keep = static_cast<float>(1.0 - options_.dampening);
+    float* __restrict buffer = momentum_.data();
+    const bool first = steps_++ == 0;
+    if (momentum_.empty()) {
+      for (size_t i = 0; i < numel_; ++i) params[i] -= lr * (grads[i] + decay * params[i]);
+      return;
+    }
+    for (size_t i = 0; i < numel_; ++i) {
+      const float g = grads[i] + decay * params[i];
+      const float b = first ? g : momentum * buffer[i] + keep * g;
+      buffer[i] = b;
+      params[i] -= lr * (options_.nesterov ? g + momentum * b : b);
+    }
+  }
+
+ private:
+  SgdOptions options_;
+  std::vector<float> momentum_;
+};
+
+class Adam final : public FlatOptimizer {
+ public:
+  Adam(size_t numel, const AdamOptions& options)
+      : FlatOptimizer(numel), options_(options), m_(numel), v_(numel) {
+    require(options.lr >= 0, "learning rate", options.lr);
+    require(options.beta1 >= 0 && options.beta1 < 1, "beta1", options.beta1);
+    require(options.beta2 >= 0 && options.beta2 < 1, "beta2", options.beta2);
+    require(options.eps >= 0, "eps", options.eps);
+    require(options.weightDecay >= 0, "weight_decay", options.weightDecay);
+  }
+
+  std::string name() const override { return options_.decoupledWeightDecay ? "adamw" : "adam"; }
+  size_t stateBytes() const override { return (m_.size() + v_.size()) * sizeof(float); }
+
+  void step(float* __restrict params, const float* __restrict grads) override {
+    const double t = static_cast<double>(++steps_);
+    const auto beta1 = static_cast<float>(options_.beta1);
+    const auto beta2 = static_cast<float>(options_.beta2);
+    const auto stepSize = static_cast<float>(options_.lr / (1.0 - std::pow(options_.beta1, t)));
+    const auto correction2 = static_cast<float>(std::sqrt(1.0 - std::pow(options_.beta2, t)));
+    const auto eps = static_cast<float>(options_.eps);
+    const bool decoupled = options_.decoupledWeightDecay;
+    const auto coupledDecay = static_cast<float>(decoupled ? 0.0 : options_.weightDecay);
+    const auto shrink =
+        static_cast<float>(decoupled ? 1.0 - options_.lr * options_.weightDecay : 1.0);
+    float* __restrict m = m_.data();
+    float* __restrict v = v_.data();
+    for (size_t i = 0; i < numel_; ++i) {
+      const float p = params[i] * shrink;
+      const float g = grads[i] + coupledDecay * p;
+      m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+      v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+      params[i] = p - stepSize * m[i] / (std::sqrt(v[i]) / correction2 + eps);
+    }
+  }
+
+ private:
+  AdamOptions options_;
+  std::vector<float> m_;
+  std::vector<float> v_;
+};
+
+}  // namespace
+
+std::unique_ptr<FlatOptimizer> makeSgd(size_t numel, const SgdOptions& options) {
+  return std::make_unique<Sgd>(numel, options);
+}
+
+std::unique_ptr<FlatOptimizer> makeAdam(size_t numel, const AdamOptions& options) {
+  return std::make_unique<Adam>(numel, options);
+}
+
+}  // namespace chorus::parallel

@@ -1,0 +1,66 @@
+// parallel/flat_optimizer.h — optimizers that update one flat float32 shard in place: the
+// arithmetic under ZeRO's sharded optimizer state (DESIGN §7).
+//
+// Contract:
+//  - An optimizer is made for a shard of `numel` elements and owns its state (momentum, Adam's
+//    moments, the step count), zero at first; stateBytes() is its size.
+//  - step(params, grads) applies one update to the `numel` parameters from the `numel` gradients,
+//    following torch.optim's update rules for the same hyperparameters (torch 1.13, maximize=False,
+//    amsgrad=False):
+//      SGD:   g = grad + weight_decay * p; with momentum, buf = g on the first step, else
+//             buf = momentum * buf + (1 - dampening) * g, and g = nesterov ? g + momentum * buf
+//             : buf; p -= lr * g.
+//      Adam:  g = grad + weight_decay * p; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2)
+//      g²;
+//             p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+//      AdamW: p *= 1 - lr * weight_decay first, then Adam without weight decay in g.
+//    The loops are simple and branch-free so the compiler vectorizes them.
+//  - Invalid hyperparameters (lr < 0, momentum < 0, betas outside [0, 1), eps < 0, nesterov
+//    without momentum or with dampening) are InvalidArgumentError, naming the value.
+//  - Not thread-safe; one optimizer per shard.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace chorus::parallel {
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weightDecay = 0.0;
+  bool nesterov = false;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.0;
+  bool decoupledWeightDecay = false;  // AdamW
+};
+
+class FlatOptimizer {
+ public:
+  virtual ~FlatOptimizer() = default;
+  virtual std::string name() const = 0;
+  virtual void step(float* params, const float* grads) = 0;
+  virtual size_t stateBytes() const = 0;
+  size_t numel() const { return numel_; }
+  int64_t steps() const { return steps_; }
+
+ protected:
+  explicit FlatOptimizer(size_t numel) : numel_(numel) {}
+  size_t numel_;
+  int64_t steps_ = 0;
+};
+
+std::unique_ptr<FlatOptimizer> makeSgd(size_t numel, const SgdOptions& options);
+std::unique_ptr<FlatOptimizer> makeAdam(size_t numel, const AdamOptions& options);
+
+}  // namespace chorus::parallel
