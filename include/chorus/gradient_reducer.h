@@ -99,6 +99,8 @@ class GradientReducer {
 
   std::vector<parallel::Bucket> plan(const std::vector<int>& readyOrder) const;
   void build(std::vector<parallel::Bucket> buckets);
+  // Nothing ready, no bucket issued: the state at the start of every iteration.
+  void startIteration();
   void checkIndex(int index, const char* what) const;
   void launchReadyBuckets();
   void rebuildFromRankZeroOrder();

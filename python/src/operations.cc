@@ -8,30 +8,19 @@
 // buffer under another type of equal size (bool travels as uint8 because NumPy 1.24 and
 // PyTorch 1.13 do not export bool through DLPack).
 #include <pybind11/stl.h>
-#include <sys/mman.h>
 
 #include <cstring>
 #include <optional>
 
 #include "bindings.h"
+#include "core/huge_pages.h"
 
 namespace chorus::python {
 namespace {
 
-constexpr uintptr_t kHugePage = 2u << 20;
+// Results of 4 MiB and more get huge pages before their first touch (core/huge_pages.h): a 64 MiB
+// result would otherwise spend most of its time in page faults.
 constexpr size_t kHugePageThreshold = 4u << 20;
-
-// Asks for transparent huge pages on the 2 MiB-aligned interior of a large fresh buffer: on this
-// kind of VM first touch of each 4 KiB page costs microseconds, so a 64 MiB result would spend
-// most of its time in page faults. Advisory only; failures are ignored.
-void adviseHugePages(void* data, size_t bytes) {
-  if (bytes < kHugePageThreshold)
-    return;
-  auto begin = (reinterpret_cast<uintptr_t>(data) + kHugePage - 1) & ~(kHugePage - 1);
-  auto end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePage - 1);
-  if (end > begin)
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
 
 void copyTensor(const Tensor& from, const Tensor& to) {
   if (from.nbytes() != to.nbytes() || from.dtype() != to.dtype())
@@ -39,7 +28,8 @@ void copyTensor(const Tensor& from, const Tensor& to) {
                         to.describe() + " of different sizes");
   if (from.data() == to.data() || from.nbytes() == 0)
     return;
-  adviseHugePages(to.data(), to.nbytes());
+  if (to.nbytes() >= kHugePageThreshold)
+    adviseHugePages(to.data(), to.nbytes());
   std::memcpy(to.data(), from.data(), from.nbytes());
 }
 

@@ -3,31 +3,27 @@
 // their pages in before the first backward), and handed out as views.
 #include "chorus/gradient_reducer.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "chorus/error.h"
+#include "core/huge_pages.h"
 #include "parallel/bucket_plan.h"
 
 namespace chorus {
 
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
 void* allocateZeroed(size_t bytes) {
   size_t rounded = (bytes + parallel::kSlotAlignmentBytes - 1) / parallel::kSlotAlignmentBytes *
                    parallel::kSlotAlignmentBytes;
-  size_t alignment = rounded >= kHugePage ? kHugePage : parallel::kSlotAlignmentBytes;
+  size_t alignment = rounded >= kHugePageBytes ? kHugePageBytes : parallel::kSlotAlignmentBytes;
   void* data = nullptr;
   if (posix_memalign(&data, alignment, rounded == 0 ? alignment : rounded) != 0)
     throw InternalError("gradient reducer: cannot allocate a bucket of " + std::to_string(bytes) +
                         " bytes");
-  if (alignment == kHugePage)
-    madvise(data, rounded, MADV_HUGEPAGE);  // advisory: fewer page faults on the first touch
+  adviseHugePages(data, rounded);
   std::memset(data, 0, rounded);
   return data;
 }
@@ -49,7 +45,6 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> comm,
   if (!comm_)
     throw InvalidArgumentError("gradient reducer: no communicator");
   build(plan(parallel::reverseOrder(numGradients())));
-  ready_.assign(specs_.size(), false);
   usedAnywhere_.assign(specs_.size(), false);
 }
 
@@ -90,7 +85,14 @@ void GradientReducer::build(std::vector<parallel::Bucket> buckets) {
   buckets_ = std::move(buckets);
   storage_ = std::move(storage);
   locations_ = std::move(locations);
-  pendingInBucket_.assign(buckets_.size(), 0);
+  startIteration();
+}
+
+void GradientReducer::startIteration() {
+  ready_.assign(specs_.size(), false);
+  readySequence_.clear();
+  nextBucketToLaunch_ = 0;
+  pendingInBucket_.resize(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b)
     pendingInBucket_[b] = static_cast<int>(buckets_[b].slots.size());
 }
@@ -196,12 +198,8 @@ const std::vector<bool>& GradientReducer::finalize() {
 
   for (int i = 0; i < numGradients(); ++i) usedAnywhere_[i] = used[i] != 0;
   if (++iterations_ == 1 && options_.rebuildAfterFirstIteration)
-    rebuildFromRankZeroOrder();
-  ready_.assign(specs_.size(), false);
-  readySequence_.clear();
-  nextBucketToLaunch_ = 0;
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    pendingInBucket_[b] = static_cast<int>(buckets_[b].slots.size());
+    rebuildFromRankZeroOrder();  // reads this iteration's ready order; may build() anew
+  startIteration();
   return usedAnywhere_;
 }
 

@@ -189,6 +189,10 @@ def test_buffers_are_broadcast_from_rank_zero_at_each_forward(comm):
 def test_bad_arguments_are_refused():
     with pytest.raises(chorus.InvalidArgumentError, match="bucket_cap_mb"):
         ct.DistributedDataParallel(torch.nn.Linear(2, 2), bucket_cap_mb=0)
+    complex_model = torch.nn.Module()
+    complex_model.z = torch.nn.Parameter(torch.zeros(2, dtype=torch.complex64))
+    with pytest.raises(chorus.InvalidArgumentError, match="parameter z has dtype"):
+        ct.DistributedDataParallel(complex_model)
 
 
 def test_distribute_follows_the_config(comm):

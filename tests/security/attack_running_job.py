@@ -168,14 +168,25 @@ def attack_listener(failures, tally, rank, address):
         ("transport oversized length prefix", lambda: oversized_prefix(address)),
         ("transport oversized frame after hello", lambda: oversized_after_hello(address)),
     ]
+    expect_refused(failures, tally, checks, target)
+    scan_both_ways(failures, tally, address, "transport", target)
+
+
+def expect_refused(failures, tally, checks, target):
+    """Runs each (name, attack) once; every attack must be refused by `target`."""
     for name, attack in checks:
         refused = attack()
         tally.add(name, 1, int(refused))
         failures.expect(refused, f"{name} was not refused by the {target}")
+
+
+def scan_both_ways(failures, tally, address, kind, target):
+    """A port scanner's connects (closed politely, then reset): every one must still be
+    accepted, i.e. the listener survived what came before."""
     for reset in (False, True):
         count = RESETS_PER_ROUND if reset else SCANS_PER_ROUND
         made = scan(address, count, reset)
-        name = "transport scanner (connect/reset)" if reset else "transport scanner (connect/close)"
+        name = f"{kind} scanner (connect/reset)" if reset else f"{kind} scanner (connect/close)"
         tally.add(name, count, made)
         failures.expect(made == count, f"{name}: only {made} of {count} connects reached the "
                                        f"{target}; is it still listening?")
@@ -203,22 +214,14 @@ def attack_store_rounds(failures, tally, store, store_recording, stalled_threads
     long."""
     rounds = 0
     while rounds < STORE_ROUNDS or any(thread.is_alive() for thread in stalled_threads):
-        for name, attack in [
+        expect_refused(failures, tally, [
             ("store wrong token", lambda: wrong_token(store, STORE_PURPOSE, 0)),
             ("store replayed session", lambda: replay(store, *store_recording)),
             ("store garbage", lambda: garbage(store)),
             ("store oversized length prefix", lambda: oversized_prefix(store)),
             ("store oversized frame after hello", lambda: oversized_after_hello(store)),
-        ]:
-            refused = attack()
-            tally.add(name, 1, int(refused))
-            failures.expect(refused, f"{name} was not refused by the store at {store}")
-        for reset in (False, True):
-            count = RESETS_PER_ROUND if reset else SCANS_PER_ROUND
-            made = scan(store, count, reset)
-            name = "store scanner (connect/reset)" if reset else "store scanner (connect/close)"
-            tally.add(name, count, made)
-            failures.expect(made == count, f"{name}: only {made} of {count} connects succeeded")
+        ], f"store at {store}")
+        scan_both_ways(failures, tally, store, "store", f"store at {store}")
         rounds += 1
     done.set()
 

@@ -93,14 +93,6 @@ void checkedIteration(Communicator& comm, int it) {
   expect(maxima == std::vector<float>(3, float((p - 1) * it)), "allreduce(max)", r, it);
 }
 
-int envInt(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) {
-    throw InvalidArgumentError(std::string(name) + " is not set: run this under chorusrun");
-  }
-  return std::atoi(value);
-}
-
 // The contact rank's part before it joins the mesh (see the file comment).
 class Contact {
  public:
