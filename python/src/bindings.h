@@ -27,10 +27,17 @@ void bindWork(py::module_& module);
 void bindReducer(py::module_& module);
 // FlatOptimizer: SGD / Adam / AdamW on a flat float32 shard (ZeRO).
 void bindOptimizers(py::module_& module);
+// ZeroEngine: ZeRO stages 1-3, the core under chorus.torch.ZeroOptimizer.
+void bindZero(py::module_& module);
 
 // A Tensor viewing the DLPack capsule `capsule` (which must stay alive while the view is used).
 // A non-empty `dtype` replaces the exported element type (bool arrives as uint8 of equal size).
 Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype);
+
+// A DLPack capsule of `view` that keeps `owner` (the memory under the view) alive until the
+// consumer (e.g. torch.utils.dlpack.from_dlpack) drops the tensor, or until the capsule dies
+// unconsumed.
+py::capsule ownedViewCapsule(const Tensor& view, std::shared_ptr<const void> owner);
 
 // Finishes an issued operation: with `async` false waits (GIL released) and returns None; with
 // `async` true returns a PendingWork that keeps `keepAlive` (the Python buffers) until it is done.

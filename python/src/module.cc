@@ -76,6 +76,7 @@ PYBIND11_MODULE(_chorus, module) {
   bindOperations(module);
   bindReducer(module);
   bindOptimizers(module);
+  bindZero(module);
 }
 
 }  // namespace chorus::python

@@ -16,12 +16,8 @@ std::shared_ptr<parallel::FlatOptimizer> makeOptimizer(const std::string& kind,
                                                        double beta2,
                                                        double eps,
                                                        double weightDecay) {
-  if (kind == "sgd")
-    return parallel::makeSgd(numel, {lr, momentum, dampening, weightDecay, nesterov});
-  if (kind == "adam" || kind == "adamw")
-    return parallel::makeAdam(numel, {lr, beta1, beta2, eps, weightDecay, kind == "adamw"});
-  throw InvalidArgumentError("optimizer must be \"sgd\", \"adam\" or \"adamw\", not \"" + kind +
-                             "\"");
+  return parallel::makeOptimizer(kind, numel, {lr, momentum, dampening, weightDecay, nesterov},
+                                 {lr, beta1, beta2, eps, weightDecay, false});
 }
 
 Tensor flatFloat32(py::handle capsule, size_t numel, const char* what) {

@@ -1,5 +1,6 @@
 // GradientReducer as seen from chorus.torch: specs in, DLPack capsules of the gradient views out
-// (each keeps its bucket's memory alive), and finalize() with the GIL released.
+// (each keeps its bucket's memory alive), and finalize() with the GIL released. Also the capsule
+// of a view that owns its memory, shared with the ZeRO engine's bindings.
 #include <dlpack/dlpack.h>
 #include <pybind11/stl.h>
 
@@ -9,18 +10,8 @@
 namespace chorus::python {
 namespace {
 
-void deleteUnconsumedCapsule(PyObject* capsule) {
-  // A consumer renames the capsule to "used_dltensor" and owns the tensor from then on.
-  if (!PyCapsule_IsValid(capsule, "dltensor"))
-    return;
-  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
-  if (managed != nullptr && managed->deleter != nullptr)
-    managed->deleter(managed);
-}
-
 py::capsule gradientCapsule(const GradientReducer& reducer, int index) {
-  DLManagedTensor* managed = reducer.gradient(index).toDLPack(reducer.storage(index));
-  return py::capsule(managed, "dltensor", &deleteUnconsumedCapsule);
+  return ownedViewCapsule(reducer.gradient(index), reducer.storage(index));
 }
 
 std::shared_ptr<GradientReducer> makeReducer(
@@ -51,6 +42,17 @@ void bindReducer(py::module_& module) {
       .def("is_ready", &GradientReducer::isReady)
       .def("mark_ready", py::overload_cast<int>(&GradientReducer::markReady))
       .def("finalize", &GradientReducer::finalize, py::call_guard<py::gil_scoped_release>());
+}
+
+py::capsule ownedViewCapsule(const Tensor& view, std::shared_ptr<const void> owner) {
+  return py::capsule(view.toDLPack(std::move(owner)), "dltensor", [](PyObject* capsule) {
+    // A consumer renames the capsule to "used_dltensor" and owns the tensor from then on.
+    if (!PyCapsule_IsValid(capsule, "dltensor"))
+      return;
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (managed != nullptr && managed->deleter != nullptr)
+      managed->deleter(managed);
+  });
 }
 
 }  // namespace chorus::python

@@ -10,6 +10,14 @@
 namespace chorus::parallel {
 namespace {
 
+const char* const kMomentum = "momentum_buffer";
+const char* const kExpAvg = "exp_avg";
+const char* const kExpAvgSq = "exp_avg_sq";
+
+InvalidArgumentError unknownState(const std::string& optimizer, const std::string& name) {
+  return InvalidArgumentError("optimizer: " + optimizer + " has no state named \"" + name + "\"");
+}
+
 void require(bool ok, const std::string& what, double value) {
   if (!ok)
     throw InvalidArgumentError("optimizer: invalid " + what + " " + std::to_string(value));
@@ -31,18 +39,30 @@ class Sgd final : public FlatOptimizer {
   std::string name() const override { return "sgd"; }
   size_t stateBytes() const override { return momentum_.size() * sizeof(float); }
 
-  void step(float* __restrict params, const float* __restrict grads) override {
+  std::vector<std::string> stateNames() const override {
+    return momentum_.empty() ? std::vector<std::string>{} : std::vector<std::string>{kMomentum};
+  }
+  float* state(const std::string& name) override {
+    if (name != kMomentum || momentum_.empty())
+      throw unknownState(this->name(), name);
+    return momentum_.data();
+  }
+
+  void update(size_t begin,
+              size_t count,
+              float* __restrict params,
+              const float* __restrict grads) override {
     const auto lr = static_cast<float>(options_.lr);
     const auto decay = static_cast<float>(options_.weightDecay);
     const auto momentum = static_cast<float>(options_.momentum);
     const auto keep = static_cast<float>(1.0 - options_.dampening);
-    float* __restrict buffer = momentum_.data();
-    const bool first = steps_++ == 0;
+    const bool first = steps_ <= 1;
     if (momentum_.empty()) {
-      for (size_t i = 0; i < numel_; ++i) params[i] -= lr * (grads[i] + decay * params[i]);
+      for (size_t i = 0; i < count; ++i) params[i] -= lr * (grads[i] + decay * params[i]);
       return;
     }
-    for (size_t i = 0; i < numel_; ++i) {
+    float* __restrict buffer = momentum_.data() + begin;
+    for (size_t i = 0; i < count; ++i) {
       const float g = grads[i] + decay * params[i];
       const float b = first ? g : momentum * buffer[i] + keep * g;
       buffer[i] = b;
@@ -69,8 +89,20 @@ class Adam final : public FlatOptimizer {
   std::string name() const override { return options_.decoupledWeightDecay ? "adamw" : "adam"; }
   size_t stateBytes() const override { return (m_.size() + v_.size()) * sizeof(float); }
 
-  void step(float* __restrict params, const float* __restrict grads) override {
-    const double t = static_cast<double>(++steps_);
+  std::vector<std::string> stateNames() const override { return {kExpAvg, kExpAvgSq}; }
+  float* state(const std::string& name) override {
+    if (name == kExpAvg)
+      return m_.data();
+    if (name == kExpAvgSq)
+      return v_.data();
+    throw unknownState(this->name(), name);
+  }
+
+  void update(size_t begin,
+              size_t count,
+              float* __restrict params,
+              const float* __restrict grads) override {
+    const double t = static_cast<double>(steps_);
     const auto beta1 = static_cast<float>(options_.beta1);
     const auto beta2 = static_cast<float>(options_.beta2);
     const auto stepSize = static_cast<float>(options_.lr / (1.0 - std::pow(options_.beta1, t)));
@@ -80,9 +112,9 @@ class Adam final : public FlatOptimizer {
     const auto coupledDecay = static_cast<float>(decoupled ? 0.0 : options_.weightDecay);
     const auto shrink =
         static_cast<float>(decoupled ? 1.0 - options_.lr * options_.weightDecay : 1.0);
-    float* __restrict m = m_.data();
-    float* __restrict v = v_.data();
-    for (size_t i = 0; i < numel_; ++i) {
+    float* __restrict m = m_.data() + begin;
+    float* __restrict v = v_.data() + begin;
+    for (size_t i = 0; i < count; ++i) {
       const float p = params[i] * shrink;
       const float g = grads[i] + coupledDecay * p;
       m[i] = beta1 * m[i] + (1.0f - beta1) * g;
@@ -105,6 +137,20 @@ std::unique_ptr<FlatOptimizer> makeSgd(size_t numel, const SgdOptions& options) 
 
 std::unique_ptr<FlatOptimizer> makeAdam(size_t numel, const AdamOptions& options) {
   return std::make_unique<Adam>(numel, options);
+}
+
+std::unique_ptr<FlatOptimizer> makeOptimizer(const std::string& kind,
+                                             size_t numel,
+                                             const SgdOptions& sgd,
+                                             AdamOptions adam) {
+  if (kind == "sgd")
+    return makeSgd(numel, sgd);
+  if (kind == "adam" || kind == "adamw") {
+    adam.decoupledWeightDecay = kind == "adamw";
+    return makeAdam(numel, adam);
+  }
+  throw InvalidArgumentError("optimizer must be \"sgd\", \"adam\" or \"adamw\", not \"" + kind +
+                             "\"");
 }
 
 }  // namespace chorus::parallel

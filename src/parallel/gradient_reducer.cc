@@ -1,41 +1,19 @@
 // GradientReducer: buckets of gradients averaged with one async allreduce each (see the contract in
 // include/chorus/gradient_reducer.h). Bucket buffers are allocated here, zeroed (which also faults
-// their pages in before the first backward), and handed out as views.
+// their pages in before the first backward; parallel::AlignedBuffer), and handed out as views.
 #include "chorus/gradient_reducer.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "chorus/error.h"
-#include "core/huge_pages.h"
+#include "parallel/aligned_buffer.h"
 #include "parallel/bucket_plan.h"
 
 namespace chorus {
 
-namespace {
-
-void* allocateZeroed(size_t bytes) {
-  size_t rounded = (bytes + parallel::kSlotAlignmentBytes - 1) / parallel::kSlotAlignmentBytes *
-                   parallel::kSlotAlignmentBytes;
-  size_t alignment = rounded >= kHugePageBytes ? kHugePageBytes : parallel::kSlotAlignmentBytes;
-  void* data = nullptr;
-  if (posix_memalign(&data, alignment, rounded == 0 ? alignment : rounded) != 0)
-    throw InternalError("gradient reducer: cannot allocate a bucket of " + std::to_string(bytes) +
-                        " bytes");
-  adviseHugePages(data, rounded);
-  std::memset(data, 0, rounded);
-  return data;
-}
-
-}  // namespace
-
-struct GradientReducer::Storage {
-  explicit Storage(size_t bytes) : data(allocateZeroed(bytes)) {}
-  ~Storage() { std::free(data); }
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
-  void* data;
+struct GradientReducer::Storage : parallel::AlignedBuffer {
+  explicit Storage(size_t bytes) : AlignedBuffer(bytes, "gradient reducer: a bucket") {}
 };
 
 GradientReducer::GradientReducer(std::shared_ptr<Communicator> comm,
@@ -77,7 +55,7 @@ void GradientReducer::build(std::vector<parallel::Bucket> buckets) {
       size_t bytes = static_cast<size_t>(specs_[i].numel) * dataTypeSize(specs_[i].dtype);
       size_t to = static_cast<size_t>(locations[i].offset) * dataTypeSize(specs_[i].dtype);
       if (bytes > 0)
-        std::memcpy(static_cast<std::byte*>(storage[locations[i].bucket]->data) + to,
+        std::memcpy(static_cast<std::byte*>(storage[locations[i].bucket]->data()) + to,
                     gradient(i).data(), bytes);
     }
     ++generation_;
@@ -117,7 +95,7 @@ void GradientReducer::checkIndex(int index, const char* what) const {
 Tensor GradientReducer::gradient(int index) const {
   checkIndex(index, "view");
   const Location& at = locations_[index];
-  auto* base = static_cast<std::byte*>(storage_[at.bucket]->data);
+  auto* base = static_cast<std::byte*>(storage_[at.bucket]->data());
   const GradientSpec& spec = specs_[index];
   return Tensor(base + static_cast<size_t>(at.offset) * dataTypeSize(spec.dtype), spec.dtype,
                 {spec.numel});
@@ -161,7 +139,7 @@ void GradientReducer::markReady(int index) {
 void GradientReducer::launchReadyBuckets() {
   while (nextBucketToLaunch_ < numBuckets() && pendingInBucket_[nextBucketToLaunch_] == 0) {
     const parallel::Bucket& bucket = buckets_[nextBucketToLaunch_];
-    Tensor whole(storage_[nextBucketToLaunch_]->data, bucket.dtype, {bucket.numel});
+    Tensor whole(storage_[nextBucketToLaunch_]->data(), bucket.dtype, {bucket.numel});
     inFlight_.push_back(comm_->allreduce(whole, ReduceOp::kAvg));
     ++nextBucketToLaunch_;
   }

@@ -3,11 +3,16 @@
     import chorus.torch
     model = chorus.torch.DistributedDataParallel(model)      # gradients averaged during backward
     sampler = chorus.torch.DistributedSampler(dataset)       # each rank its share of the data
+    optimizer = chorus.torch.ZeroOptimizer(model, optim="adam", stage=2)   # ZeRO
     model, optimizer = chorus.torch.distribute(model, optimizer)   # as get_config() says
 """
 
 from ._ddp import DistributedDataParallel
 from ._distribute import distribute
 from ._sampler import DistributedSampler
+from ._zero import ZeroOptimizer
+from ._checkpoint import consolidate as consolidate_checkpoint, load_state_dict
+from ._zero_memory import predict as zero_memory_prediction
 
-__all__ = ["DistributedDataParallel", "DistributedSampler", "distribute"]
+__all__ = ["DistributedDataParallel", "DistributedSampler", "ZeroOptimizer", "distribute",
+           "consolidate_checkpoint", "load_state_dict", "zero_memory_prediction"]

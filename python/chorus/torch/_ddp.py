@@ -13,31 +13,9 @@ import torch
 from torch.utils import dlpack as _dlpack
 
 from .. import _arrays, _chorus, _groups, _ops
+from ._autograd_hooks import EndOfBackward, check_parameters, hook_accumulators
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small, so that communication starts early in backward
-
-
-def _check_parameters(module):
-    """The parameters that get gradients, each once (shared parameters appear once)."""
-    params, seen = [], set()
-    for name, p in module.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        if p.device.type != "cpu":
-            raise _chorus.UnsupportedError(
-                f"DistributedDataParallel: parameter {name} is on {p.device}; chorus was built "
-                "without a GPU backend, move the module to the CPU")
-        if p.layout != torch.strided:
-            raise _chorus.UnsupportedError(
-                f"DistributedDataParallel: parameter {name} is {p.layout}; only dense parameters "
-                "are supported")
-        if not p.is_floating_point():
-            raise _chorus.InvalidArgumentError(
-                f"DistributedDataParallel: parameter {name} has dtype {p.dtype}; gradients must "
-                "be floating point")
-        params.append((name, p))
-    return params
 
 
 class DistributedDataParallel(torch.nn.Module):
@@ -68,7 +46,7 @@ class DistributedDataParallel(torch.nn.Module):
         self.module = module
         self.broadcast_buffers = bool(broadcast_buffers)
         self._comm = _groups.get(None)
-        named = _check_parameters(module)
+        named = check_parameters(module.named_parameters(), "DistributedDataParallel")
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
         self._broadcast_from_rank_zero([p.detach() for p in self._params])
@@ -80,12 +58,9 @@ class DistributedDataParallel(torch.nn.Module):
         self._views = []
         self._views_generation = None
         self._sync = True
-        self._finalize_queued = False
-        self._accumulators = []  # keeps the autograd nodes (and so their hooks) alive
-        for index, p in enumerate(self._params):
-            accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-            accumulator.register_hook(self._make_hook(index))
-            self._accumulators.append(accumulator)
+        self._end_of_backward = EndOfBackward(self._finalize)
+        # Keeps the autograd nodes (and so their hooks) alive.
+        self._accumulators = hook_accumulators(self._params, self._make_hook)
 
     @staticmethod
     def _bucket_bytes(bucket_cap_mb):
@@ -145,9 +120,7 @@ class DistributedDataParallel(torch.nn.Module):
         def on_gradient_accumulated(*_):
             if not self._sync:
                 return
-            if not self._finalize_queued:
-                torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
-                self._finalize_queued = True
+            self._end_of_backward.arm()
             self._adopt(index)
             self._reducer.mark_ready(index)
         return on_gradient_accumulated
@@ -155,7 +128,6 @@ class DistributedDataParallel(torch.nn.Module):
     def _finalize(self):
         """End of backward: gradients present but not produced by this backward (accumulated under
         no_sync, or left from earlier) count too; then wait for the averages."""
-        self._finalize_queued = False
         for index, p in enumerate(self._params):
             if p.grad is not None and not self._reducer.is_ready(index):
                 self._adopt(index)

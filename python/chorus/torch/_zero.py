@@ -1,0 +1,285 @@
+"""chorus.torch.ZeroOptimizer: ZeRO stages 1, 2 and 3 (arXiv 1910.02054) for a torch model.
+
+The C++ ZeroEngine (src/parallel/zero_engine.h) owns the memory and does the work: parameters
+and gradients live in its buffers, it reduces gradients in units as backward produces them, and
+its C++ optimizers update this rank's float32 shard. This file connects it to autograd (the hooks
+of _autograd_hooks, and for stage 3 the module hooks of _zero_stage3) and to the checkpoint files
+of _checkpoint.
+"""
+
+import contextlib
+
+import torch
+from torch.utils import dlpack as _dlpack
+
+from .. import _arrays, _chorus, _groups, _ops
+from . import _checkpoint
+from ._autograd_hooks import EndOfBackward, check_parameters, hook_accumulators
+from ._zero_stage3 import ParameterLifecycle
+
+_WHO = "ZeroOptimizer"
+_FIRST_UNIT_BYTES = 1 << 20
+_MIXED_PRECISION = {None: torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+_STATE_BYTES_PER_ELEMENT = {"adam": 8, "adamw": 8}  # exp_avg and exp_avg_sq; SGD: momentum
+
+
+def _invalid(message):
+    return _chorus.InvalidArgumentError(f"{_WHO}: {message}")
+
+
+def _named_parameters(params):
+    if isinstance(params, torch.nn.Module):
+        return params, list(params.named_parameters())
+    params = list(params)
+    if any(isinstance(p, dict) for p in params):
+        raise _chorus.UnsupportedError(
+            f"{_WHO}: parameter groups are not supported; pass the module or one list of "
+            "parameters")
+    return None, [(f"param.{i}", p) for i, p in enumerate(params)]
+
+
+def _unit_modules(module, params):
+    """Stage 3's units: the parameters each module registers itself, in module order."""
+    index_of = {id(p): i for i, p in enumerate(params)}
+    units, modules, taken = [], [], set()
+    for submodule in module.modules():
+        members = [index_of[id(p)] for p in submodule.parameters(recurse=False)
+                   if id(p) in index_of and id(p) not in taken]
+        if members:
+            taken.update(id(params[i]) for i in members)
+            units.append(members)
+            modules.append(submodule)
+    return units, modules
+
+
+class ZeroOptimizer:
+    """Data-parallel training with ZeRO-partitioned optimizer state, gradients and parameters.
+
+    ZeroOptimizer(params, optim="adam"|"adamw"|"sgd", stage=1|2|3, lr=..., betas=(0.9, 0.999),
+    eps=1e-8, weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
+    mixed_precision=None|"bf16", bucket_cap_mb=None)
+
+    - params: the module (required for stage 3, which hooks its submodules) or its parameters.
+      Collective: every rank constructs it with the same model; rank 0's values are broadcast.
+      Do not wrap the model in DistributedDataParallel: this optimizer averages the gradients.
+    - The update rules are torch.optim's SGD, Adam and AdamW, run on this rank's float32 shard.
+    - Stage 1: backward allreduces (avg) the gradients in units of bucket_cap_mb (default
+      get_config().bucket_bytes), overlapped with backward; .grad are views into those units.
+      step() updates this rank's shard of the parameters and optimizer state, then allgathers.
+    - Stage 2: each unit's gradients are reduce-scattered as soon as backward completes the unit;
+      this rank keeps only its gradient shard (.grad stays None).
+    - Stage 3: parameters are partitioned too: a module's parameters are gathered just before its
+      forward and its backward (the next module's are prefetched) and released after.
+    - mixed_precision="bf16": the model's parameters and gradients become bfloat16 (inputs must be
+      bfloat16 too); the optimizer keeps float32 master weights and state (the paper's K = 12).
+    - Gradients accumulate over backward passes until zero_grad(). A parameter that gets no
+      gradient on any rank is updated with a zero gradient (torch.optim would skip it).
+    """
+
+    def __init__(self, params, optim="adam", stage=1, lr=None, betas=(0.9, 0.999), eps=1e-8,
+                 weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
+                 mixed_precision=None, bucket_cap_mb=None):
+        if optim not in ("sgd", "adam", "adamw"):
+            raise _invalid(f'optim must be "sgd", "adam" or "adamw", not {optim!r}')
+        if stage not in (1, 2, 3):
+            raise _invalid(f"stage must be 1, 2 or 3, not {stage!r}")
+        if mixed_precision not in _MIXED_PRECISION:
+            raise _invalid(f'mixed_precision must be None or "bf16", not {mixed_precision!r}')
+        module, named = _named_parameters(params)
+        if stage == 3 and module is None:
+            raise _invalid("stage 3 gathers each module's parameters around its forward and "
+                           "backward: pass the module itself, not its parameters")
+        named = check_parameters(named, _WHO)
+        if not named:
+            raise _invalid("no parameters that require gradients")
+        self.stage, self.optim, self.mixed_precision = stage, optim, mixed_precision
+        self.hyperparameters = {
+            "lr": (0.01 if optim == "sgd" else 1e-3) if lr is None else float(lr),
+            "beta1": float(betas[0]), "beta2": float(betas[1]), "eps": float(eps),
+            "weight_decay": float(weight_decay), "momentum": float(momentum),
+            "dampening": float(dampening), "nesterov": float(bool(nesterov))}
+        self._comm = _groups.get(None)
+        self._names = [name for name, _ in named]
+        self._params = [p for _, p in named]
+        self._shapes = [tuple(p.shape) for p in self._params]
+        self._dtype = _MIXED_PRECISION[mixed_precision]
+        self._sync = True
+        self._end_of_backward = EndOfBackward(self._finalize)
+        self._build_engine(module, bucket_cap_mb)
+
+    def _build_engine(self, module, bucket_cap_mb):
+        if self._comm.size > 1:
+            _ops.broadcast([p.detach() for p in self._params], root=self._comm.members[0],
+                           inplace=True)
+        dtype_name = _arrays.torch_dtype_name(self._dtype)
+        numels = [p.numel() for p in self._params]
+        unit_modules = None
+        if self.stage == 3:
+            units, unit_modules = _unit_modules(module, self._params)
+        else:
+            unit_bytes = self._unit_bytes(bucket_cap_mb)
+            units = _chorus.plan_zero_units(numels, dtype_name, unit_bytes,
+                                            min(_FIRST_UNIT_BYTES, unit_bytes))
+        self._engine = _chorus.ZeroEngine(self._comm._native, numels, units, self.stage,
+                                          dtype_name, self.optim, self.hyperparameters)
+        for index, p in enumerate(self._params):
+            values = p.detach().to(torch.float32).contiguous().view(-1)
+            self._engine.set_parameter(index, _dlpack.to_dlpack(values))
+            p.grad = None
+        # Hooks go on the accumulators of the parameters in their final dtype and whole shape:
+        # torch drops a parameter's accumulator when its .data changes dtype, and an accumulator
+        # checks gradients against the shape its parameter had when it was made.
+        if self.stage == 3:
+            for p in self._params:
+                p.data = p.data.to(self._dtype)
+        else:
+            self._adopt_parameters()
+        self._accumulators = hook_accumulators(self._params, self._make_hook)
+        self._lifecycle = None
+        if self.stage == 3:
+            self._lifecycle = ParameterLifecycle(self._engine, self._params, self._shapes,
+                                                 unit_modules)
+        if self.stage == 1:
+            for index, p in enumerate(self._params):
+                p.grad = self._gradient_view(index)
+
+    @staticmethod
+    def _unit_bytes(bucket_cap_mb):
+        if bucket_cap_mb is None:
+            return int(_chorus.config().bucket_bytes)
+        if not bucket_cap_mb > 0:
+            raise _invalid(f"bucket_cap_mb must be positive, not {bucket_cap_mb}")
+        return max(1, int(bucket_cap_mb * (1 << 20)))
+
+    def _adopt_parameters(self):
+        for index, p in enumerate(self._params):
+            p.data = _dlpack.from_dlpack(self._engine.parameter(index)).view(self._shapes[index])
+
+    def _gradient_view(self, index):
+        return _dlpack.from_dlpack(self._engine.gradient(index)).view(self._shapes[index])
+
+    # ---- backward --------------------------------------------------------------------------
+
+    def _make_hook(self, index):
+        def on_gradient_accumulated(*_):
+            if not self._sync:
+                return
+            self._end_of_backward.arm()
+            if self.stage == 1:
+                self._adopt_gradient(index)
+                self._engine.mark_ready(index)
+                return
+            p = self._params[index]
+            grad = p.grad.to(self._dtype).contiguous().view(-1)
+            p.grad = None
+            completed = self._engine.mark_ready(index, _dlpack.to_dlpack(grad))
+            if self._lifecycle is not None and completed >= 0:
+                self._lifecycle.release(completed)
+        return on_gradient_accumulated
+
+    def _adopt_gradient(self, index):
+        """Stage 1: .grad is the view into the engine's gradients (copying one found elsewhere)."""
+        p, view = self._params[index], self._gradient_view(index)
+        if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+            if p.grad is not None:
+                view.copy_(p.grad)
+            p.grad = view
+
+    def _finalize(self):
+        if self.stage == 1:
+            for index, p in enumerate(self._params):
+                if p.grad is not None and not self._engine.is_ready(index):
+                    self._adopt_gradient(index)
+                    self._engine.mark_ready(index)
+        self._engine.finalize()
+        if self._lifecycle is not None:
+            self._lifecycle.release_all()
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Stage 1: backward inside only accumulates local gradients (the next one averages)."""
+        if self.stage != 1:
+            raise _chorus.UnsupportedError(
+                f"{_WHO}: no_sync() needs whole gradients, which only stage 1 keeps; with stage "
+                f"{self.stage} every backward reduces and the shard accumulates")
+        previous, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = previous
+
+    # ---- the step --------------------------------------------------------------------------
+
+    def step(self, closure=None):
+        """Updates this rank's shard and makes every parameter current (collective)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._engine.step()
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        """Zeroes the gradients. They live in the engine's buffers, so set_to_none only zeroes."""
+        self._engine.zero_gradients()
+
+    @property
+    def steps(self):
+        return self._engine.steps
+
+    @property
+    def engine(self):
+        """The C++ ZeroEngine (num_units, unit_parameters(u), owned_pieces(), memory(), ...)."""
+        return self._engine
+
+    def gathered_parameters(self):
+        """Every parameter whole, as float32 master values {name: tensor} (collective)."""
+        flat = torch.from_numpy(self._engine.gather_parameters())
+        result, start = {}, 0
+        for name, shape, p in zip(self._names, self._shapes, self._params):
+            count = int(torch.Size(shape).numel())
+            result[name] = flat[start:start + count].view(shape).clone()
+            start += count
+        return result
+
+    def memory_report(self):
+        """This rank's bytes by kind, measured from the engine's allocations, against the ZeRO
+        paper's prediction for the same Ψ (parameters), N (ranks) and stage."""
+        from ._zero_memory import report
+        return report(self._engine, self._comm.size, self.stage, self.optim,
+                      self.hyperparameters, self._dtype, self._params)
+
+    # ---- checkpoints -----------------------------------------------------------------------
+
+    def _parameter_table(self):
+        dtype = _arrays.torch_dtype_name(self._dtype)
+        return [{"name": n, "shape": list(s), "dtype": dtype}
+                for n, s in zip(self._names, self._shapes)]
+
+    def save_checkpoint(self, directory):
+        """Each rank writes its shard of master weights and optimizer state into `directory`
+        (collective; the directory is shared by the ranks, an earlier checkpoint there is
+        replaced)."""
+        arrays = {name: self._engine.export_state(name) for name in self._engine.state_names()}
+        meta = {"optimizer": self.optim, "stage": self.stage, "step": self._engine.steps,
+                "mixed_precision": self.mixed_precision, "hyperparameters": self.hyperparameters}
+        if self._comm.rank == 0:
+            _checkpoint.remove_shards(directory)  # an earlier save's files, of any world size
+        _ops.barrier()
+        _checkpoint.write_shard(directory, self._comm.rank, self._comm.size,
+                                self._parameter_table(), self._engine.owned_pieces(), arrays, meta)
+        _ops.barrier()
+
+    def load_checkpoint(self, directory):
+        """Loads a checkpoint saved by any number of ranks (collective)."""
+        names = self._engine.state_names()
+        arrays, meta = _checkpoint.read_pieces(directory, self._parameter_table(),
+                                               self._engine.owned_pieces(), names)
+        if meta.get("optimizer") != self.optim:
+            raise _invalid(f"{directory} holds {meta.get('optimizer')!r} state; this optimizer "
+                           f"is {self.optim!r}")
+        for name in names:
+            self._engine.import_state(name, arrays[name])
+        self._engine.steps = int(meta["step"])
+        self._engine.publish_parameters()
+        _ops.barrier()

@@ -1,0 +1,96 @@
+"""ZeRO stage 3's parameter lifecycle: each module's parameters exist whole only while it runs.
+
+Between uses a parameter's .data is an empty tensor and the ZeroEngine keeps this rank's shard.
+- Forward: a pre-hook gathers the module's unit (allgather), gives its parameters views of the
+  gathered memory, and starts gathering the unit that ran next in the first forward (prefetch); the
+  post-hook releases the unit and wraps the outputs in _BeforeBackward.
+- Backward: _BeforeBackward runs when the gradient of the module's output arrives, before the
+  module's own backward: it gathers the unit again and prefetches the unit that runs next in
+  backward (the one before it in forward). Once every parameter of the unit has its gradient
+  (ZeroOptimizer's hooks), the unit is released; the end of backward releases any left.
+Every rank runs the same modules in the same order, so every rank issues the same collectives.
+A parameter is gathered with the module that registers it: using it from another module's forward
+is not supported.
+"""
+
+import torch
+from torch.utils import dlpack as _dlpack
+
+
+class _BeforeBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, lifecycle, unit, tensor):
+        ctx.lifecycle, ctx.unit = lifecycle, unit
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.lifecycle.before_backward(ctx.unit)
+        return None, None, grad
+
+
+class ParameterLifecycle:
+    """Hooks on the modules of `units` (one module per unit) that gather and release parameters."""
+
+    def __init__(self, engine, params, shapes, unit_modules):
+        self._engine = engine
+        self._params = params
+        self._shapes = shapes
+        self._members = [engine.unit_parameters(u) for u in range(engine.num_units)]
+        self._empty = torch.empty(0, dtype=params[0].dtype) if params else None
+        self._forward_order, self._position = [], {}
+        self._handles = []
+        for unit, module in enumerate(unit_modules):
+            self._handles.append(module.register_forward_pre_hook(self._pre_forward_hook(unit)))
+            self._handles.append(module.register_forward_hook(self._post_forward_hook(unit)))
+        self.release_all()
+
+    def _materialize(self, unit):
+        self._engine.wait_gathered(unit)
+        for index in self._members[unit]:
+            view = _dlpack.from_dlpack(self._engine.parameter(index))
+            self._params[index].data = view.view(self._shapes[index])
+
+    def release(self, unit):
+        for index in self._members[unit]:
+            self._params[index].data = self._empty
+        self._engine.release(unit)
+
+    def release_all(self):
+        for unit in range(len(self._members)):
+            self.release(unit)
+
+    def _prefetch_after(self, unit, step):
+        position = self._position.get(unit)
+        if position is not None and 0 <= position + step < len(self._forward_order):
+            self._engine.gather(self._forward_order[position + step])
+
+    def _pre_forward_hook(self, unit):
+        def pre_forward(module, inputs):
+            if unit not in self._position:
+                self._position[unit] = len(self._forward_order)
+                self._forward_order.append(unit)
+            self._materialize(unit)
+            self._prefetch_after(unit, +1)
+        return pre_forward
+
+    def _post_forward_hook(self, unit):
+        def post_forward(module, inputs, output):
+            self.release(unit)
+            if not torch.is_grad_enabled():
+                return output
+            return self._wrap(output, unit)
+        return post_forward
+
+    def _wrap(self, output, unit):
+        if isinstance(output, torch.Tensor):
+            if output.requires_grad:
+                return _BeforeBackward.apply(self, unit, output)
+            return output
+        if isinstance(output, (tuple, list)):
+            return type(output)(self._wrap(item, unit) for item in output)
+        return output
+
+    def before_backward(self, unit):
+        self._materialize(unit)
+        self._prefetch_after(unit, -1)

@@ -1,0 +1,153 @@
+// ZeroEngine (src/parallel/zero_engine.h) as seen from chorus.torch.ZeroOptimizer: sizes, units
+// and hyperparameters in; DLPack capsules of parameter and gradient views out (each keeps its
+// memory alive); float32 state as NumPy arrays for checkpoints. Waits release the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "parallel/zero_engine.h"
+
+namespace chorus::python {
+namespace {
+
+using parallel::ZeroEngine;
+using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+std::shared_ptr<ZeroEngine> makeEngine(std::shared_ptr<Communicator> comm,
+                                       std::vector<int64_t> numels,
+                                       std::vector<std::vector<int>> units,
+                                       int stage,
+                                       const std::string& dtype,
+                                       const std::string& optimizer,
+                                       py::dict hyper) {
+  parallel::SgdOptions sgd;
+  parallel::AdamOptions adam;
+  auto get = [&](const char* key, double fallback) {
+    return hyper.contains(key) ? hyper[key].cast<double>() : fallback;
+  };
+  sgd.lr = adam.lr = get("lr", optimizer == "sgd" ? sgd.lr : adam.lr);
+  sgd.weightDecay = adam.weightDecay = get("weight_decay", 0.0);
+  sgd.momentum = get("momentum", 0.0);
+  sgd.dampening = get("dampening", 0.0);
+  sgd.nesterov = get("nesterov", 0.0) != 0.0;
+  adam.beta1 = get("beta1", adam.beta1);
+  adam.beta2 = get("beta2", adam.beta2);
+  adam.eps = get("eps", adam.eps);
+  parallel::ZeroOptions options;
+  options.stage = stage;
+  options.dtype = parseDataType(dtype);
+  auto factory = [&](size_t numel) { return parallel::makeOptimizer(optimizer, numel, sgd, adam); };
+  return std::make_shared<ZeroEngine>(std::move(comm), std::move(numels), std::move(units), options,
+                                      factory);
+}
+
+Floats toNumpy(std::vector<float> values) {
+  Floats array(static_cast<py::ssize_t>(values.size()));
+  std::copy(values.begin(), values.end(), array.mutable_data());
+  return array;
+}
+
+py::dict memoryReport(const ZeroEngine& engine) {
+  parallel::ZeroMemory memory = engine.memory();
+  py::dict report;
+  report["parameters"] = memory.parameters;
+  report["gradients"] = memory.gradients;
+  report["optimizer_state"] = memory.optimizerState;
+  report["buffers"] = memory.buffers;
+  report["peak_buffers"] = memory.peakBuffers;
+  return report;
+}
+
+py::list ownedPieces(const ZeroEngine& engine) {
+  py::list pieces;
+  for (const auto& piece : engine.layout().ownedPieces())
+    pieces.append(py::make_tuple(piece.parameter, piece.parameterOffset, piece.numel));
+  return pieces;
+}
+
+void bindLayout(py::class_<ZeroEngine, std::shared_ptr<ZeroEngine>>& engine) {
+  engine.def_property_readonly("num_units", [](ZeroEngine& e) { return e.layout().numUnits(); })
+      .def("unit_parameters",
+           [](ZeroEngine& e, int unit) { return e.layout().unitParameters(unit); })
+      .def("unit_of", [](ZeroEngine& e, int parameter) { return e.layout().unitOf(parameter); })
+      .def("padded_numel",
+           [](ZeroEngine& e, int unit) { return e.layout().plan(unit).paddedNumel(); })
+      .def_property_readonly("total_numel", [](ZeroEngine& e) { return e.layout().totalNumel(); })
+      .def_property_readonly("shard_numel", [](ZeroEngine& e) { return e.layout().shardNumel(); })
+      .def_property_readonly("owned_numel", [](ZeroEngine& e) { return e.layout().ownedNumel(); })
+      .def("owned_pieces", &ownedPieces, "(parameter, parameter_offset, numel) per owned run.");
+}
+
+void bindParametersAndGradients(py::class_<ZeroEngine, std::shared_ptr<ZeroEngine>>& engine) {
+  engine
+      .def("set_parameter",
+           [](ZeroEngine& e, int index, py::handle values) {
+             e.setParameter(index, tensorFromCapsule(values, ""));
+           })
+      .def("parameter",
+           [](ZeroEngine& e, int index) {
+             return ownedViewCapsule(e.parameter(index), e.parameterStorage(index));
+           })
+      .def("gather", &ZeroEngine::gather)
+      .def("wait_gathered", &ZeroEngine::waitGathered, py::call_guard<py::gil_scoped_release>())
+      .def("release", &ZeroEngine::release, py::call_guard<py::gil_scoped_release>())
+      .def("is_gathered", &ZeroEngine::isGathered)
+      .def("gradient",
+           [](ZeroEngine& e, int index) {
+             return ownedViewCapsule(e.gradient(index), e.gradientStorage(index));
+           })
+      .def("mark_ready", py::overload_cast<int>(&ZeroEngine::markReady),
+           py::call_guard<py::gil_scoped_release>())
+      .def("mark_ready",
+           [](ZeroEngine& e, int index, py::handle values) {
+             Tensor tensor = tensorFromCapsule(values, "");
+             py::gil_scoped_release release;
+             return e.markReady(index, tensor);
+           })
+      .def("is_ready", &ZeroEngine::isReady)
+      .def("finalize", &ZeroEngine::finalize, py::call_guard<py::gil_scoped_release>())
+      .def("zero_gradients", &ZeroEngine::zeroGradients);
+}
+
+}  // namespace
+
+void bindZero(py::module_& module) {
+  py::class_<ZeroEngine, std::shared_ptr<ZeroEngine>> engine(module, "ZeroEngine");
+  engine
+      .def(py::init(&makeEngine), py::arg("communicator"), py::arg("numels"), py::arg("units"),
+           py::arg("stage"), py::arg("dtype"), py::arg("optimizer"), py::arg("hyperparameters"))
+      .def_property_readonly("stage", &ZeroEngine::stage)
+      .def_property_readonly("optimizer_name", [](ZeroEngine& e) { return e.optimizer().name(); })
+      .def_property("steps", &ZeroEngine::steps, &ZeroEngine::setSteps)
+      .def("step", &ZeroEngine::step, py::call_guard<py::gil_scoped_release>())
+      .def("publish_parameters", &ZeroEngine::publishParameters,
+           py::call_guard<py::gil_scoped_release>())
+      .def("state_names", &ZeroEngine::stateNames)
+      .def("export_state",
+           [](ZeroEngine& e, const std::string& name) { return toNumpy(e.exportState(name)); })
+      .def("import_state",
+           [](ZeroEngine& e, const std::string& name, Floats values) {
+             e.importState(name, std::vector<float>(values.data(), values.data() + values.size()));
+           })
+      .def("gather_parameters",
+           [](ZeroEngine& e) {
+             std::vector<float> values;
+             {
+               py::gil_scoped_release release;
+               values = e.gatherParameters();
+             }
+             return toNumpy(std::move(values));
+           })
+      .def("memory", &memoryReport);
+  bindLayout(engine);
+  bindParametersAndGradients(engine);
+  module.def(
+      "plan_zero_units",
+      [](const std::vector<int64_t>& numels, const std::string& dtype, size_t unitBytes,
+         size_t firstUnitBytes) {
+        return parallel::planUnits(numels, parseDataType(dtype), {unitBytes, firstUnitBytes});
+      },
+      "Parameters grouped like data-parallel buckets (reverse registration order).");
+}
+
+}  // namespace chorus::python

@@ -1,0 +1,550 @@
+// ZeroEngine (see zero_engine.h): the buffers of each stage, the gradient reductions issued in a
+// fixed order as units complete, and the sharded optimizer step.
+#include "parallel/zero_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "chorus/error.h"
+#include "core/reduce_kernels.h"
+
+namespace chorus::parallel {
+namespace {
+
+constexpr size_t kConversionChunk = 16384;  // float32 elements widened at a time (64 KiB)
+
+std::shared_ptr<Communicator> requireCommunicator(std::shared_ptr<Communicator> comm) {
+  if (!comm)
+    throw InvalidArgumentError("ZeRO: no communicator");
+  return comm;
+}
+
+// Waits for every work even after a failure, then rethrows the first failure.
+void waitAll(std::vector<std::shared_ptr<Work>>& works) {
+  std::exception_ptr failure;
+  for (auto& work : works) {
+    try {
+      work->wait();
+    } catch (const std::exception&) {
+      if (!failure)
+        failure = std::current_exception();
+    }
+  }
+  works.clear();
+  if (failure)
+    std::rethrow_exception(failure);
+}
+
+void storeFloat32(DataType dtype, const float* src, void* dst, size_t count) {
+  if (dtype == DataType::kFloat32)
+    std::memcpy(dst, src, count * sizeof(float));
+  else
+    kernels::narrowFromFloat32(dtype, src, dst, count);
+}
+
+}  // namespace
+
+struct ZeroEngine::BufferAccount {
+  std::atomic<size_t> current{0};
+  std::atomic<size_t> peak{0};
+
+  void add(size_t bytes) {
+    size_t now = current += bytes;
+    size_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  }
+};
+
+ZeroEngine::ZeroEngine(std::shared_ptr<Communicator> comm,
+                       std::vector<int64_t> numels,
+                       std::vector<std::vector<int>> units,
+                       ZeroOptions options,
+                       const OptimizerFactory& makeOptimizer)
+    : comm_(requireCommunicator(std::move(comm))),
+      options_(options),
+      layout_(
+          std::move(numels), std::move(units), comm_->size(), comm_->rank(), options.alignElements),
+      account_(std::make_shared<BufferAccount>()) {
+  if (options_.stage < 1 || options_.stage > 3)
+    throw InvalidArgumentError("ZeRO: stage must be 1, 2 or 3, not " +
+                               std::to_string(options_.stage));
+  if (options_.dtype != DataType::kFloat32 && options_.dtype != DataType::kBFloat16 &&
+      options_.dtype != DataType::kFloat16)
+    throw InvalidArgumentError("ZeRO: parameters must be float32, bfloat16 or float16, not " +
+                               std::string(toString(options_.dtype)));
+  optimizer_ = makeOptimizer(static_cast<size_t>(layout_.shardNumel()));
+  const int unitCount = layout_.numUnits();
+  const int64_t shard = layout_.shardNumel();
+  if (hasMasterWeights())
+    master_ = allocateState(shard, DataType::kFloat32, "ZeRO: master weights");
+  if (options_.stage <= 2) {
+    for (int u = 0; u < unitCount; ++u)
+      unitParameters_.push_back(
+          allocateState(layout_.plan(u).paddedNumel(), options_.dtype, "ZeRO: parameters"));
+  } else {
+    parameterShard_ = allocateState(shard, options_.dtype, "ZeRO: parameter shard");
+    gathered_.resize(unitCount);
+    gatherWork_.resize(unitCount);
+  }
+  if (options_.stage == 1) {
+    for (int u = 0; u < unitCount; ++u)
+      unitGradients_.push_back(
+          allocateState(layout_.plan(u).paddedNumel(), options_.dtype, "ZeRO: gradients"));
+  } else {
+    gradientShard_ = allocateState(shard, options_.dtype, "ZeRO: gradient shard");
+    bucketOfUnit_.resize(unitCount);
+    for (int u = 0; u < unitCount; ++u)
+      bucketNumel_ =
+          std::max(bucketNumel_, layout_.plan(u).paddedNumel() + layout_.plan(u).shardNumel());
+  }
+  for (int u = 0; u < unitCount; ++u) issueOrder_.push_back(u);
+  startIteration();
+}
+
+ZeroEngine::~ZeroEngine() {
+  // Operations still in flight use our buffers: let them finish first.
+  std::vector<std::shared_ptr<Work>> works = std::move(allreduces_);
+  for (auto& reduction : reductions_) works.push_back(reduction.work);
+  for (auto& work : gatherWork_)
+    if (work)
+      works.push_back(work);
+  try {
+    waitAll(works);
+  } catch (const std::exception&) {  // already reported, or never asked for
+  }
+}
+
+std::shared_ptr<AlignedBuffer> ZeroEngine::allocateState(int64_t numel,
+                                                         DataType dtype,
+                                                         const char* what) {
+  return std::make_shared<AlignedBuffer>(static_cast<size_t>(numel) * dataTypeSize(dtype), what);
+}
+
+std::shared_ptr<AlignedBuffer> ZeroEngine::allocateBuffer(int64_t numel, const char* what) {
+  size_t bytes = static_cast<size_t>(numel) * elementBytes();
+  auto* buffer = new AlignedBuffer(bytes, what);
+  account_->add(bytes);
+  return std::shared_ptr<AlignedBuffer>(buffer, [account = account_, bytes](AlignedBuffer* b) {
+    account->current -= bytes;
+    delete b;
+  });
+}
+
+void ZeroEngine::checkIndex(int index, const char* what) const {
+  if (index < 0 || index >= layout_.numParameters())
+    throw InvalidArgumentError(std::string("ZeRO: ") + what + " of parameter " +
+                               std::to_string(index) + ", but there are " +
+                               std::to_string(layout_.numParameters()) + " parameters");
+}
+
+void ZeroEngine::checkUnit(int unit, const char* what) const {
+  if (unit < 0 || unit >= layout_.numUnits())
+    throw InvalidArgumentError(std::string("ZeRO: ") + what + " of unit " + std::to_string(unit) +
+                               ", but there are " + std::to_string(layout_.numUnits()) + " units");
+  if (options_.stage != 3)
+    throw InvalidArgumentError(std::string("ZeRO: ") + what +
+                               " partitions parameters, which only stage 3 does");
+}
+
+void ZeroEngine::checkIdle(const char* what) const {
+  if (markedThisIteration_ > 0)
+    throw InvalidArgumentError(std::string("ZeRO: ") + what +
+                               " during backward (gradients were marked ready but not finalized)");
+}
+
+std::byte* ZeroEngine::unitParameters(int unit) const {
+  const auto& buffer = options_.stage <= 2 ? unitParameters_[unit] : gathered_[unit];
+  return buffer->as<std::byte>();
+}
+
+float* ZeroEngine::ownedMaster(int unit) const {
+  if (master_)
+    return master_->as<float>() + layout_.shardOffset(unit);
+  if (options_.stage <= 2)
+    return unitParameters_[unit]->as<float>() + layout_.plan(unit).shardBegin(layout_.rank());
+  return parameterShard_->as<float>() + layout_.shardOffset(unit);
+}
+
+float* ZeroEngine::ownedState(const std::string& name, int unit) {
+  if (name == "param")
+    return ownedMaster(unit);
+  return optimizer_->state(name) + layout_.shardOffset(unit);
+}
+
+Tensor ZeroEngine::shardOf(const AlignedBuffer& buffer, int unit) const {
+  return Tensor(buffer.as<std::byte>() + layout_.shardOffset(unit) * elementBytes(), options_.dtype,
+                {layout_.plan(unit).shardNumel()});
+}
+
+// ---- parameters --------------------------------------------------------------------------------
+
+void ZeroEngine::setParameter(int index, const Tensor& values) {
+  checkIndex(index, "setParameter");
+  int64_t numel = layout_.parameterNumel(index);
+  if (values.dtype() != DataType::kFloat32 || values.numel() != numel || !values.isContiguous())
+    throw InvalidArgumentError("ZeRO: parameter " + std::to_string(index) + " is given as " +
+                               values.describe() + "; expected contiguous float32 of " +
+                               std::to_string(numel) + " elements");
+  const auto* source = static_cast<const float*>(values.data());
+  int unit = layout_.unitOf(index);
+  if (options_.stage <= 2)
+    storeFloat32(options_.dtype, source,
+                 unitParameters(unit) + layout_.offsetInUnit(index) * elementBytes(), numel);
+  for (const OwnedPiece& piece : layout_.ownedPieces()) {
+    if (piece.parameter != index)
+      continue;
+    const float* from = source + piece.parameterOffset;
+    if (master_)
+      std::memcpy(master_->as<float>() + piece.shardOffset, from, piece.numel * sizeof(float));
+    if (options_.stage == 3)
+      storeFloat32(options_.dtype, from,
+                   parameterShard_->as<std::byte>() + piece.shardOffset * elementBytes(),
+                   piece.numel);
+  }
+}
+
+Tensor ZeroEngine::parameter(int index) const {
+  checkIndex(index, "view");
+  int unit = layout_.unitOf(index);
+  if (options_.stage == 3 && !isGathered(unit))
+    throw InvalidArgumentError("ZeRO: parameter " + std::to_string(index) + " (unit " +
+                               std::to_string(unit) +
+                               ") is not gathered; stage 3 keeps only "
+                               "shards between a module's uses");
+  return Tensor(unitParameters(unit) + layout_.offsetInUnit(index) * elementBytes(), options_.dtype,
+                {layout_.parameterNumel(index)});
+}
+
+std::shared_ptr<const void> ZeroEngine::parameterStorage(int index) const {
+  parameter(index);  // the same checks
+  int unit = layout_.unitOf(index);
+  return options_.stage <= 2 ? unitParameters_[unit] : gathered_[unit];
+}
+
+void ZeroEngine::gather(int unit) {
+  checkUnit(unit, "gather");
+  if (gathered_[unit])
+    return;
+  gathered_[unit] = allocateBuffer(layout_.plan(unit).paddedNumel(), "ZeRO: a gathered unit");
+  Tensor whole(gathered_[unit]->data(), options_.dtype, {layout_.plan(unit).paddedNumel()});
+  gatherWork_[unit] = comm_->allgather(shardOf(*parameterShard_, unit), whole);
+}
+
+void ZeroEngine::waitGathered(int unit) {
+  gather(unit);
+  if (auto work = std::move(gatherWork_[unit]))
+    work->wait();
+}
+
+void ZeroEngine::release(int unit) {
+  checkUnit(unit, "release");
+  if (auto work = std::move(gatherWork_[unit]))
+    work->wait();  // the allgather writes into the buffer until it completes
+  gathered_[unit].reset();
+}
+
+bool ZeroEngine::isGathered(int unit) const {
+  return options_.stage == 3 && gathered_.at(unit) && !gatherWork_.at(unit);
+}
+
+void ZeroEngine::dropGathered() {
+  for (int u = 0; u < layout_.numUnits(); ++u) release(u);
+}
+
+// ---- gradients ---------------------------------------------------------------------------------
+
+Tensor ZeroEngine::gradient(int index) const {
+  checkIndex(index, "gradient view");
+  if (options_.stage != 1)
+    throw InvalidArgumentError(
+        "ZeRO: whole gradients exist only in stage 1; stages 2 and 3 keep a shard");
+  int unit = layout_.unitOf(index);
+  return Tensor(
+      unitGradients_[unit]->as<std::byte>() + layout_.offsetInUnit(index) * elementBytes(),
+      options_.dtype, {layout_.parameterNumel(index)});
+}
+
+std::shared_ptr<const void> ZeroEngine::gradientStorage(int index) const {
+  gradient(index);  // the same checks
+  return unitGradients_[layout_.unitOf(index)];
+}
+
+bool ZeroEngine::isReady(int index) const {
+  checkIndex(index, "readiness");
+  return ready_[index];
+}
+
+int ZeroEngine::markReady(int index) {
+  gradient(index);  // stage 1 only: the gradient is already in its view
+  return completeOne(index);
+}
+
+int ZeroEngine::markReady(int index, const Tensor& values) {
+  checkIndex(index, "markReady");
+  int64_t numel = layout_.parameterNumel(index);
+  if (values.dtype() != options_.dtype || values.numel() != numel || !values.isContiguous())
+    throw InvalidArgumentError("ZeRO: the gradient of parameter " + std::to_string(index) + " is " +
+                               values.describe() + "; expected contiguous " +
+                               std::string(toString(options_.dtype)) + " of " +
+                               std::to_string(numel) + " elements");
+  if (ready_[index])
+    return completeOne(index);  // raises
+  int unit = layout_.unitOf(index);
+  std::byte* destination =
+      options_.stage == 1 ? unitGradients_[unit]->as<std::byte>() : bucketFor(unit).as<std::byte>();
+  destination += layout_.offsetInUnit(index) * elementBytes();
+  if (values.data() != destination && numel > 0)
+    std::memcpy(destination, values.data(), static_cast<size_t>(numel) * elementBytes());
+  return completeOne(index);
+}
+
+int ZeroEngine::completeOne(int index) {
+  if (ready_[index])
+    throw InvalidArgumentError(
+        "ZeRO: the gradient of parameter " + std::to_string(index) +
+        " was produced twice in one backward pass (call step() or finalize between passes)");
+  ready_[index] = true;
+  ++markedThisIteration_;
+  int unit = layout_.unitOf(index);
+  if (--pendingInUnit_[unit] != 0)
+    return -1;
+  completedOrder_.push_back(unit);
+  launchReadyUnits();
+  return unit;
+}
+
+void ZeroEngine::startIteration() {
+  ready_.assign(layout_.numParameters(), false);
+  pendingInUnit_.clear();
+  for (int u = 0; u < layout_.numUnits(); ++u)
+    pendingInUnit_.push_back(static_cast<int>(layout_.unitParameters(u).size()));
+  completedOrder_.clear();
+  nextToIssue_ = 0;
+  markedThisIteration_ = 0;
+}
+
+AlignedBuffer& ZeroEngine::bucketFor(int unit) {
+  if (bucketOfUnit_[unit])
+    return *bucketOfUnit_[unit];
+  while (!reductions_.empty() && reductions_.front().work->isCompleted()) retireOldestReduction();
+  auto filling = std::count_if(bucketOfUnit_.begin(), bucketOfUnit_.end(),
+                               [](const auto& bucket) { return bucket != nullptr; });
+  if (freeBuckets_.empty() && !reductions_.empty() &&
+      filling + static_cast<int64_t>(reductions_.size()) >= options_.bucketsInFlight)
+    retireOldestReduction();
+  std::shared_ptr<AlignedBuffer> bucket;
+  if (freeBuckets_.empty()) {
+    bucket = allocateBuffer(bucketNumel_, "ZeRO: a gradient bucket");
+  } else {
+    bucket = std::move(freeBuckets_.back());
+    freeBuckets_.pop_back();
+    std::memset(bucket->data(), 0, layout_.plan(unit).paddedNumel() * elementBytes());
+  }
+  bucketOfUnit_[unit] = bucket;
+  return *bucket;
+}
+
+void ZeroEngine::launchReadyUnits() {
+  while (nextToIssue_ < layout_.numUnits() && pendingInUnit_[issueOrder_[nextToIssue_]] == 0)
+    issueReduction(issueOrder_[nextToIssue_++]);
+}
+
+void ZeroEngine::issueReduction(int unit) {
+  const ShardPlan& plan = layout_.plan(unit);
+  if (options_.stage == 1) {
+    Tensor whole(unitGradients_[unit]->data(), options_.dtype, {plan.paddedNumel()});
+    allreduces_.push_back(comm_->allreduce(whole, ReduceOp::kAvg));
+    return;
+  }
+  std::shared_ptr<AlignedBuffer> bucket = std::move(bucketOfUnit_[unit]);
+  Tensor whole(bucket->data(), options_.dtype, {plan.paddedNumel()});
+  Tensor mine(bucket->as<std::byte>() + plan.paddedNumel() * elementBytes(), options_.dtype,
+              {plan.shardNumel()});
+  reductions_.push_back({unit, bucket, comm_->reduceScatter(whole, mine, ReduceOp::kAvg)});
+}
+
+void ZeroEngine::retireOldestReduction() {
+  ReduceInFlight oldest = std::move(reductions_.front());
+  reductions_.pop_front();
+  oldest.work->wait();
+  const ShardPlan& plan = layout_.plan(oldest.unit);
+  kernels::reduceInto(ReduceOp::kSum, options_.dtype, shardOf(*gradientShard_, oldest.unit).data(),
+                      oldest.bucket->as<std::byte>() + plan.paddedNumel() * elementBytes(),
+                      static_cast<size_t>(plan.shardNumel()));
+  if (static_cast<int>(freeBuckets_.size()) < options_.bucketsInFlight)
+    freeBuckets_.push_back(std::move(oldest.bucket));
+}
+
+void ZeroEngine::finalize() {
+  for (int index = 0; index < layout_.numParameters(); ++index) {
+    if (ready_[index])
+      continue;
+    int unit = layout_.unitOf(index);
+    if (options_.stage >= 2)
+      bucketFor(unit);  // zeroed: an absent gradient contributes nothing
+    if (--pendingInUnit_[unit] == 0)
+      completedOrder_.push_back(unit);
+  }
+  launchReadyUnits();
+  std::exception_ptr failure;
+  try {
+    waitAll(allreduces_);
+  } catch (const std::exception&) {
+    failure = std::current_exception();
+  }
+  while (!reductions_.empty()) {
+    try {
+      retireOldestReduction();
+    } catch (const std::exception&) {
+      if (!failure)
+        failure = std::current_exception();
+    }
+  }
+  if (failure)
+    std::rethrow_exception(failure);
+  if (++iterations_ == 1)
+    adoptRankZeroOrder();
+  startIteration();
+}
+
+void ZeroEngine::adoptRankZeroOrder() {
+  std::vector<int32_t> order(completedOrder_.begin(), completedOrder_.end());
+  comm_->broadcast(Tensor(order.data(), {static_cast<int64_t>(order.size())}), 0)->wait();
+  issueOrder_.assign(order.begin(), order.end());
+}
+
+void ZeroEngine::zeroGradients() {
+  checkIdle("zero_grad");
+  if (options_.stage == 1) {
+    for (auto& buffer : unitGradients_) std::memset(buffer->data(), 0, buffer->bytes());
+  } else {
+    std::memset(gradientShard_->data(), 0, gradientShard_->bytes());
+  }
+}
+
+// ---- the optimizer step ------------------------------------------------------------------------
+
+void ZeroEngine::step() {
+  checkIdle("step");
+  optimizer_->beginStep();
+  for (int u = 0; u < layout_.numUnits(); ++u) updateShard(u);
+  publishParameters();
+}
+
+void ZeroEngine::updateShard(int unit) {
+  const ShardPlan& plan = layout_.plan(unit);
+  const auto count = static_cast<size_t>(plan.shardNumel());
+  const auto begin = static_cast<size_t>(layout_.shardOffset(unit));
+  const std::byte* grads =
+      options_.stage == 1
+          ? unitGradients_[unit]->as<std::byte>() + plan.shardBegin(layout_.rank()) * elementBytes()
+          : static_cast<const std::byte*>(shardOf(*gradientShard_, unit).data());
+  float* params = ownedMaster(unit);
+  if (options_.dtype == DataType::kFloat32) {
+    optimizer_->update(begin, count, params, reinterpret_cast<const float*>(grads));
+    return;
+  }
+  std::vector<float> widened(std::min(count, kConversionChunk));
+  for (size_t done = 0; done < count; done += kConversionChunk) {
+    size_t n = std::min(kConversionChunk, count - done);
+    kernels::widenToFloat32(options_.dtype, grads + done * elementBytes(), widened.data(), n);
+    optimizer_->update(begin + done, n, params + done, widened.data());
+  }
+}
+
+void ZeroEngine::publishParameters() {
+  checkIdle("publishing parameters");
+  if (options_.stage == 3) {
+    dropGathered();  // stale now; the next use gathers the new values
+    if (master_)
+      kernels::narrowFromFloat32(options_.dtype, master_->as<float>(), parameterShard_->data(),
+                                 static_cast<size_t>(layout_.shardNumel()));
+    return;
+  }
+  // The allgather's input must not alias its output: the owned parts go through a staging shard.
+  auto staging = allocateBuffer(layout_.shardNumel(), "ZeRO: allgather staging");
+  std::vector<std::shared_ptr<Work>> works;
+  for (int u = 0; u < layout_.numUnits(); ++u) {
+    Tensor mine = shardOf(*staging, u);
+    storeFloat32(options_.dtype, ownedMaster(u), mine.data(), static_cast<size_t>(mine.numel()));
+    Tensor whole(unitParameters_[u]->data(), options_.dtype, {layout_.plan(u).paddedNumel()});
+    works.push_back(comm_->allgather(mine, whole));
+  }
+  waitAll(works);
+}
+
+// ---- checkpoints and reports -------------------------------------------------------------------
+
+std::vector<std::string> ZeroEngine::stateNames() const {
+  std::vector<std::string> names{"param"};
+  for (auto& name : optimizer_->stateNames()) names.push_back(name);
+  return names;
+}
+
+std::vector<float> ZeroEngine::exportState(const std::string& name) {
+  std::vector<float> values(static_cast<size_t>(layout_.ownedNumel()));
+  float* out = values.data();
+  for (const OwnedPiece& piece : layout_.ownedPieces()) {
+    int unit = layout_.unitOf(piece.parameter);
+    const float* from = ownedState(name, unit) + (piece.shardOffset - layout_.shardOffset(unit));
+    out = std::copy(from, from + piece.numel, out);
+  }
+  return values;
+}
+
+void ZeroEngine::importState(const std::string& name, const std::vector<float>& values) {
+  if (static_cast<int64_t>(values.size()) != layout_.ownedNumel())
+    throw InvalidArgumentError("ZeRO: state \"" + name + "\" has " + std::to_string(values.size()) +
+                               " values; this rank owns " + std::to_string(layout_.ownedNumel()));
+  const float* in = values.data();
+  for (const OwnedPiece& piece : layout_.ownedPieces()) {
+    int unit = layout_.unitOf(piece.parameter);
+    float* to = ownedState(name, unit) + (piece.shardOffset - layout_.shardOffset(unit));
+    std::copy(in, in + piece.numel, to);
+    in += piece.numel;
+  }
+}
+
+std::vector<float> ZeroEngine::gatherParameters() {
+  checkIdle("gathering parameters");
+  std::vector<int64_t> starts;
+  int64_t total = 0;
+  for (int p = 0; p < layout_.numParameters(); ++p) {
+    starts.push_back(total);
+    total += layout_.parameterNumel(p);
+  }
+  std::vector<float> values(static_cast<size_t>(total));
+  for (int u = 0; u < layout_.numUnits(); ++u) {
+    const ShardPlan& plan = layout_.plan(u);
+    std::vector<float> whole(static_cast<size_t>(plan.paddedNumel()));
+    comm_
+        ->allgather(Tensor(ownedMaster(u), DataType::kFloat32, {plan.shardNumel()}),
+                    Tensor(whole.data(), {plan.paddedNumel()}))
+        ->wait();
+    const auto& members = layout_.unitParameters(u);
+    for (size_t k = 0; k < members.size(); ++k) {
+      const float* from = whole.data() + plan.flatOffset(static_cast<int>(k));
+      std::copy(from, from + plan.parameterNumel(static_cast<int>(k)),
+                values.data() + starts[members[k]]);
+    }
+  }
+  return values;
+}
+
+ZeroMemory ZeroEngine::memory() const {
+  ZeroMemory memory;
+  for (const auto& buffer : unitParameters_) memory.parameters += buffer->bytes();
+  if (parameterShard_)
+    memory.parameters += parameterShard_->bytes();
+  for (const auto& buffer : unitGradients_) memory.gradients += buffer->bytes();
+  if (gradientShard_)
+    memory.gradients += gradientShard_->bytes();
+  memory.optimizerState = optimizer_->stateBytes() + (master_ ? master_->bytes() : 0);
+  memory.buffers = account_->current.load();
+  memory.peakBuffers = account_->peak.load();
+  return memory;
+}
+
+}  // namespace chorus::parallel
