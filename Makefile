@@ -1,6 +1,7 @@
 # The two commands a newcomer needs:
 #   make demo   builds chorus, runs the seed examples (C++, then Python) on 4 ranks (one node, no MPI),
-#               then the main job: data-parallel training on scikit-learn's digits (train_digits.py)
+#               then the main job: data-parallel training on scikit-learn's digits (train_digits.py),
+#               once with DistributedDataParallel and once with ZeRO stage 3
 #   make test   builds chorus and runs the whole test suite, the fuzz targets briefly, and the
 #               multi-rank C++ tests under ASan+UBSan and TSan
 # Each installs the Debian packages it needs first (scripts/install-deps.sh).
@@ -29,6 +30,7 @@ demo: build
 	$(BUILD)/bin/chorusrun -np $(NP) $(BUILD)/bin/allreduce
 	PYTHONPATH=$(BUILD)/python $(BUILD)/bin/chorusrun -np $(NP) /usr/bin/python3 examples/python/allreduce.py
 	PYTHONPATH=$(BUILD)/python $(BUILD)/bin/chorusrun -np $(NP) /usr/bin/python3 examples/python/train_digits.py
+	PYTHONPATH=$(BUILD)/python $(BUILD)/bin/chorusrun -np $(NP) /usr/bin/python3 examples/python/train_digits.py --zero 3
 
 # The whole suite; then a short run of every fuzz target (fuzz/, built with clang); then the
 # multi-rank and unit C++ tests built with AddressSanitizer + UBSan, and with ThreadSanitizer

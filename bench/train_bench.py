@@ -1,7 +1,10 @@
 """Data-parallel training throughput: 1 process, 2 independent processes, chorus DP and torch DDP
-over gloo, all in one session, every configuration started by chorusrun.
+over gloo, all in one session, every configuration started by chorusrun. With --zero, chorus DP
+against ZeRO stages (chorus.torch.ZeroOptimizer, SGD like the others) instead, with each rank's
+memory.
 
     /usr/bin/python3 bench/train_bench.py [--build build] [--repeats 5] [--steps 40] [--csv F]
+    /usr/bin/python3 bench/train_bench.py --zero 1 2 3
 
 The model (the issue's): 4 Linear layers of 1024 units (4.2 M parameters, 16.8 MB of float32
 gradients), batch 64 per rank, MSE loss, SGD, one intra-op thread per rank. Every configuration
@@ -38,6 +41,8 @@ ENVIRONMENT = {
 }
 LAYERS, WIDTH, BATCH = 4, 1024, 64
 PHASES = ("zero_grad", "forward", "backward", "optimizer_step")  # timed separately, medians per rank
+MEMORY = ("parameters", "gradients", "optimizer_state", "peak_buffers")  # bytes, the largest rank
+ZERO_CONFIGS = {f"chorus ZeRO-{stage}, 2 ranks": (2, f"zero{stage}") for stage in (1, 2, 3)}
 
 
 # ---- worker: one configuration, under chorusrun -------------------------------------------------
@@ -106,7 +111,12 @@ def worker(args):
         model = chorus_wrap(chorus_torch, model, args.bucket_mb, exposed)
     elif args.worker == "gloo":
         model = gloo_wrap(torch, chorus, model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    if args.worker.startswith("zero"):
+        optimizer = chorus_torch.ZeroOptimizer(model, optim="sgd", lr=1e-4,
+                                               stage=int(args.worker[4:]),
+                                               bucket_cap_mb=args.bucket_mb)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
     x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
 
     phases = {name: [] for name in PHASES}
@@ -139,7 +149,8 @@ def worker(args):
         result["exposed"] = sum(exposed) / len(exposed)
         result["alone"] = communication_alone(model)
     result.update({name: statistics.median(times) for name, times in phases.items()})
-    keys = ("elapsed", "exposed", "alone") + PHASES
+    result.update(model_state_bytes(args.worker, model, optimizer))
+    keys = ("elapsed", "exposed", "alone") + PHASES + MEMORY
     every = chorus.allgather(torch.tensor([[result.get(k, 0.0) for k in keys]],
                                           dtype=torch.float64))
     if config.rank == 0:
@@ -151,7 +162,21 @@ def worker(args):
             "alone_ms": float(every[:, 2].mean()) * 1e3,
             **{name + "_ms": float(every[:, 3 + i].mean()) * 1e3
                for i, name in enumerate(PHASES)},
+            **{name + "_mb": float(every[:, 3 + len(PHASES) + i].max()) / 2**20
+               for i, name in enumerate(MEMORY)},
         }), flush=True)
+
+
+def model_state_bytes(mode, model, optimizer):
+    """This rank's parameter, gradient and optimizer-state bytes and its peak communication
+    buffers: ZeroOptimizer's memory_report(), or the parameters' and gradients' own sizes."""
+    if mode.startswith("zero"):
+        report = optimizer.memory_report()
+        return {**report["measured"], "peak_buffers": report["peak_buffers"]}
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters()
+                if p.grad is not None)
+    return {"parameters": params, "gradients": grads, "optimizer_state": 0, "peak_buffers": 0}
 
 
 # ---- driver: every configuration, interleaved, then the table -----------------------------------
@@ -174,17 +199,17 @@ def blas_name():
     return os.path.realpath("/etc/alternatives/libblas.so.3-x86_64-linux-gnu")
 
 
-def print_table(results):
-    single = statistics.median(r["samples_per_s"] for r in results["1 process"])
-    gloo = statistics.median(r["samples_per_s"] for r in results["torch DDP (gloo), 2 ranks"])
-    print("| configuration | samples/s (median) | runs | step ms | vs 1 process | vs torch DDP |")
-    print("|---|---|---|---|---|---|")
+def print_table(results, baselines):
+    base = {name: statistics.median(r["samples_per_s"] for r in results[name]) for name in baselines}
+    print("| configuration | samples/s (median) | runs | step ms | "
+          + " | ".join(f"vs {name}" for name in baselines) + " |")
+    print("|---" * (4 + len(baselines)) + "|")
     for name, runs in results.items():
         rate = statistics.median(r["samples_per_s"] for r in runs)
         step = statistics.median(r["step_ms"] for r in runs)
         spread = ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)
-        print(f"| {name} | {rate:.0f} | {spread} | {step:.1f} | {rate / single:.2f}x | "
-              f"{rate / gloo:.2f}x |")
+        print(f"| {name} | {rate:.0f} | {spread} | {step:.1f} | "
+              + " | ".join(f"{rate / base[b]:.2f}x" for b in baselines) + " |")
     chorus_runs = results["chorus DP, 2 ranks"]
     alone = statistics.median(r["alone_ms"] for r in chorus_runs)
     exposed = statistics.median(r["exposed_ms"] for r in chorus_runs)
@@ -196,14 +221,25 @@ def print_table(results):
     for name in PHASES:
         cells = [statistics.median(r[name + "_ms"] for r in runs) for runs in results.values()]
         print(f"| {name} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+    print("\n| MB per rank | " + " | ".join(results) + " |")
+    print("|---" * (len(results) + 1) + "|")
+    for name in MEMORY:
+        cells = [runs[0][name + "_mb"] for runs in results.values()]
+        print(f"| {name} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
     print(f"BLAS: {blas_name()}; environment: "
           + " ".join(f"{k}={v}" for k, v in ENVIRONMENT.items()))
 
 
 def driver(args):
-    results = {name: [] for name in CONFIGS}
+    if args.zero:
+        configs = {"chorus DP, 2 ranks": CONFIGS["chorus DP, 2 ranks"],
+                   **{f"chorus ZeRO-{k}, 2 ranks": (2, f"zero{k}") for k in args.zero}}
+        baselines = ["chorus DP, 2 ranks"]
+    else:
+        configs, baselines = CONFIGS, ["1 process", "torch DDP (gloo), 2 ranks"]
+    results = {name: [] for name in configs}
     for repeat in range(args.repeats):
-        for name, (ranks, mode) in CONFIGS.items():
+        for name, (ranks, mode) in configs.items():
             result = run_config(args, ranks, mode)
             results[name].append(result)
             print(f"run {repeat + 1}/{args.repeats} {name}: {result['samples_per_s']:.0f} "
@@ -215,7 +251,7 @@ def driver(args):
             for name, runs in results.items():
                 for i, r in enumerate(runs):
                     out.write(f"{name},{i}," + ",".join(f"{r[c]:.3f}" for c in columns) + "\n")
-    print_table(results)
+    print_table(results, baselines)
 
 
 def main():
@@ -226,7 +262,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="chorus DP bucket size")
     parser.add_argument("--csv", help="also write every run here")
-    parser.add_argument("--worker", choices=sorted(mode for _, mode in CONFIGS.values()),
+    parser.add_argument("--zero", type=int, nargs="+", choices=(1, 2, 3),
+                        help="compare chorus DP with these ZeRO stages instead")
+    parser.add_argument("--worker", choices=sorted(mode for _, mode in
+                                                   {**CONFIGS, **ZERO_CONFIGS}.values()),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

@@ -2,11 +2,12 @@
 handwritten digits, 1797 samples, shipped with python3-sklearn: nothing is downloaded).
 
 Each rank trains on its share of every epoch (chorus.torch.DistributedSampler); gradients are
-averaged across ranks during backward (chorus.torch.DistributedDataParallel). Rank 0 prints the
-training loss and test accuracy after every epoch; the job fails if the final test accuracy is
-below --target.
+averaged across ranks during backward (chorus.torch.DistributedDataParallel, or with --zero 1|2|3
+chorus.torch.ZeroOptimizer, which also partitions the optimizer state, the gradients and at stage 3
+the parameters). Rank 0 prints the training loss and test accuracy after every epoch; the job fails
+if the final test accuracy is below --target.
 
-    build/bin/chorusrun -np 4 /usr/bin/python3 examples/python/train_digits.py
+    build/bin/chorusrun -np 4 /usr/bin/python3 examples/python/train_digits.py [--zero 3]
 (with PYTHONPATH=build/python, or chorus installed; `make demo` runs it)
 """
 
@@ -29,6 +30,8 @@ def parse_args():
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--target", type=float, default=0.95, help="final test accuracy to reach")
+    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
+                        help="ZeRO stage (0: DistributedDataParallel and torch.optim.Adam)")
     return parser.parse_args()
 
 
@@ -77,14 +80,20 @@ def main():
     config = dist.get_config()
     train_set, test_set = load_data()
 
-    torch.manual_seed(config.rank)  # different on purpose: DistributedDataParallel makes them equal
-    model = chorus.torch.DistributedDataParallel(make_model())
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    torch.manual_seed(config.rank)  # different on purpose: chorus starts every rank from rank 0's
+    if args.zero == 0:
+        model = chorus.torch.DistributedDataParallel(make_model())
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    else:
+        model = make_model()
+        optimizer = chorus.torch.ZeroOptimizer(model, optim="adam", stage=args.zero, lr=args.lr)
     sampler = chorus.torch.DistributedSampler(train_set, shuffle=True, seed=0)
     loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
     if config.rank == 0:
-        print(f"training on {config.size} ranks: {len(train_set)} training and {len(test_set)} "
-              f"test samples, batch {args.batch_size} per rank, {args.epochs} epochs", flush=True)
+        how = f"ZeRO stage {args.zero}" if args.zero else "data parallel"
+        print(f"training on {config.size} ranks ({how}): {len(train_set)} training and "
+              f"{len(test_set)} test samples, batch {args.batch_size} per rank, {args.epochs} "
+              "epochs", flush=True)
 
     started = time.perf_counter()
     accuracy = 0.0

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import chorus
+import chorus.distributed
 import chorus.torch as ct
 
 BATCH = 5   # per rank
@@ -291,3 +292,45 @@ def test_bad_arguments_are_refused(comm):
     with pytest.raises(chorus.UnsupportedError, match="no_sync"):
         with zero.no_sync():
             pass
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+@pytest.mark.parametrize("optim", ["sgd", "adam", "adamw"])
+def test_distribute_follows_zero_opt_level(comm, level, optim):
+    config = chorus.distributed.get_config()
+    saved = config.zero_opt_level
+    config.zero_opt_level = level
+    try:
+        model = make_model(comm.rank)
+        returned, zero = ct.distribute(model, OPTIMIZERS[optim][1](model.parameters()))
+        assert returned is model and isinstance(zero, ct.ZeroOptimizer)
+        assert (zero.stage, zero.optim) == (level, optim)
+        for step in range(STEPS):
+            x, y = global_batch(comm.size, step)
+            rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
+            zero.zero_grad()
+            loss_of(model, x[rows], y[rows]).backward()
+            zero.step()
+        # The hyperparameters were copied: training matches torch.optim's on one process.
+        assert_matches(zero, train_reference(optim, comm.size), FP32_TOLERANCE)
+    finally:
+        config.zero_opt_level = saved
+
+
+def test_distribute_refuses_what_zero_cannot_shard(comm):
+    config = chorus.distributed.get_config()
+    saved = config.zero_opt_level
+    config.zero_opt_level = 1
+    try:
+        model = make_model(0)
+        with pytest.raises(chorus.UnsupportedError, match="RMSprop"):
+            ct.distribute(model, torch.optim.RMSprop(model.parameters()))
+        with pytest.raises(chorus.UnsupportedError, match="amsgrad"):
+            ct.distribute(model, torch.optim.Adam(model.parameters(), amsgrad=True))
+        groups = [{"params": [model.head.weight]}, {"params": [model.head.bias]}]
+        with pytest.raises(chorus.UnsupportedError, match="parameter groups"):
+            ct.distribute(model, torch.optim.SGD(groups, lr=0.1))
+        with pytest.raises(chorus.InvalidArgumentError, match="needs the optimizer"):
+            ct.distribute(model)
+    finally:
+        config.zero_opt_level = saved
