@@ -234,8 +234,14 @@ void ZeroEngine::gather(int unit) {
 
 void ZeroEngine::waitGathered(int unit) {
   gather(unit);
-  if (auto work = std::move(gatherWork_[unit]))
-    work->wait();
+  if (auto work = std::move(gatherWork_[unit])) {
+    try {
+      work->wait();
+    } catch (...) {
+      gathered_[unit].reset();  // never hand out a view of an allgather that failed
+      throw;
+    }
+  }
 }
 
 void ZeroEngine::release(int unit) {
@@ -484,6 +490,7 @@ std::vector<std::string> ZeroEngine::stateNames() const {
 }
 
 std::vector<float> ZeroEngine::exportState(const std::string& name) {
+  ownedState(name, 0);  // an unknown name fails on every rank, even one that owns nothing
   std::vector<float> values(static_cast<size_t>(layout_.ownedNumel()));
   float* out = values.data();
   for (const OwnedPiece& piece : layout_.ownedPieces()) {
@@ -498,6 +505,7 @@ void ZeroEngine::importState(const std::string& name, const std::vector<float>& 
   if (static_cast<int64_t>(values.size()) != layout_.ownedNumel())
     throw InvalidArgumentError("ZeRO: state \"" + name + "\" has " + std::to_string(values.size()) +
                                " values; this rank owns " + std::to_string(layout_.ownedNumel()));
+  ownedState(name, 0);  // an unknown name fails on every rank, even one that owns nothing
   const float* in = values.data();
   for (const OwnedPiece& piece : layout_.ownedPieces()) {
     int unit = layout_.unitOf(piece.parameter);
