@@ -9,6 +9,7 @@
 #include "chorus/error.h"
 #include "parallel/aligned_buffer.h"
 #include "parallel/bucket_plan.h"
+#include "parallel/wait_all.h"
 
 namespace chorus {
 
@@ -161,18 +162,7 @@ const std::vector<bool>& GradientReducer::finalize() {
     inFlight_.push_back(
         comm_->allreduce(Tensor(used.data(), {static_cast<int64_t>(used.size())}), ReduceOp::kMax));
 
-  std::exception_ptr failure;
-  for (auto& work : inFlight_) {
-    try {
-      work->wait();
-    } catch (const std::exception&) {
-      if (!failure)
-        failure = std::current_exception();
-    }
-  }
-  inFlight_.clear();
-  if (failure)
-    std::rethrow_exception(failure);
+  parallel::waitAll(inFlight_);
 
   for (int i = 0; i < numGradients(); ++i) usedAnywhere_[i] = used[i] != 0;
   if (++iterations_ == 1 && options_.rebuildAfterFirstIteration)

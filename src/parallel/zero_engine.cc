@@ -8,6 +8,7 @@
 
 #include "chorus/error.h"
 #include "core/reduce_kernels.h"
+#include "parallel/wait_all.h"
 
 namespace chorus::parallel {
 namespace {
@@ -18,22 +19,6 @@ std::shared_ptr<Communicator> requireCommunicator(std::shared_ptr<Communicator> 
   if (!comm)
     throw InvalidArgumentError("ZeRO: no communicator");
   return comm;
-}
-
-// Waits for every work even after a failure, then rethrows the first failure.
-void waitAll(std::vector<std::shared_ptr<Work>>& works) {
-  std::exception_ptr failure;
-  for (auto& work : works) {
-    try {
-      work->wait();
-    } catch (const std::exception&) {
-      if (!failure)
-        failure = std::current_exception();
-    }
-  }
-  works.clear();
-  if (failure)
-    std::rethrow_exception(failure);
 }
 
 void storeFloat32(DataType dtype, const float* src, void* dst, size_t count) {
