@@ -277,6 +277,10 @@ def test_checkpoint_round_trip_continues_exactly(comm, shared_directory):
         continued.append(zero.gathered_parameters())
     for name in continued[0]:
         assert torch.equal(continued[0][name], continued[1][name]), name
+    # A checkpoint of another optimizer is refused on every rank, naming both.
+    plain_sgd = ct.ZeroOptimizer(make_model(0), optim="sgd", stage=1, lr=0.1)
+    with pytest.raises(chorus.InvalidArgumentError, match="holds 'adam' state.*'sgd'"):
+        plain_sgd.load_checkpoint(directory)
 
 
 def test_bad_arguments_are_refused(comm):
