@@ -55,8 +55,8 @@ def run(args, ranks, stage, mixed):
 
 
 def driver(args):
-    print(f"| precision | stage | N | parameters MB | gradients MB | optimizer MB | measured MB "
-          f"| predicted MB | difference | padding allowance MB | peak buffers MB |")
+    print("| precision | stage | N | parameters MB | gradients MB | optimizer MB | measured MB "
+          "| predicted MB | difference | padding allowance MB | peak buffers MB |")
     print("|---" * 11 + "|")
     for mixed in (True, False):
         for stage in (1, 2, 3):
@@ -70,7 +70,7 @@ def driver(args):
                       f"{p['total'] / MB:.2f} | {difference:+.3%} | "
                       f"{r['padding_bytes'] / MB:.3f} | {r['peak_buffers'] / MB:.1f} |",
                       flush=True)
-    print(f"\nThe paper's model: Ψ = 7.5 B, N = 64, mixed-precision Adam (K = 12), GB per rank")
+    print("\nThe paper's model: Ψ = 7.5 B, N = 64, mixed-precision Adam (K = 12), GB per rank")
     sys.path.insert(0, os.path.join(args.build, "python"))
     from chorus.torch import zero_memory_prediction
     psi = 7.5e9

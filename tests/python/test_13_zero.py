@@ -95,14 +95,13 @@ def train_zero(comm, optim, stage, micro=1, mixed_precision=None, bucket_cap_mb=
     zero = ct.ZeroOptimizer(model, stage=stage, mixed_precision=mixed_precision,
                             bucket_cap_mb=bucket_cap_mb, **OPTIMIZERS[optim][0])
     dtype = torch.bfloat16 if mixed_precision else torch.float32
-    n = micro * BATCH
     for step in range(steps):
         x, y = global_batch(comm.size, step, micro)
         zero.zero_grad()
         for m in range(micro):
             rows = slice((comm.rank * micro + m) * BATCH, (comm.rank * micro + m + 1) * BATCH)
             # Each micro-batch's loss is a mean over BATCH rows; dividing by micro makes the sum
-            # the mean over the rank's n rows.
+            # the mean over the rank's micro * BATCH rows.
             loss = loss_of(model, x[rows].to(dtype), y[rows].to(dtype)) / micro
             if stage == 1 and m < micro - 1:
                 with zero.no_sync():
@@ -110,7 +109,6 @@ def train_zero(comm, optim, stage, micro=1, mixed_precision=None, bucket_cap_mb=
             else:
                 loss.backward()
         zero.step()
-    assert n == micro * BATCH
     return model, zero
 
 

@@ -236,7 +236,7 @@ class ZeroOptimizer:
         """Every parameter whole, as float32 master values {name: tensor} (collective)."""
         flat = torch.from_numpy(self._engine.gather_parameters())
         result, start = {}, 0
-        for name, shape, p in zip(self._names, self._shapes, self._params):
+        for name, shape in zip(self._names, self._shapes):
             count = int(torch.Size(shape).numel())
             result[name] = flat[start:start + count].view(shape).clone()
             start += count
