@@ -243,6 +243,22 @@ def test_stage_three_releases_parameters_between_uses(comm):
     assert model.block.weight.numel() == 0
 
 
+def test_stage_three_prefetches_the_next_module(comm):
+    model, zero = train_zero(comm, "sgd", 3, steps=1)  # the first forward recorded the order
+    engine = zero.engine
+    norm, block = engine.unit_of(2), engine.unit_of(4)  # norm.weight, block.weight
+    assert engine.unit_parameters(norm) == [2, 3] and engine.unit_parameters(block) == [4, 5]
+    before = engine.memory()["buffers"]  # gradient buckets kept for reuse; nothing gathered
+    during = []
+    hook = model.norm.register_forward_pre_hook(
+        lambda m, i: during.append(engine.memory()["buffers"] - before))
+    with torch.no_grad():
+        model(torch.zeros(2, IN))
+    hook.remove()
+    # Inside norm's forward: norm's unit is gathered and block's (next) is already being gathered.
+    assert during == [4 * (engine.padded_numel(norm) + engine.padded_numel(block))]
+
+
 @pytest.fixture
 def shared_directory(comm):
     """A fresh directory with the same name on every rank (rank 0 picks it); removed afterwards."""
@@ -293,6 +309,8 @@ def test_bad_arguments_are_refused(comm):
         ct.ZeroOptimizer(model, mixed_precision="fp8")
     with pytest.raises(chorus.UnsupportedError, match="parameter groups"):
         ct.ZeroOptimizer([{"params": list(model.parameters())}])
+    with pytest.raises(chorus.InvalidArgumentError, match="bucket_cap_mb must be positive"):
+        ct.ZeroOptimizer(model, bucket_cap_mb=0)
     with pytest.raises(chorus.InvalidArgumentError, match="momentum"):
         ct.ZeroOptimizer(model, optim="sgd", momentum=-1.0)
     zero = ct.ZeroOptimizer(make_model(0), stage=2)

@@ -1,5 +1,6 @@
 """What DistributedDataParallel and ZeroOptimizer share to follow backward: the parameters that
-take part, a hook on each parameter's gradient accumulator, and a callback at the end of backward.
+take part, the bucket limits, a hook on each parameter's gradient accumulator, gradients that are
+views into C++ buffers, and a callback at the end of backward.
 """
 
 import torch
@@ -27,6 +28,30 @@ def check_parameters(named_parameters, who):
                 f"{who}: parameter {name} has dtype {p.dtype}; gradients must be floating point")
         params.append((name, p))
     return params
+
+
+_FIRST_BUCKET_BYTES = 1 << 20  # small, so that communication starts early in backward
+
+
+def bucket_limits(bucket_cap_mb, who):
+    """(bucket bytes, first bucket bytes) for bucket_cap_mb (None: get_config().bucket_bytes)."""
+    if bucket_cap_mb is None:
+        limit = int(_chorus.config().bucket_bytes)
+    elif not bucket_cap_mb > 0:
+        raise _chorus.InvalidArgumentError(
+            f"{who}: bucket_cap_mb must be positive, not {bucket_cap_mb}")
+    else:
+        limit = max(1, int(bucket_cap_mb * (1 << 20)))
+    return limit, min(_FIRST_BUCKET_BYTES, limit)
+
+
+def adopt_gradient_view(p, view):
+    """Makes `view` (C++-owned memory) p's .grad, copying in a gradient that lives elsewhere."""
+    grad = p.grad
+    if grad is None or grad.data_ptr() != view.data_ptr():
+        if grad is not None:
+            view.copy_(grad)
+        p.grad = view
 
 
 def hook_accumulators(params, make_hook):

@@ -13,10 +13,8 @@ import torch
 from torch.utils import dlpack as _dlpack
 
 from .. import _arrays, _chorus, _groups, _ops
-from ._autograd_hooks import EndOfBackward, check_parameters, hook_accumulators
-
-_FIRST_BUCKET_BYTES = 1 << 20  # small, so that communication starts early in backward
-
+from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
+                              check_parameters, hook_accumulators)
 
 class DistributedDataParallel(torch.nn.Module):
     """Wraps `module` so that backward averages its gradients across every rank.
@@ -51,25 +49,16 @@ class DistributedDataParallel(torch.nn.Module):
         self._params = [p for _, p in named]
         self._broadcast_from_rank_zero([p.detach() for p in self._params])
         self._broadcast_from_rank_zero(self._buffers_to_sync())
-        bucket_bytes = self._bucket_bytes(bucket_cap_mb)
+        bucket_bytes, first_bucket_bytes = bucket_limits(bucket_cap_mb, "DistributedDataParallel")
         specs = [(p.numel(), _arrays.torch_dtype_name(p.dtype)) for p in self._params]
         self._reducer = _chorus.GradientReducer(
-            self._comm._native, specs, bucket_bytes, min(_FIRST_BUCKET_BYTES, bucket_bytes))
+            self._comm._native, specs, bucket_bytes, first_bucket_bytes)
         self._views = []
         self._views_generation = None
         self._sync = True
         self._end_of_backward = EndOfBackward(self._finalize)
         # Keeps the autograd nodes (and so their hooks) alive.
         self._accumulators = hook_accumulators(self._params, self._make_hook)
-
-    @staticmethod
-    def _bucket_bytes(bucket_cap_mb):
-        if bucket_cap_mb is None:
-            return int(_chorus.config().bucket_bytes)
-        if not bucket_cap_mb > 0:
-            raise _chorus.InvalidArgumentError(
-                f"DistributedDataParallel: bucket_cap_mb must be positive, not {bucket_cap_mb}")
-        return max(1, int(bucket_cap_mb * (1 << 20)))
 
     def _buffers_to_sync(self):
         if not self.broadcast_buffers:
@@ -109,12 +98,7 @@ class DistributedDataParallel(torch.nn.Module):
 
     def _adopt(self, index):
         """Makes the parameter's .grad its bucket view (copying a gradient that lives elsewhere)."""
-        p, view = self._params[index], self._view(index)
-        grad = p.grad
-        if grad is None or grad.data_ptr() != view.data_ptr():
-            if grad is not None:
-                view.copy_(grad)
-            p.grad = view
+        adopt_gradient_view(self._params[index], self._view(index))
 
     def _make_hook(self, index):
         def on_gradient_accumulated(*_):

@@ -14,13 +14,12 @@ from torch.utils import dlpack as _dlpack
 
 from .. import _arrays, _chorus, _groups, _ops
 from . import _checkpoint
-from ._autograd_hooks import EndOfBackward, check_parameters, hook_accumulators
+from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
+                              check_parameters, hook_accumulators)
 from ._zero_stage3 import ParameterLifecycle
 
 _WHO = "ZeroOptimizer"
-_FIRST_UNIT_BYTES = 1 << 20
 _MIXED_PRECISION = {None: torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
-_STATE_BYTES_PER_ELEMENT = {"adam": 8, "adamw": 8}  # exp_avg and exp_avg_sq; SGD: momentum
 
 
 def _invalid(message):
@@ -117,9 +116,8 @@ class ZeroOptimizer:
         if self.stage == 3:
             units, unit_modules = _unit_modules(module, self._params)
         else:
-            unit_bytes = self._unit_bytes(bucket_cap_mb)
-            units = _chorus.plan_zero_units(numels, dtype_name, unit_bytes,
-                                            min(_FIRST_UNIT_BYTES, unit_bytes))
+            units = _chorus.plan_zero_units(numels, dtype_name,
+                                            *bucket_limits(bucket_cap_mb, _WHO))
         self._engine = _chorus.ZeroEngine(self._comm._native, numels, units, self.stage,
                                           dtype_name, self.optim, self.hyperparameters)
         for index, p in enumerate(self._params):
@@ -142,14 +140,6 @@ class ZeroOptimizer:
         if self.stage == 1:
             for index, p in enumerate(self._params):
                 p.grad = self._gradient_view(index)
-
-    @staticmethod
-    def _unit_bytes(bucket_cap_mb):
-        if bucket_cap_mb is None:
-            return int(_chorus.config().bucket_bytes)
-        if not bucket_cap_mb > 0:
-            raise _invalid(f"bucket_cap_mb must be positive, not {bucket_cap_mb}")
-        return max(1, int(bucket_cap_mb * (1 << 20)))
 
     def _adopt_parameters(self):
         for index, p in enumerate(self._params):
@@ -179,11 +169,7 @@ class ZeroOptimizer:
 
     def _adopt_gradient(self, index):
         """Stage 1: .grad is the view into the engine's gradients (copying one found elsewhere)."""
-        p, view = self._params[index], self._gradient_view(index)
-        if p.grad is None or p.grad.data_ptr() != view.data_ptr():
-            if p.grad is not None:
-                view.copy_(p.grad)
-            p.grad = view
+        adopt_gradient_view(self._params[index], self._gradient_view(index))
 
     def _finalize(self):
         if self.stage == 1:
