@@ -25,25 +25,13 @@ usage() {
 mode=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 suppressions=$root/scripts/sanitizers
-# Tests left out of a mode's run (a ctest -E regex), each with the reason. The forkRanks tests
-# (tests/harness) fork the test process while its TCP store server's threads run:
-#  - asan: GCC 12's ASan allocator is not locked across fork(), so a child forked while a server
-#    thread allocates inherits a held allocator lock and hangs in its first malloc (seen: rank 2
-#    stuck in SizeClassAllocator64::GetFromAllocator until the 60 s deadline). The tcp test that
-#    forks beside a running store server is left out for the same reason.
-#  - tsan: a child's new thread may get the id of a parent thread TSan still records ("dup thread
-#    with used id", exit 66).
-forkRanksTests='MismatchTest.DifferentAlgorithmChoicesRaiseOnEveryRank'
-forkRanksTests+='|PeerDeathTest.KilledRankIsNamedPromptlyOnEveryOtherRank'
+# Every multi-rank and unit test runs in both modes. (The forkRanks tests and the tcp test that
+# kills a forked rank fork before any thread of theirs starts, tests/harness/fork_first.h: forked
+# beside a running store server, a child could inherit a held ASan allocator lock and hang, or get
+# a parent thread's id that TSan still records, "dup thread with used id".)
 case $mode in
-  asan)
-    sanitizer=address,undefined
-    exclude="^($forkRanksTests|TcpFailure.KilledProcessIsNoticedByEveryRank)\$"
-    ;;
-  tsan)
-    sanitizer=thread
-    exclude="^($forkRanksTests)\$"
-    ;;
+  asan) sanitizer=address,undefined ;;
+  tsan) sanitizer=thread ;;
   *) usage ;;
 esac
 build=${2:-$root/build-$mode}
@@ -84,7 +72,7 @@ export TSAN_OPTIONS="$common:second_deadlock_stack=1:die_after_fork=0:history_si
 TSAN_OPTIONS+=":suppressions=$suppressions/tsan.supp:log_path=$logs/tsan"
 
 status=0
-(cd "$build" && ctest -L 'multirank|unit' -E "$exclude" -j"$jobs" --output-on-failure \
+(cd "$build" && ctest -L 'multirank|unit' -j"$jobs" --output-on-failure \
   --timeout 300) || status=1
 testLog=$build/Testing/Temporary/LastTest.log  # every test's output, passing ones too
 ran=$SECONDS

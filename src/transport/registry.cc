@@ -2,6 +2,7 @@
 #include "transport/registry.h"
 
 #include "core/check.h"
+#include "transport/faulty/transport.h"
 #include "transport/shm/transport.h"
 #include "transport/tcp/transport.h"
 
@@ -23,12 +24,17 @@ constexpr TransportInfo kTransports[] = {
 }  // namespace
 
 std::unique_ptr<Transport> createTransport(std::string_view name, const TransportOptions& options) {
-  std::string known;
   for (const auto& info : kTransports) {
-    if (info.name == name)
-      return info.create(options);
-    known += detail::concat(known.empty() ? "" : ", ", info.name);
+    if (info.name != name)
+      continue;
+    std::unique_ptr<Transport> transport = info.create(options);
+    if (auto fault = faulty::faultFromEnvironment(options.rank))
+      return std::make_unique<faulty::FaultyTransport>(std::move(transport), *fault);
+    return transport;
   }
+  std::string known;
+  for (const auto& info : kTransports)
+    known += detail::concat(known.empty() ? "" : ", ", info.name);
   CHORUS_CHECK_ARG(false, "rank ", options.rank, " (this process): unknown transport '", name,
                    "'; known transports: ", known);
   return nullptr;

@@ -30,7 +30,8 @@ struct TransportOptions {
 
 // "tcp" (any nodes) or "shm" (ranks of one node). Unknown names are InvalidArgumentError listing
 // the known ones. Blocks until every pair of ranks is connected (and, over tcp, authenticated);
-// collective over options.store.
+// collective over options.store. With CHORUS_FAULT_DELAY_MS set (tests only), the transport is
+// wrapped in a FaultyTransport that delays each message (faulty::faultFromEnvironment).
 std::unique_ptr<Transport> createTransport(std::string_view name, const TransportOptions& options);
 
 }  // namespace chorus::transport

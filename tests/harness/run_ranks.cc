@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/net/handshake.h"
+#include "harness/fork_first.h"
 #include "runtime/communicator_factory.h"
 #include "store/hash_store.h"
 #include "store/tcp_store.h"
@@ -103,31 +104,27 @@ void runRanks(int size, const RankFunction& fn, const RankOptions& options) {
   }
 }
 
+// The children are forked before the store's threads start (see harness/fork_first.h).
 std::vector<int> forkRanks(int size, const RankFunction& fn, const RankOptions& options) {
   const std::string token = net::generateToken();
-  store::TcpStoreServer server("127.0.0.1", 0, token);
-  const net::Address address{"127.0.0.1", server.port()};
-  std::fflush(nullptr);
+  ForkFirst forked(token, std::chrono::duration_cast<std::chrono::seconds>(options.deadline));
   std::vector<pid_t> children;
   for (int rank = 0; rank < size; ++rank) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int status = 1;
+    children.push_back(forked.fork([&, rank](const net::Address& address) {
       try {
         auto store =
             std::make_shared<store::TcpStore>(address, token, Deadline::after(options.timeout));
         auto comm = detail::createWorldCommunicator(
             worldOptions(rank, size, options, store, token, "forked"));
         fn(*comm);
-        status = ::testing::Test::HasFailure() ? 1 : 0;
+        return ::testing::Test::HasFailure() ? 1 : 0;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "forkRanks: rank %d threw: %s\n", rank, e.what());
+        return 1;
       }
-      std::fflush(nullptr);
-      _exit(status);
-    }
-    children.push_back(pid);
+    }));
   }
+  forked.start();
   // One waiter thread per child turns waitpid into futures we can wait on with a deadline.
   std::vector<std::future<int>> statuses;
   for (pid_t pid : children) {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/shm/shm_group.h"
@@ -135,6 +136,54 @@ TEST(ShmGroupTest, WaitingOnAClosedPeerIsAPeerError) {
               std::string::npos)
         << error.what();
   }
+}
+
+// Regression (issue 16, chorusrun_collectives_np7 under load): a rank that has published what a
+// wait needs may close at once, and that must not fail the wait (see Note [Only needed peers fail
+// a wait]). Rank 2 arrives and closes; rank 1 is alive but late. Before the fix rank 0's wait
+// raised "rank 2 has closed its communicator"; it must time out naming rank 1 alone, and once
+// rank 1 arrives, the wait must return.
+TEST(ShmGroupTest, APeerThatClosesAfterPublishingDoesNotFailTheWait) {
+  using backend::shm::ShmGroup;
+  using backend::shm::Step;
+  auto formGroups = [](const std::string& scope) {
+    auto store = std::make_shared<store::HashStore>();
+    const Deadline setup = Deadline::after(std::chrono::seconds(10));
+    auto make = [&](int rank) { return std::make_unique<ShmGroup>(rank, 3, store, scope, setup); };
+    auto one = std::async(std::launch::async, make, 1);
+    auto two = std::async(std::launch::async, make, 2);
+    std::vector<std::unique_ptr<ShmGroup>> groups;
+    groups.push_back(make(0));
+    groups.push_back(one.get());
+    groups.push_back(two.get());
+    return groups;
+  };
+
+  auto groups = formGroups("left-after-publishing");
+  groups[0]->publish(Step::kArrived, 1);
+  groups[2]->publish(Step::kArrived, 1);
+  groups[2]->close();
+  try {
+    groups[0]->waitAll(Step::kArrived, 1, Deadline::after(std::chrono::milliseconds(300)));
+    ADD_FAILURE() << "the wait returned although rank 1 never arrived";
+  } catch (const TimeoutError& error) {
+    EXPECT_EQ(error.missingRanks(), std::vector<int>{1}) << error.what();
+  } catch (const Error& error) {
+    ADD_FAILURE() << "expected a TimeoutError naming rank 1, got: " << error.what();
+  }
+
+  auto late = formGroups("left-after-publishing-2");
+  late[0]->publish(Step::kArrived, 1);
+  late[2]->publish(Step::kArrived, 1);
+  late[2]->close();
+  auto waiter = std::async(std::launch::async, [&] {
+    late[0]->waitAll(Step::kArrived, 1, Deadline::after(std::chrono::seconds(20)));
+  });
+  // Not for correctness: only so that the waiter is likely asleep in its slow path, where the
+  // closed peer used to be seen.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  late[1]->publish(Step::kArrived, 1);
+  EXPECT_NO_THROW(waiter.get());
 }
 
 // Direct reads (process_vm_readv): always allowed within one process, so two groups here agree to

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -78,6 +79,24 @@ TEST_P(FaultyTransportTest, DelayHoldsTheMessageAndDeliversItWhole) {
       EXPECT_GE(Clock::now() - start, milliseconds(300));
     } else {
       EXPECT_EQ(recvOne(t, 0, Deadline::after(seconds(10))), message(0));
+    }
+  });
+  EXPECT_EQ(errors, std::vector<std::exception_ptr>(2));
+}
+
+// Jitter delays each message by its own random time, at most `delay`, and changes no byte: 20
+// messages in a row arrive whole and in order.
+TEST_P(FaultyTransportTest, JitterDeliversEveryMessageWholeAndInOrder) {
+  Group group = makeGroup(GetParam(), 2);
+  Fault jitter{Fault::Kind::kJitter, -1, 0, milliseconds(5)};
+  jitter.seed = 7;
+  injectFault(group, 0, jitter);
+  auto errors = runRanks(group, [](Transport& t) {
+    for (int i = 0; i < 20; ++i) {
+      if (t.rank() == 0)
+        sendOne(t, 1, message(i), Deadline::after(seconds(10)));
+      else
+        EXPECT_EQ(recvOne(t, 0, Deadline::after(seconds(10))), message(i)) << "message " << i;
     }
   });
   EXPECT_EQ(errors, std::vector<std::exception_ptr>(2));
@@ -172,6 +191,25 @@ TEST_P(FaultyTransportTest, CrashAfterOneMessageIsAPeerErrorOnEveryOtherRank) {
       EXPECT_EQ(e.peerRank(), 2) << what;
     });
   }
+}
+
+// CHORUS_FAULT_DELAY_MS (what the soak tests set, tests/soak/): unset or 0 is no fault, N is jitter
+// of at most N ms seeded by the rank, and anything else is an InvalidArgumentError naming it.
+TEST(FaultFromEnvironment, DelayMillisecondsBecomeJitterSeededByTheRank) {
+  ::unsetenv("CHORUS_FAULT_DELAY_MS");
+  EXPECT_FALSE(faulty::faultFromEnvironment(0).has_value());
+  ::setenv("CHORUS_FAULT_DELAY_MS", "0", 1);
+  EXPECT_FALSE(faulty::faultFromEnvironment(0).has_value());
+  ::setenv("CHORUS_FAULT_DELAY_MS", "7", 1);
+  auto fault = faulty::faultFromEnvironment(3);
+  ASSERT_TRUE(fault.has_value());
+  EXPECT_EQ(fault->kind, Fault::Kind::kJitter);
+  EXPECT_EQ(fault->delay, milliseconds(7));
+  EXPECT_EQ(fault->peer, -1);
+  EXPECT_EQ(fault->seed, 4u);
+  ::setenv("CHORUS_FAULT_DELAY_MS", "-2", 1);
+  EXPECT_THROW(faulty::faultFromEnvironment(0), InvalidArgumentError);
+  ::unsetenv("CHORUS_FAULT_DELAY_MS");
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds,

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/net/socket.h"
+#include "harness/fork_first.h"
 #include "store/hash_store.h"
 #include "store/tcp_store.h"
 #include "transport/registry.h"
@@ -142,26 +143,20 @@ TEST(TcpBootstrap, StrangersAreDropped) {
 // other: both must fail with PeerError naming rank 2 within about a second.
 TEST(TcpFailure, KilledProcessIsNoticedByEveryRank) {
   const std::string token = "kill-test-token";
-  store::TcpStoreServer server("127.0.0.1", 0, token);
-  net::Address address{"127.0.0.1", server.port()};
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Forked before the store's threads start (harness/fork_first.h).
+  chorus::testing::ForkFirst forked(token, seconds(30));
+  pid_t child = forked.fork([&](const net::Address& address) {
     ::alarm(30);  // never outlive a broken test
-    try {
-      auto store = std::make_shared<store::TcpStore>(address, token, Deadline::after(seconds(10)));
-      auto transport = tcp::createTcpTransport(optionsFor(2, 3, store, token, "kill"));
-      char byte = 1;
-      if (::write(ready[1], &byte, 1) != 1)
-        ::_exit(2);
-      while (true) ::pause();
-    } catch (...) {
-      ::_exit(1);
-    }
-  }
+    auto store = std::make_shared<store::TcpStore>(address, token, Deadline::after(seconds(10)));
+    auto transport = tcp::createTcpTransport(optionsFor(2, 3, store, token, "kill"));
+    char byte = 1;
+    if (::write(ready[1], &byte, 1) != 1)
+      return 2;
+    while (true) ::pause();
+  });
+  const net::Address address = forked.start();
   ::close(ready[1]);
   std::unique_ptr<Transport> transports[2];
   std::exception_ptr errors[2];

@@ -163,7 +163,8 @@ void ShmGroup::readFrom(int rank, void* to, uintptr_t from, size_t bytes) const 
     const ssize_t got = ::process_vm_readv(block(rank).pid, &local, 1, &remote, 1, 0);
     if (got <= 0) {
       const int error = got < 0 ? errno : EFAULT;
-      checkHealthy(true);    // a peer that died or failed explains it best
+      throwIfFailed();  // a failure or a death explains it best
+      checkPeer(rank);
       if (error == ESRCH) {  // exiting: its memory is gone before its pidfd says so
         throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", rank,
                                        " died (or was killed) while this rank was reading its "
@@ -226,23 +227,41 @@ void ShmGroup::throwGroupFailure() const {
                           failed));
 }
 
-// Throws if the group failed; when `slow`, also checks that every peer is alive and open.
-void ShmGroup::checkHealthy(bool slow) const {
+void ShmGroup::throwIfFailed() const {
   if (block(0).failedRank.load(std::memory_order_acquire) != 0)
     throwGroupFailure();
-  if (!slow)
-    return;
-  // A death first: a peer that closed may have done so because it saw that death.
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && peerProcesses_[peer].gone())
-      throw transport::makeCrashedPeerError(rank_, peer);
+}
+
+bool ShmGroup::isBehind(int rank, int index, uint64_t value) const {
+  return block(rank).steps[index].value.load(std::memory_order_acquire) < value;
+}
+
+void ShmGroup::checkPeer(int peer) const {
+  if (peerProcesses_[peer].gone())
+    throw transport::makeCrashedPeerError(rank_, peer);
+  if (block(peer).state.load(std::memory_order_acquire) == kClosed) {
+    throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", peer,
+                                   " has closed its communicator, so this collective cannot "
+                                   "complete"),
+                    peer);
   }
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && block(peer).state.load(std::memory_order_acquire) == kClosed) {
-      throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", peer,
-                                     " has closed its communicator, so this collective cannot "
-                                     "complete"),
-                      peer);
+}
+
+// Note [Only needed peers fail a wait]: a rank that has published what this wait needs may leave
+// at once (the last step of a collective needs nothing more of it), so a closed or dead rank fails
+// the wait only if it is still behind. Its counter is read again after its state: a peer publishes
+// before it closes, so a counter read after the state was seen shows everything it published.
+// Deaths are checked first: a peer that closed may have done so because it saw that death.
+void ShmGroup::checkNeededPeers(int index, uint64_t value) const {
+  throwIfFailed();
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_ || !isBehind(peer, index, value))
+        continue;
+      const bool left = pass == 0 ? peerProcesses_[peer].gone()
+                                  : block(peer).state.load(std::memory_order_acquire) == kClosed;
+      if (left && isBehind(peer, index, value))
+        checkPeer(peer);
     }
   }
 }
@@ -259,7 +278,7 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
   auto behind = [&](std::vector<int>* ranks) {
     bool any = false;
     for (int peer = 0; peer < size_; ++peer) {
-      if (block(peer).steps[index].value.load(std::memory_order_acquire) >= value)
+      if (!isBehind(peer, index, value))
         continue;
       any = true;
       if (ranks == nullptr)
@@ -272,7 +291,7 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
   for (int pass = 0; pass < spinPasses_ + kYieldPasses; ++pass) {
     if (!behind(nullptr))
       return;
-    checkHealthy(false);
+    throwIfFailed();
     if (pass < spinPasses_)
       continue;
     if (pass == spinPasses_)
@@ -291,7 +310,7 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
     hub.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (!waiting || !behind(nullptr))
       return;
-    checkHealthy(true);
+    checkNeededPeers(index, value);
     if (Clock::now() >= stall::nextCheckAt()) {
       std::vector<int> late;
       behind(&late);

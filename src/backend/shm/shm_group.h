@@ -94,7 +94,7 @@ class ShmGroup {
   void readFrom(int rank, void* to, uintptr_t from, size_t bytes) const;
 
   // Throws the group's failure, if it failed.
-  void throwIfFailed() const { checkHealthy(false); }
+  void throwIfFailed() const;
 
   // Fails the group with `error` (first failure wins); every rank's waits then throw. Never throws.
   void fail(std::exception_ptr error) noexcept;
@@ -103,7 +103,13 @@ class ShmGroup {
 
  private:
   ControlBlock& block(int rank) const;
-  void checkHealthy(bool slow) const;
+  // Whether `rank`'s counter of step `index` is still below `value`.
+  bool isBehind(int rank, int index, uint64_t value) const;
+  // Throws PeerError if a rank that the wait for counter `index` to reach `value` still needs has
+  // died or closed. A rank that already got there may close or die without failing this wait.
+  void checkNeededPeers(int index, uint64_t value) const;
+  // Throws PeerError if `rank` died or closed.
+  void checkPeer(int rank) const;
   [[noreturn]] void throwGroupFailure() const;
   void sleepOnBell(uint32_t seen, Deadline deadline);
   bool canReadEveryPeer() const;

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/env.h"
 #include "transport/loopback/transport.h"
 #include "transport/shm/transport.h"
 #include "transport/tcp/transport.h"
@@ -26,7 +27,7 @@ void crash(Transport& transport) {
 }  // namespace
 
 FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner, Fault fault)
-    : inner_(std::move(inner)), fault_(fault) {
+    : inner_(std::move(inner)), fault_(fault), random_(fault.seed) {
   CHORUS_CHECK_ARG(fault.peer >= -1 && fault.peer < inner_->size() && fault.peer != inner_->rank(),
                    "FaultyTransport: the fault's peer ", fault.peer, " is not another rank");
 }
@@ -55,6 +56,12 @@ void FaultyTransport::postSend(int peer,
       std::this_thread::sleep_for(fault_.delay);
       inner_->postSend(peer, tag, fingerprint, data, bytes, request);
       return;
+    case Fault::Kind::kJitter: {
+      std::uniform_int_distribution<int64_t> delay(0, fault_.delay.count());
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay(random_)));
+      inner_->postSend(peer, tag, fingerprint, data, bytes, request);
+      return;
+    }
     case Fault::Kind::kDrop:
       request = Request{peer, true};
       dropped_.insert(&request);
@@ -92,6 +99,19 @@ void FaultyTransport::wait(std::span<Request* const> requests, Deadline deadline
       forwarded_.push_back(request);
   }
   inner_->wait(forwarded_, deadline);
+}
+
+std::optional<Fault> faultFromEnvironment(int rank) {
+  const std::optional<long long> milliseconds = env::integer("CHORUS_FAULT_DELAY_MS");
+  if (!milliseconds || *milliseconds == 0)
+    return std::nullopt;
+  CHORUS_CHECK_ARG(*milliseconds > 0,
+                   "CHORUS_FAULT_DELAY_MS must be a number of milliseconds, not ", *milliseconds);
+  Fault fault;
+  fault.kind = Fault::Kind::kJitter;
+  fault.delay = std::chrono::milliseconds(*milliseconds);
+  fault.seed = static_cast<uint64_t>(rank) + 1;
+  return fault;
 }
 
 }  // namespace chorus::transport::faulty

@@ -5,6 +5,8 @@
 // first. The fault then applies to every later send to that peer, starting with the message that
 // would carry the count past `afterBytes`:
 //   kDelay     the message is held for `delay` before it is handed on (a slow link or a late rank);
+//   kJitter    the message is held for a random time, uniform in [0, `delay`], drawn from a
+//              generator seeded with `seed` (a noisy link: soak tests, tests/soak/);
 //   kDrop      the message is never handed on, and its send completes here as if it had been sent
 //              (a lost message: the receiver must time out, naming this rank);
 //   kTruncate  only the first half of the message is handed on (the receiver must raise a
@@ -19,6 +21,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <random>
 #include <unordered_set>
 #include <vector>
 
@@ -27,12 +31,18 @@
 namespace chorus::transport::faulty {
 
 struct Fault {
-  enum class Kind { kDelay, kDrop, kTruncate, kClose, kCrash };
+  enum class Kind { kDelay, kJitter, kDrop, kTruncate, kClose, kCrash };
   Kind kind = Kind::kDrop;
   int peer = -1;            // the peer whose link misbehaves; -1 for every peer
   uint64_t afterBytes = 0;  // bytes sent over the faulty link(s) untouched before the fault
-  std::chrono::milliseconds delay{0};  // kDelay only
+  std::chrono::milliseconds delay{0};  // kDelay; kJitter's longest
+  uint64_t seed = 0;                   // kJitter only
 };
+
+// The fault the environment asks for, if any: CHORUS_FAULT_DELAY_MS=N makes every transport of
+// this process a FaultyTransport with a kJitter fault of at most N ms on every link, seeded with
+// the rank (createTransport applies it; see transport/registry.h). For tests only.
+std::optional<Fault> faultFromEnvironment(int rank);
 
 class FaultyTransport final : public Transport {
  public:
@@ -64,6 +74,7 @@ class FaultyTransport final : public Transport {
   std::unique_ptr<Transport> inner_;
   Fault fault_;
   uint64_t bytesSent_ = 0;                // over the faulty link(s), all peers together
+  std::mt19937_64 random_;                // kJitter's delays
   std::unordered_set<Request*> dropped_;  // sends completed here, never handed on
   std::vector<Request*> forwarded_;       // scratch for wait()
 };
