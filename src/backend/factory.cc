@@ -43,7 +43,7 @@ std::unique_ptr<Backend> createMpiBackend(const BackendOptions& options) {
   try {
     auto fallback = mpiAlgorithms(comm);
     if (options.name == "mpi")
-      return std::make_unique<mpi::MpiBackend>(comm, std::move(fallback));
+      return std::make_unique<mpi::MpiBackend>(comm, std::move(fallback), options.deadline);
     if (!fallback) {
       throw UnsupportedError(
           "backend 'mpi_algorithms' needs the MPI transport, which this build lacks; use backend "

@@ -36,6 +36,7 @@ OperationScope::OperationScope(int rank,
       census_(census),
       noteAt_(census == nullptr ? Clock::time_point::max()
                                 : startedAt + std::min(kNoteAfter, timeout / 4)),
+      compareAt_(Clock::time_point::max()),
       reportAt_(stallWarnAfter().count() > 0 ? startedAt + stallWarnAfter()
                                              : Clock::time_point::max()),
       outer_(current) {
@@ -55,16 +56,21 @@ std::chrono::milliseconds stallWarnAfter() {
 Clock::time_point nextCheckAt() {
   if (current == nullptr)
     return Clock::time_point::max();
-  return std::min(current->noteAt_, current->reportAt_);
+  return std::min({current->noteAt_, current->compareAt_, current->reportAt_});
 }
 
-void onStalled(std::span<const int> waitingOn) noexcept {
+void onStalled(std::span<const int> waitingOn) {
   if (current == nullptr)
     return;
   const Clock::time_point now = Clock::now();
   if (now >= current->noteAt_) {
     current->noteAt_ = Clock::time_point::max();
     current->census_->noteArrived();
+    current->compareAt_ = now;
+  }
+  if (now >= current->compareAt_) {
+    current->compareAt_ = now + kCompareEvery;
+    current->census_->checkAgreement();
   }
   if (now < current->reportAt_)
     return;

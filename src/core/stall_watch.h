@@ -20,6 +20,14 @@
 // the store that it has arrived at this collective, and the warning and the TimeoutError name the
 // ranks that have not noted their arrival (falling back to the direct peers when nothing is known,
 // e.g. without a store or for point-to-point).
+//
+// Note [Census agreement]: the note also records what this rank called (its fingerprint), and
+// from then on, every kCompareEvery while the wait lasts, the rank compares it with the notes of
+// the ranks at the same collective. A mismatch that no message exchange can see (ranks of
+// different nodes in different collectives of the hierarchical backend, whose steps run over
+// different transports; MPI's native collectives) is then a MismatchError within about
+// kNoteAfter + kCompareEvery, raised by every stalled rank, instead of a TimeoutError at the
+// deadline.
 #pragma once
 
 #include <span>
@@ -34,8 +42,10 @@ namespace chorus::stall {
 // error is made, with the `subject` the scope was given.
 using Describe = std::string (*)(const void* subject);
 
-// How long a wait stalls before the rank notes its arrival for the census.
+// How long a wait stalls before the rank notes its arrival for the census, and how often it then
+// compares its call with the other ranks' notes (Note [Census agreement]).
 inline constexpr std::chrono::milliseconds kNoteAfter{1000};
+inline constexpr std::chrono::milliseconds kCompareEvery{500};
 
 // Which ranks of the communicator have arrived at the running collective (see the note).
 class Census {
@@ -45,6 +55,9 @@ class Census {
   virtual void noteArrived() noexcept = 0;
   // The ranks that have not noted their arrival; empty when that cannot be told. Never throws.
   virtual std::vector<int> missing() noexcept = 0;
+  // Throws MismatchError if a rank that noted its arrival at this collective called it otherwise
+  // (Note [Census agreement]). Other failures (the store unreachable) are ignored.
+  virtual void checkAgreement() = 0;
 };
 
 // Marks the calling thread as running one operation of `rank` that started at `startedAt`, until
@@ -64,7 +77,7 @@ class OperationScope {
 
  private:
   friend Clock::time_point nextCheckAt();
-  friend void onStalled(std::span<const int> waitingOn) noexcept;
+  friend void onStalled(std::span<const int> waitingOn);
   friend std::vector<int> missingRanks(std::vector<int> waitingOn);
   friend std::string describeTimeout();
 
@@ -73,8 +86,9 @@ class OperationScope {
   Describe describe_;
   const void* subject_;
   Census* census_;
-  Clock::time_point noteAt_;    // max() once noted, or without a census
-  Clock::time_point reportAt_;  // max() once reported, or with the warning off
+  Clock::time_point noteAt_;     // max() once noted, or without a census
+  Clock::time_point compareAt_;  // next agreement check once noted; max() before, or without one
+  Clock::time_point reportAt_;   // max() once reported, or with the warning off
   OperationScope* outer_;
 };
 
@@ -83,10 +97,11 @@ std::chrono::milliseconds stallWarnAfter();
 // When the calling thread's stalled wait should next call onStalled(): time_point::max() when
 // there is no operation or nothing is left to do for it.
 Clock::time_point nextCheckAt();
-// Does what is due for the calling thread's stalled operation: the census note, then (after
-// CHORUS_STALL_WARN) the one warning, naming the missing ranks (`waitingOn`, the peers the wait
-// waits on directly, when the census knows nothing). Never throws.
-void onStalled(std::span<const int> waitingOn) noexcept;
+// Does what is due for the calling thread's stalled operation: the census note and agreement check,
+// then (after CHORUS_STALL_WARN) the one warning, naming the missing ranks (`waitingOn`, the peers
+// the wait waits on directly, when the census knows nothing). Throws the census's MismatchError
+// (Note [Census agreement]): the caller fails its wait with it, as with any error it meets there.
+void onStalled(std::span<const int> waitingOn);
 // The ranks a TimeoutError should name: the census's missing ranks, else `waitingOn`.
 std::vector<int> missingRanks(std::vector<int> waitingOn);
 // "allreduce #7 (float32 x 1024, sum) timed out after 3.0 s" for the calling thread's operation

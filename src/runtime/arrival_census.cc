@@ -1,6 +1,8 @@
 // StoreCensus: arrival notes in the store. See arrival_census.h.
 #include "runtime/arrival_census.h"
 
+#include <cstring>
+
 #include "core/check.h"
 #include "core/logging.h"
 
@@ -8,8 +10,15 @@ namespace chorus::detail {
 
 std::string StoreCensus::key(int rank) const { return concat("chorus/census/", scope_, "/", rank); }
 
+std::string StoreCensus::callKey(int rank) const {
+  return concat("chorus/census/", scope_, "/call/", rank);
+}
+
 void StoreCensus::noteArrived() noexcept {
   try {
+    // The call first: a rank that sees the arrival may look for it at once.
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&fingerprint_);
+    store_.set(callKey(rank_), store::Bytes(bytes, bytes + sizeof fingerprint_));
     const std::string mine = key(rank_);
     const int64_t noted = store_.add(mine, 0);
     if (noted < static_cast<int64_t>(sequence_))
@@ -31,6 +40,28 @@ std::vector<int> StoreCensus::missing() noexcept {
     missing.clear();
   }
   return missing;
+}
+
+void StoreCensus::checkAgreement() {
+  for (int rank = 0; rank < size_; ++rank) {
+    transport::Fingerprint theirs;
+    try {
+      if (rank == rank_ || !store_.check({callKey(rank)}))
+        continue;
+      const store::Bytes noted =
+          store_.get(callKey(rank), Deadline::after(std::chrono::seconds(1)));
+      if (noted.size() != sizeof theirs)
+        continue;
+      std::memcpy(&theirs, noted.data(), sizeof theirs);
+    } catch (const std::exception& e) {
+      CHORUS_LOG(kDebug) << "could not read rank " << rank
+                         << "'s call from the store: " << e.what();
+      continue;
+    }
+    // A note of an earlier or a later collective says nothing about this one.
+    if (theirs.sequence == sequence_ && !fingerprint_.firstDifference(theirs).empty())
+      throw transport::makeMismatchError(rank_, rank, fingerprint_, theirs);
+  }
 }
 
 }  // namespace chorus::detail

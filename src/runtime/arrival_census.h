@@ -3,8 +3,11 @@
 //
 // A rank whose collective number `sequence` has stalled sets "chorus/census/<scope>/<rank>" to
 // `sequence` (keys only grow: a rank that noted sequence 9 has arrived at every earlier one).
-// missing() reads every other rank's key and returns those below `sequence`. Both cost one store
-// round trip per key, and happen only in a wait that has already stalled for a second.
+// missing() reads every other rank's key and returns those below `sequence`. The note also sets
+// "chorus/census/<scope>/call/<rank>" to this rank's fingerprint, which checkAgreement() compares
+// with those of the ranks at the same collective (Note [Census agreement], core/stall_watch.h).
+// Each costs one or two store round trips per rank, and happens only in a wait that has already
+// stalled for a second.
 #pragma once
 
 #include <cstdint>
@@ -14,26 +17,40 @@
 
 #include "core/stall_watch.h"
 #include "store/store.h"
+#include "transport/transport.h"
 
 namespace chorus::detail {
 
 class StoreCensus final : public stall::Census {
  public:
-  // Cheap: stores the arguments. `store` must outlive the census.
-  StoreCensus(store::Store& store, const std::string& scope, int rank, int size, uint64_t sequence)
-      : store_(store), scope_(scope), rank_(rank), size_(size), sequence_(sequence) {}
+  // Cheap: stores the arguments. `store` and `fingerprint` (this rank's call, whose sequence
+  // number is the collective's) must outlive the census.
+  StoreCensus(store::Store& store,
+              const std::string& scope,
+              int rank,
+              int size,
+              const transport::Fingerprint& fingerprint)
+      : store_(store),
+        scope_(scope),
+        rank_(rank),
+        size_(size),
+        sequence_(fingerprint.sequence),
+        fingerprint_(fingerprint) {}
 
   void noteArrived() noexcept override;
   std::vector<int> missing() noexcept override;
+  void checkAgreement() override;
 
  private:
   std::string key(int rank) const;
+  std::string callKey(int rank) const;
 
   store::Store& store_;
   const std::string& scope_;
   int rank_;
   int size_;
   uint64_t sequence_;
+  const transport::Fingerprint& fingerprint_;
 };
 
 }  // namespace chorus::detail

@@ -110,8 +110,7 @@ void CommunicatorState::execute(Work& work,
     const Clock::time_point startedAt = Clock::now();
     std::optional<StoreCensus> census;  // see Note [Stall inspector]
     if (resources_.store && info_.size > 1 && fingerprint.sequence > 0)
-      census.emplace(*resources_.store, resources_.scope, info_.rank, info_.size,
-                     fingerprint.sequence);
+      census.emplace(*resources_.store, resources_.scope, info_.rank, info_.size, fingerprint);
     stall::OperationScope scope(info_.rank, startedAt, timeout, &describeFingerprint, &fingerprint,
                                 census ? &*census : nullptr);
     body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});

@@ -4,7 +4,9 @@
 // Also what "auto" picks for each kind of layout. Expected values are closed forms.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -123,6 +125,42 @@ TEST_P(HierarchicalTest, CountMismatchOnTheLastRankIsAMismatchEverywhere) {
           comm.allreduce(Tensor(data.data(), {count}))->wait();
         } catch (const MismatchError&) {
           ++mismatches;
+        }
+      },
+      options);
+  EXPECT_EQ(mismatches.load(), p);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Regression (issue 16): the ranks of the last rank's node call allgather, the others allreduce.
+// Their steps run over different transports (the node's shm, the leaders' tcp, the flat tcp), so
+// no message carries one call's fingerprint to a rank of the other; before the census compared
+// calls (Note [Census agreement]) this was a TimeoutError at the deadline. Every rank must raise
+// MismatchError naming the collective, well before the 20 s timeout.
+TEST_P(HierarchicalTest, DifferentCollectivesOnDifferentNodesAreAMismatchEverywhere) {
+  const std::vector<std::string>& nodes = GetParam().nodeIds;
+  const int p = size();
+  if (std::count(nodes.begin(), nodes.end(), nodes.back()) == p)
+    GTEST_SKIP() << "one node: the shm step sees every mismatch";
+  std::atomic<int> mismatches{0};
+  testing::RankOptions options = hierarchicalOn(GetParam());
+  options.timeout = std::chrono::seconds(20);
+  const auto start = std::chrono::steady_clock::now();
+  testing::runRanks(
+      p,
+      [&](Communicator& comm) {
+        std::vector<float> in(4, 1.0f), out(4 * p);
+        try {
+          if (nodes[comm.rank()] == nodes.back())
+            comm.allgather(Tensor(in.data(), {4}), Tensor(out.data(), {4 * p}))->wait();
+          else
+            comm.allreduce(Tensor(in.data(), {4}))->wait();
+          ADD_FAILURE() << "rank " << comm.rank() << " returned";
+        } catch (const MismatchError& e) {
+          EXPECT_NE(std::string(e.what()).find("collective"), std::string::npos) << e.what();
+          ++mismatches;
+        } catch (const Error& e) {
+          ADD_FAILURE() << "rank " << comm.rank() << ": expected MismatchError, got " << e.what();
         }
       },
       options);

@@ -160,8 +160,9 @@ int serialized() {
   return failures == 0 ? 0 : 1;
 }
 
-// Rank 0 skips an allreduce: the others must get a TimeoutError by the deadline (CHORUS_TIMEOUT),
-// never hang, and later calls on that communicator must fail at once.
+// Rank 0 skips an allreduce: the others must get a TimeoutError by the deadline (CHORUS_TIMEOUT)
+// that names the operation and rank 0 alone (its missingRanks() and its message), never hang, and
+// later calls on that communicator must fail at once.
 int timeout() {
   auto world = chorus::DistContext::get().communicator();
   const int r = world->rank();
@@ -171,7 +172,11 @@ int timeout() {
     try {
       world->allreduce(chorus::Tensor(values.data(), {8}))->wait();
     } catch (const chorus::TimeoutError& error) {
-      timedOut = std::string(error.what()).find("timed out") != std::string::npos;
+      const std::string what = error.what();
+      std::printf("rank %d: %s\n", r, what.c_str());
+      timedOut = what.find("allreduce #1 (float32 x 8, sum) timed out") != std::string::npos &&
+                 what.find("waiting for rank 0;") != std::string::npos &&
+                 error.missingRanks() == std::vector<int>{0};
     }
     try {
       world->barrier()->wait();

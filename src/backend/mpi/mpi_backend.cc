@@ -12,6 +12,7 @@
 #include "backend/mpi/mpi_error.h"
 #include "connector/mpi_environment.h"
 #include "core/check.h"
+#include "core/stall_watch.h"
 
 namespace chorus::backend::mpi {
 namespace {
@@ -105,8 +106,8 @@ int asInt(size_t n) { return static_cast<int>(n); }
 
 }  // namespace
 
-MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<Backend> fallback)
-    : comm_(comm), fallback_(std::move(fallback)) {
+MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<Backend> fallback, Deadline deadline)
+    : comm_(comm), census_(comm, deadline), fallback_(std::move(fallback)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   int* tagUb = nullptr;
@@ -145,10 +146,39 @@ void MpiBackend::close() noexcept {
     fallback_->close();
 }
 
+namespace {
+
+std::string describeCall(const void* fingerprint) {
+  return static_cast<const transport::Fingerprint*>(fingerprint)->describe();
+}
+
+}  // namespace
+
+// The TimeoutError of `what` (an MPI call): naming the ranks that have not arrived (the census's,
+// or `peer`), else saying that some rank did not join.
+TimeoutError MpiBackend::timeoutIn(const char* what, int peer) {
+  std::vector<int> late =
+      stall::missingRanks(peer >= 0 ? std::vector<int>{peer} : std::vector<int>{});
+  if (!late.empty())
+    return transport::makeTimeoutError(rank_, std::move(late));
+  return TimeoutError(detail::concat("rank ", rank_, " (this process): ", stall::describeTimeout(),
+                                     " in ", what,
+                                     " (a rank of this communicator did not join it); raise the "
+                                     "timeout (CHORUS_TIMEOUT) or make every rank call it"));
+}
+
 template <typename Start>
 MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, Start start) {
   checkUsable();
   try {
+    // The census of this collective (Note [Stall inspector]); a scope of its own, since the
+    // runtime's has none without a store. Point-to-point calls (sequence 0) have none.
+    census_.begin(call.fingerprint.sequence);
+    const Clock::time_point startedAt = Clock::now();
+    stall::OperationScope scope(
+        rank_, startedAt,
+        std::chrono::duration_cast<std::chrono::milliseconds>(call.deadline.at() - startedAt),
+        &describeCall, &call.fingerprint, call.fingerprint.sequence > 0 ? &census_ : nullptr);
     MPI_Request request = MPI_REQUEST_NULL;
     checkMpi(start(&request), what, rank_, peer);
     MPI_Status status;
@@ -159,13 +189,10 @@ MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, 
         break;
       if ((pass & 63) == 0) {
         checkUsable();
-        if (call.deadline.expired()) {
-          throw TimeoutError(detail::concat(
-              "rank ", rank_, " (this process) timed out in ", what,
-              peer >= 0 ? detail::concat(" with rank ", peer)
-                        : std::string(" (a rank of this communicator did not join it)"),
-              "; raise the timeout (CHORUS_TIMEOUT) or make every rank call it"));
-        }
+        if (call.deadline.expired())
+          throw timeoutIn(what, peer);
+        if (Clock::now() >= stall::nextCheckAt())
+          stall::onStalled(peer >= 0 ? std::vector<int>{peer} : std::vector<int>{});
       }
       if (pass >= kSpinPasses)
         sched_yield();

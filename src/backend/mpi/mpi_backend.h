@@ -15,6 +15,9 @@
 // over MPI] in mpi_backend.cc); a difference is a MismatchError on every rank, naming the ranks and
 // the field. Point-to-point calls are checked by size only (a MismatchError when the sizes differ).
 //
+// Timeouts name the operation and the ranks that never called it (MpiCensus: stalled ranks tell
+// each other which collective they wait in), as over the transports.
+//
 // Limits:
 //  - After a timeout the MPI request cannot be cancelled: the backend is failed and the buffers
 //    of that operation may still be written by MPI later.
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/mpi/mpi_census.h"
 #include "core/deadline.h"
 
 namespace chorus::backend::mpi {
@@ -41,8 +45,9 @@ namespace chorus::backend::mpi {
 class MpiBackend : public Backend {
  public:
   // Takes ownership of `comm` (freed at destruction unless MPI was finalized by then). `fallback`
-  // (may be null) runs what MPI cannot; it must span the same ranks.
-  MpiBackend(MPI_Comm comm, std::unique_ptr<Backend> fallback);
+  // (may be null) runs what MPI cannot; it must span the same ranks. Collective over `comm` (the
+  // census's communicator): TimeoutError at `deadline`.
+  MpiBackend(MPI_Comm comm, std::unique_ptr<Backend> fallback, Deadline deadline);
   ~MpiBackend() override;
 
   std::string name() const override { return "mpi"; }
@@ -70,6 +75,8 @@ class MpiBackend : public Backend {
   // failure fails the backend. `peer` names the peer of point-to-point calls (-1 otherwise).
   template <typename Start>
   MPI_Status run(const CallContext& call, const char* what, int peer, Start start);
+  // The TimeoutError of MPI call `what` (with `peer`, or -1), naming the ranks not arrived.
+  TimeoutError timeoutIn(const char* what, int peer);
   // Agrees on the call's fingerprint with the other ranks; MismatchError (on every rank) when
   // their calls differ.
   void checkFingerprints(const CallContext& call);
@@ -77,6 +84,7 @@ class MpiBackend : public Backend {
   Backend& fallback(const char* what);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MpiCensus census_;  // names the ranks a stalled collective waits for
   int rank_ = 0;
   int size_ = 1;
   int tagUpperBound_ = 32767;
