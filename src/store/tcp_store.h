@@ -6,6 +6,15 @@
 // length followed by that many bytes; a frame over kMaxFrameBytes is a protocol error and the
 // server drops the connection. The server serves each connection on its own thread; a malformed
 // or unauthenticated connection is closed without disturbing the others.
+//
+// Note [Store connection limits]
+// Connections that have not finished the handshake are capped apart from authenticated ones, so
+// that anyone who can reach the port (a scanner, a client stalled mid-handshake) cannot use up
+// the places of the job's ranks. When the unauthenticated cap is reached, a new connection evicts
+// the oldest unauthenticated one (the server shuts it down); a genuine handshake takes
+// milliseconds, so the oldest is almost always a stalled one, and a rank can always get in. Every
+// unauthenticated connection also has a handshake deadline (10 s). Only authenticated connections
+// count against maxAuthenticated; once that many are open, new connections are refused.
 #pragma once
 
 #include <atomic>
@@ -23,18 +32,29 @@ namespace chorus::store {
 
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
 
+// The server's connection caps; see Note [Store connection limits]. Tests lower them.
+struct TcpStoreServerLimits {
+  size_t maxAuthenticated = 8192;    // connections past the handshake
+  size_t maxUnauthenticated = 1024;  // connections still in it; the oldest is evicted when full
+};
+
 class TcpStoreServer {
  public:
   // Listens on host:port (port 0: any free port) and serves until destroyed.
-  TcpStoreServer(const std::string& host, uint16_t port, std::string token);
+  TcpStoreServer(const std::string& host,
+                 uint16_t port,
+                 std::string token,
+                 TcpStoreServerLimits limits = {});
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   uint16_t port() const;
   // Number of connections that passed the handshake, and that were refused (for tests and logs).
+  // Refused includes unauthenticated connections evicted to make room (evictedConnections()).
   uint64_t acceptedConnections() const;
   uint64_t refusedConnections() const;
+  uint64_t evictedConnections() const;
 
  private:
   struct Impl;

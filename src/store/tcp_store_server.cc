@@ -13,6 +13,13 @@
 // connections dropped for failing the handshake (wrong token, garbage, port scanners, stalls) or
 // for breaking the protocol afterwards. The acceptor joins finished connection threads as it goes,
 // and the destructor shuts every connection down (shutdown(2)) and joins all threads.
+//
+// Connection caps: see Note [Store connection limits] (tcp_store.h). The acceptor keeps the
+// connections still in the handshake in accept order and, when a new one would pass
+// maxUnauthenticated, evicts the oldest by shutting its socket down; its thread then fails the
+// handshake at once and ends. A connection's state moves from handshaking to authenticated (its
+// own thread) or to evicted (the acceptor) by compare-and-swap, so an authenticated connection is
+// never evicted; one evicted in the instant its handshake succeeded is dropped, as if refused.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -42,7 +49,6 @@ constexpr auto kHandshakeTimeout = 10s;
 constexpr auto kFrameBodyTimeout = 60s;  // once a length prefix arrived, the rest must follow
 constexpr auto kReplyTimeout = 60s;
 constexpr auto kWaitSlice = 100ms;
-constexpr size_t kMaxConnections = 8192;
 
 // Ends the wait of a connection whose server is shutting down or whose client left.
 struct ConnectionEnded {};
@@ -50,24 +56,38 @@ struct ConnectionEnded {};
 }  // namespace
 
 struct TcpStoreServer::Impl {
+  enum State : int { kHandshaking, kAuthenticated, kEvicted };
   struct Connection {
     net::Socket socket;
     std::thread thread;
+    std::atomic<int> state{kHandshaking};
     std::atomic<bool> finished{false};
+    // Acceptor only: where this connection sits in `handshaking`, while it does.
+    bool inHandshaking = false;
+    std::list<Connection*>::iterator handshakingPosition;
   };
 
   std::string token;
+  TcpStoreServerLimits limits;
   HashStore store;
   net::Socket listener;
   int wakeFd = -1;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> accepted{0};
   std::atomic<uint64_t> refused{0};
-  std::list<std::unique_ptr<Connection>> connections;  // only the acceptor and destructor touch it
+  std::atomic<uint64_t> evicted{0};
+  std::atomic<size_t> authenticated{0};  // connections past the handshake and still open
+  // Only the acceptor and destructor touch these two. `handshaking` holds the connections of
+  // `connections` still in the handshake, oldest first (and, until pruned, some that left it).
+  std::list<std::unique_ptr<Connection>> connections;
+  std::list<Connection*> handshaking;
   std::thread acceptor;
 
   void acceptLoop() noexcept;
   void startConnection(net::Socket socket);
+  void leaveHandshaking(Connection& connection);
+  void pruneHandshaking();
+  void evictOldestUnauthenticated();
   void reapFinished();
   void serve(Connection& connection) noexcept;
   void handleRequest(int fd, const protocol::Request& request, Writer& reply);
@@ -149,7 +169,9 @@ void TcpStoreServer::Impl::serve(Connection& connection) noexcept {
   } catch (const std::exception& error) {
     // Count before closing: a client that sees the close can rely on the count (tests do).
     refused.fetch_add(1);
-    if (dynamic_cast<const PeerError*>(&error) != nullptr) {
+    if (connection.state.load() == kEvicted) {
+      CHORUS_LOG(kInfo) << "the TCP store evicted an unauthenticated connection from " << peer;
+    } else if (dynamic_cast<const PeerError*>(&error) != nullptr) {
       // Hung up mid-handshake: port scanners and health checks do this; no warning.
       CHORUS_LOG(kInfo) << "the TCP store refused a connection from " << peer << ": "
                         << error.what();
@@ -161,6 +183,14 @@ void TcpStoreServer::Impl::serve(Connection& connection) noexcept {
     connection.finished.store(true);
     return;
   }
+  int handshakingState = kHandshaking;
+  if (!connection.state.compare_exchange_strong(handshakingState, kAuthenticated)) {
+    // Evicted as its handshake succeeded: the acceptor has shut the socket down already.
+    refused.fetch_add(1);
+    connection.finished.store(true);
+    return;
+  }
+  authenticated.fetch_add(1);
   accepted.fetch_add(1);
   try {
     while (!stopping.load()) {
@@ -191,12 +221,45 @@ void TcpStoreServer::Impl::serve(Connection& connection) noexcept {
     }
   }
   ::shutdown(fd, SHUT_RDWR);
+  authenticated.fetch_sub(1);
   connection.finished.store(true);
+}
+
+void TcpStoreServer::Impl::leaveHandshaking(Connection& connection) {
+  if (connection.inHandshaking) {
+    handshaking.erase(connection.handshakingPosition);
+    connection.inHandshaking = false;
+  }
+}
+
+void TcpStoreServer::Impl::pruneHandshaking() {
+  for (auto it = handshaking.begin(); it != handshaking.end();) {
+    Connection& connection = **it++;
+    if (connection.state.load() != kHandshaking || connection.finished.load())
+      leaveHandshaking(connection);
+  }
+}
+
+void TcpStoreServer::Impl::evictOldestUnauthenticated() {
+  Connection& oldest = *handshaking.front();
+  leaveHandshaking(oldest);
+  int handshakingState = kHandshaking;
+  if (!oldest.state.compare_exchange_strong(handshakingState, kEvicted))
+    return;  // it authenticated just now: it stays, and the next oldest goes
+  uint64_t count = evicted.fetch_add(1) + 1;
+  if (count == 1 || count % 1024 == 0) {
+    CHORUS_LOG(kWarn) << "the TCP store evicted an unauthenticated connection from "
+                      << net::peerAddress(oldest.socket.fd()) << " to make room ("
+                      << limits.maxUnauthenticated << " connections were in the handshake; "
+                      << count << " evicted so far): is something scanning the store's port?";
+  }
+  ::shutdown(oldest.socket.fd(), SHUT_RDWR);
 }
 
 void TcpStoreServer::Impl::reapFinished() {
   for (auto it = connections.begin(); it != connections.end();) {
     if ((*it)->finished.load()) {
+      leaveHandshaking(**it);
       (*it)->thread.join();
       it = connections.erase(it);
     } else {
@@ -206,16 +269,21 @@ void TcpStoreServer::Impl::reapFinished() {
 }
 
 void TcpStoreServer::Impl::startConnection(net::Socket socket) {
-  if (connections.size() >= kMaxConnections) {
+  if (authenticated.load() >= limits.maxAuthenticated) {
     refused.fetch_add(1);
     CHORUS_LOG(kWarn) << "the TCP store refused a connection from " << net::peerAddress(socket.fd())
-                      << ": already serving " << kMaxConnections << " connections";
+                      << ": already serving " << limits.maxAuthenticated
+                      << " authenticated connections";
     return;
   }
+  pruneHandshaking();
+  while (handshaking.size() >= limits.maxUnauthenticated) evictOldestUnauthenticated();
   auto connection = std::make_unique<Connection>();
   connection->socket = std::move(socket);
   Connection& ref = *connection;
   connection->thread = std::thread([this, &ref] { serve(ref); });
+  ref.handshakingPosition = handshaking.insert(handshaking.end(), &ref);
+  ref.inHandshaking = true;
   connections.push_back(std::move(connection));
 }
 
@@ -244,10 +312,18 @@ void TcpStoreServer::Impl::acceptLoop() noexcept {
   }
 }
 
-TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::string token)
+TcpStoreServer::TcpStoreServer(const std::string& host,
+                               uint16_t port,
+                               std::string token,
+                               TcpStoreServerLimits limits)
     : impl_(std::make_unique<Impl>()) {
   CHORUS_CHECK_ARG(!token.empty(), "the TCP store server needs a job token, got an empty one");
+  CHORUS_CHECK_ARG(limits.maxAuthenticated >= 1 && limits.maxUnauthenticated >= 1,
+                   "the TCP store server needs room for at least one connection of each kind, got "
+                   "maxAuthenticated ",
+                   limits.maxAuthenticated, " and maxUnauthenticated ", limits.maxUnauthenticated);
   impl_->token = std::move(token);
+  impl_->limits = limits;
   impl_->listener = net::listenTcp(host, port);
   impl_->wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   CHORUS_SYSCHECK(impl_->wakeFd);
@@ -269,5 +345,7 @@ uint16_t TcpStoreServer::port() const { return net::boundPort(impl_->listener); 
 uint64_t TcpStoreServer::acceptedConnections() const { return impl_->accepted.load(); }
 
 uint64_t TcpStoreServer::refusedConnections() const { return impl_->refused.load(); }
+
+uint64_t TcpStoreServer::evictedConnections() const { return impl_->evicted.load(); }
 
 }  // namespace chorus::store

@@ -1,11 +1,16 @@
 """allreduce: every op x dtype x input kind, shapes (empty, odd, 2-D), fused lists (DESIGN §4)."""
 
+import itertools
+import math
+
 import numpy as np
 import pytest
+import torch
 
 import chorus
 from helpers import (ALL_OPS, avg_rtol, case_id, check_result, kind_dtype_cases, make, op_valid,
-                     reduce_exact, snapshot, stored, assert_unchanged, values)
+                     reduce_exact, snapshot, stored, assert_unchanged, torch_dtype,
+                     values)
 
 CASES = [(kind, dtype, op) for kind, dtype in kind_dtype_cases() for op in ALL_OPS
          if op_valid(op, dtype)]
@@ -51,14 +56,58 @@ def test_allreduce_scalar_shape(rank, size):
     check_result(result, "numpy", "float64", np.array(size * (size + 1) / 2))
 
 
-def test_allreduce_half_accumulates_in_float32(rank, size):
-    # 2048 + 1 + 1 + ... is not representable step by step in float16 (2049 rounds to 2048), but
-    # the float32 accumulation rounds once: 2048 + (size - 1) on every rank but 0's 2048.
-    vals = np.full((9,), 2048.0 if rank == 0 else 1.0)
-    for kind, dtype in [("numpy", "float16"), ("torch", "float16"), ("torch", "bfloat16")]:
-        result = chorus.allreduce(make(kind, vals, dtype))
-        exact = np.full((9,), 2048.0 + (size - 1))
-        check_result(result, kind, dtype, stored(exact, dtype))
+HALF_CASES = [("numpy", "float16"), ("torch", "float16"), ("torch", "bfloat16")]
+# The power of two whose ulp is 2 in each half type (11 and 8 significand bits): 1 is half an ulp.
+HALF_ULP2 = {"float16": 2048.0, "bfloat16": 256.0}
+
+
+def half_accumulation_values(rank, size, dtype):
+    """Element k is HALF_ULP2 on rank k and 1 on the other ranks (k < size)."""
+    return np.where(np.arange(size) == rank, HALF_ULP2[dtype], 1.0)
+
+
+def rounded_each_step(order, size, dtype):
+    """What a kernel that rounds to `dtype` after every addition gives, adding ranks in `order`."""
+    acc = half_accumulation_values(order[0], size, dtype)
+    for r in order[1:]:
+        acc = stored(acc + half_accumulation_values(r, size, dtype), dtype)
+    return acc
+
+
+@pytest.mark.parametrize("kind,dtype", HALF_CASES, ids=[case_id(c) for c in HALF_CASES])
+def test_allreduce_half_accumulates_in_float32(rank, size, kind, dtype):
+    """float16 and bfloat16 sums accumulate in float32 and round once at the end.
+
+    Added one at a time to a running sum near B = HALF_ULP2, each 1 is a tie and rounds away (to
+    even) unless the 1s have already met; in float32 they all count: element k is B + size - 1,
+    rounded once. From 3 ranks, whatever order the ranks are added in (rank order, or a rank's own
+    first), some element differs when rounded after each addition: asserted below by enumerating
+    the orders. At 2 ranks an element is one addition, rounded once either way, so no sum can tell
+    the two apart; the avg case below does."""
+    result = chorus.allreduce(make(kind, half_accumulation_values(rank, size, dtype), dtype))
+    expected = stored(np.full(size, HALF_ULP2[dtype] + (size - 1)), dtype)
+    check_result(result, kind, dtype, expected)
+    if size >= 3:
+        for order in itertools.permutations(range(size)):
+            naive = rounded_each_step(order, size, dtype)
+            assert not np.array_equal(naive, expected), f"values cannot tell order {order} apart"
+
+
+@pytest.mark.parametrize("kind,dtype", HALF_CASES, ids=[case_id(c) for c in HALF_CASES])
+def test_allreduce_half_avg_accumulates_in_float32(rank, size, kind, dtype):
+    """avg of float16 and bfloat16 sums in float32, so a sum past the type's range still averages.
+
+    Rank 0 holds the type's largest value M, rank 1 three quarters of M's ulp, the others 0: the sum
+    is finite in float32 but rounds to inf in the half type, in whatever order the ranks are added.
+    This tells the two apart from 2 ranks on, where a sum cannot (see above)."""
+    largest = float(torch.finfo(torch_dtype(dtype)).max)
+    ulp = 2.0 ** (math.floor(math.log2(largest)) + 1) - largest
+    vals = np.full(4, [largest, 0.75 * ulp, 0.0][min(rank, 2)])
+    result = chorus.allreduce(make(kind, vals, dtype), "avg")
+    total = largest + (0.75 * ulp if size >= 2 else 0.0)
+    with np.errstate(over="ignore"):
+        assert size == 1 or not np.isfinite(stored(total, dtype)), "the sum must overflow the type"
+    check_result(result, kind, dtype, stored(np.full(4, total / size), dtype), avg_rtol(dtype))
 
 
 @pytest.mark.parametrize("kind,dtype", kind_dtype_cases(["float32", "bfloat16", "int8", "bool"]),

@@ -1,8 +1,11 @@
 """allreduce with async_op=True (handle.wait() returns the result) and inplace=True (DESIGN §4)."""
 
+import threading
+
 import pytest
 
 import chorus
+import chorus.distributed as dist
 from helpers import (assert_unchanged, case_id, check_result, kind_dtype_cases, make, reduce_exact,
                      snapshot, values)
 
@@ -22,6 +25,44 @@ def test_async_wait_returns_result(rank, size, kind, dtype):
     result = handle.wait()
     check_result(result, kind, dtype, expected_sum(size, (3, 5), dtype))
     assert_unchanged(x, before)
+
+
+@pytest.mark.parametrize("kind,inplace", [("numpy", False), ("torch", False), ("torch", True)],
+                         ids=["numpy", "torch", "torch-inplace"])
+def test_async_returns_before_a_late_peer_arrives(rank, size, multi_rank, kind, inplace):
+    """async_op=True must hand the Work back at once, not after the collective: every rank but the
+    last starts the allreduce and sees it incomplete, and only then lets the last rank call it.
+
+    The go-ahead is a blocking barrier on a second communicator (all ranks, reversed), so it does
+    not queue behind the allreduce. Were the call secretly blocking, the early ranks would be stuck
+    in it while the late rank waits for them: the late rank stops waiting after a generous bound
+    (its barrier stays pending on a helper thread) and calls, and every rank fails below instead of
+    hanging."""
+    late = size - 1
+    side = [list(range(size))[::-1]]
+    dist.get_communicator(side)  # collective on first use: before the allreduce occupies the world
+    x = make(kind, values(rank, (3, 5), "float32"), "float32")
+    expected = expected_sum(size, (3, 5), "float32")
+    if rank != late:
+        handle = chorus.allreduce(x, "sum", async_op=True, inplace=inplace)
+        completed_early = handle.is_completed()
+        chorus.barrier(rank_list=side)  # the go-ahead: the late rank calls only after this
+        result = handle.wait(timeout=60)
+        assert not completed_early, ("async_op=True returned a completed allreduce although the "
+                                     "last rank had not called it yet: async_op blocks")
+    else:
+        go_ahead = threading.Thread(target=chorus.barrier, kwargs={"rank_list": side})
+        go_ahead.start()
+        go_ahead.join(timeout=30)
+        arrived = not go_ahead.is_alive()
+        handle = chorus.allreduce(x, "sum", async_op=True, inplace=inplace)
+        result = handle.wait(timeout=60)
+        go_ahead.join(timeout=60)
+        assert arrived, ("the other ranks did not get their async_op=True allreduce back until "
+                         "this (the last) rank called it: async_op blocks")
+    check_result(result, kind, "float32", expected)
+    if inplace:
+        check_result(x, kind, "float32", expected)
 
 
 def test_async_several_outstanding_waited_in_reverse(rank, size):

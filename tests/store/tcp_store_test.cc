@@ -166,6 +166,51 @@ TEST_F(TcpStoreTest, StalledHandshakeDoesNotBlockOtherClients) {
   EXPECT_EQ(server_->refusedConnections(), 1u);
 }
 
+// Regression: the connection cap once counted connections still in the handshake, so anyone who
+// could reach the port filled it with idle connections and no rank could connect. See
+// Note [Store connection limits] (tcp_store.h).
+TEST_F(TcpStoreTest, UnauthenticatedConnectionsCannotStarveRanks) {
+  constexpr size_t kCap = 8;  // both caps; the old single cap would be full after kCap scanners
+  server_ = std::make_unique<TcpStoreServer>("127.0.0.1", 0, token_,
+                                             TcpStoreServerLimits{kCap, kCap / 2});
+  auto early = connect(token_);
+  early->set("hello", toBytes("world"));
+
+  // Twice the cap of scanners that stay: half connect and say nothing, half stall mid-handshake.
+  std::vector<net::Socket> scanners;
+  for (size_t i = 0; i < 2 * kCap; ++i) {
+    scanners.push_back(rawConnect());
+    if (i % 2 == 1) {
+      std::array<uint8_t, 10> partial = {'C', 'H', 'O', 'R', 'U', 'S', 'H', '1', 0, 0};
+      net::sendAll(scanners.back().fd(), partial.data(), partial.size(), Deadline::after(5s));
+    }
+  }
+  // A rank connecting after them gets in and is served, and so is the one from before.
+  auto late = connect(token_);
+  EXPECT_EQ(toString(late->get("hello", Deadline::after(5s))), "world");
+  late->set("late", toBytes("in"));
+  EXPECT_EQ(toString(early->get("late", Deadline::after(5s))), "in");
+  EXPECT_EQ(server_->acceptedConnections(), 2u);
+
+  // Every scanner but the newest kCap / 2 - 1 was evicted (the rank took the last place while in
+  // the handshake), oldest first; the server closed them without being prompted.
+  size_t evictedScanners = 2 * kCap - (kCap / 2 - 1);
+  for (size_t i = 0; i < evictedScanners; ++i) {
+    uint8_t byte;
+    EXPECT_THROW(net::recvAll(scanners[i].fd(), &byte, 1, Deadline::after(5s)), PeerError)
+        << "scanner " << i << " was not evicted";
+  }
+  EXPECT_EQ(server_->evictedConnections(), evictedScanners);
+
+  // Authenticated connections have their own cap: a rank past it is refused, not a scanner.
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  for (size_t i = 2; i < kCap; ++i) ranks.push_back(connect(token_));
+  for (auto& rank : ranks) rank->add("ranks", 1);  // each is served, so each is counted
+  EXPECT_EQ(server_->acceptedConnections(), kCap);
+  EXPECT_THROW(connect(token_), PeerError);
+  EXPECT_EQ(late->add("ranks", 1), int64_t(kCap - 1));
+}
+
 TEST_F(TcpStoreTest, ReplayedHandshakeIsRefused) {
   // Record a genuine client's handshake bytes by relaying them to the server.
   net::Socket relayListener = net::listenTcp("127.0.0.1", 0);

@@ -77,22 +77,52 @@ gc.collect()
 ws = [chorus.allreduce(np.full(10, float(i)), async_op=True) for i in range(5)]
 for i, w in enumerate(ws):
     check(f"async {i}", w.wait(timeout=30), np.full(10, float(i * n)))
-# several Python threads issuing (serialized per communicator in call order; each thread uses own group)
+# Several Python threads issuing at once, each on its own communicator (operations are serialized
+# per communicator in call order, so only one thread may use each). Each round, every thread issues
+# its collectives after a local barrier, so they are in flight together, started in whatever order
+# each rank's threads get there. Were operations serialized process-wide (a global lock, the GIL
+# held while waiting), a rank's one running collective would wait for a peer whose one running
+# collective is another communicator's, and a round would end in a TimeoutError: over 20 rounds of
+# 4 threads the ranks do not all pick the same communicator every time.
+THREAD_RANK_LISTS = [None, [[0, 1], [2, 3]], [[0, 2], [1, 3]], [[0, 3], [1, 2]]]  # for 4 ranks
+THREAD_ROUNDS = 20
+thread_comms = [dist.get_communicator(rl) for rl in THREAD_RANK_LISTS]  # collective: made in order
+assert len({id(c._native) for c in thread_comms}) == len(thread_comms), "a shared communicator"
+for c in thread_comms:
+    c.timeout = 30  # a deadlock fails in 30 s, not CHORUS_TIMEOUT
+round_start = threading.Barrier(len(THREAD_RANK_LISTS))
 errors = []
 
 
-def worker():
+def worker(t):
+    members = thread_comms[t].members
+    rl = THREAD_RANK_LISTS[t]
     try:
-        for _ in range(10):
-            chorus.barrier()
-    except Exception as e:  # noqa: BLE001
-        errors.append(e)
+        for i in range(THREAD_ROUNDS):
+            round_start.wait(timeout=60)
+            base = 1000 * t + i
+            got = chorus.allreduce(np.full(5, base + r, np.int64), rank_list=rl)
+            check(f"thread {t} round {i} allreduce", got,
+                  np.full(5, len(members) * base + sum(members)))
+            got = chorus.allgather(np.full((1, 2), base + 10 * r, np.int64), rank_list=rl)
+            check(f"thread {t} round {i} allgather", got,
+                  np.array([[base + 10 * m] * 2 for m in members]))
+            root = members[i % len(members)]
+            got = chorus.broadcast(np.full(3, base + r, np.int64), root=root, rank_list=rl)
+            check(f"thread {t} round {i} broadcast", got, np.full(3, base + root))
+    except BaseException as e:  # noqa: BLE001  (check() raises SystemExit)
+        errors.append(f"thread {t}: {e!r}")
+        round_start.abort()
 
 
-th = threading.Thread(target=worker)
-th.start()
-th.join()
-assert not errors, errors
+threads = [threading.Thread(target=worker, args=(t,)) for t in range(len(THREAD_RANK_LISTS))]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+if errors:
+    print(f"rank {r}: FAIL threads: {errors}", flush=True)
+    sys.exit(1)
 try:
     chorus.allreduce(np.zeros(2, np.complex64))
     sys.exit("no error for complex")
