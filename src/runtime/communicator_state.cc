@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/stall_watch.h"
 #include "runtime/arrival_census.h"
+#include "runtime/world_rank_errors.h"
 
 namespace chorus::detail {
 namespace {
@@ -115,7 +116,7 @@ void CommunicatorState::execute(Work& work,
                                 census ? &*census : nullptr);
     body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});
   } catch (...) {
-    error = std::current_exception();
+    error = inWorldRanks(std::current_exception(), info_.worldRanks, info_.rank);
     std::lock_guard lock(mutex_);
     if (!failure_)
       failure_ = error;
