@@ -11,7 +11,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 NP ?= 4
 
-.PHONY: all deps configure build demo test fuzz install format format-check clean
+.PHONY: all deps configure build demo test fuzz soak install format format-check clean
 
 all: build
 
@@ -45,6 +45,14 @@ test: build
 FUZZ_SECONDS ?= 300
 fuzz: deps
 	fuzz/run.sh $(FUZZ_SECONDS) $(BUILD)/fuzz
+
+# The randomized soak (tests/soak/soak.py): every configuration (shm, tcp and mpi at 2, 3, 4 and 8
+# ranks, hierarchical over two launchers, with a CPU hog, with transport delays, with a killed
+# rank) for about SOAK_SECONDS in all; prints a table per configuration and fails on any wrong
+# result, hang, false error or fault not named. `make test` runs a 60 s slice of it (ctest soak_slice).
+SOAK_SECONDS ?= 600
+soak: build
+	/usr/bin/python3 tests/soak/soak.py --build $(BUILD) --seconds $(SOAK_SECONDS)
 
 # Installs under PREFIX (default /usr/local): libchorus.so, headers, chorusrun, the CMake package
 # (find_package(chorus)), chorus.pc, and the Python package where /usr/bin/python3 finds it.
