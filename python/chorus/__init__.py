@@ -40,7 +40,13 @@ def _abort_on_uncaught_exception(kind, value, traceback):
     only that the rank went away (or waiting for their timeout)."""
     try:
         if not issubclass(kind, (KeyboardInterrupt, SystemExit)):
-            _chorus.abort(f"exiting on an uncaught Python exception: {kind.__name__}: {value}")
+            # A PeerError that is let go names the process that failed first, so that peers told
+            # of this abort learn who it was (peer_rank is a world rank; see docs/errors.md).
+            culprit = getattr(value, "peer_rank", -1) if isinstance(value, Error) else -1
+            named = f" (world rank {culprit} failed)" if isinstance(culprit, int) and culprit >= 0 \
+                else ""
+            _chorus.abort(f"exiting on an uncaught Python exception: {kind.__name__}{named}: "
+                          f"{value}")
     finally:
         _previous_excepthook(kind, value, traceback)
 

@@ -37,6 +37,7 @@ OperationScope::OperationScope(int rank,
       noteAt_(census == nullptr ? Clock::time_point::max()
                                 : startedAt + std::min(kNoteAfter, timeout / 4)),
       compareAt_(Clock::time_point::max()),
+      compareAfter_(kCompareFirst),
       reportAt_(stallWarnAfter().count() > 0 ? startedAt + stallWarnAfter()
                                              : Clock::time_point::max()),
       outer_(current) {
@@ -66,10 +67,11 @@ void onStalled(std::span<const int> waitingOn) {
   if (now >= current->noteAt_) {
     current->noteAt_ = Clock::time_point::max();
     current->census_->noteArrived();
-    current->compareAt_ = now;
+    current->compareAt_ = now + current->compareAfter_;
   }
   if (now >= current->compareAt_) {
-    current->compareAt_ = now + kCompareEvery;
+    current->compareAfter_ = std::min(2 * current->compareAfter_, kCompareAtMost);
+    current->compareAt_ = now + current->compareAfter_;
     current->census_->checkAgreement();
   }
   if (now < current->reportAt_)

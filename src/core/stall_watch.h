@@ -22,12 +22,13 @@
 // e.g. without a store or for point-to-point).
 //
 // Note [Census agreement]: the note also records what this rank called (its fingerprint), and
-// from then on, every kCompareEvery while the wait lasts, the rank compares it with the notes of
-// the ranks at the same collective. A mismatch that no message exchange can see (ranks of
-// different nodes in different collectives of the hierarchical backend, whose steps run over
-// different transports; MPI's native collectives) is then a MismatchError within about
-// kNoteAfter + kCompareEvery, raised by every stalled rank, instead of a TimeoutError at the
-// deadline.
+// from then on, while the wait lasts, the rank checks whether every rank that noted this
+// collective called it the same way: first kCompareFirst after the note, then at intervals that
+// double up to kCompareAtMost. A mismatch that no message exchange can see (ranks of different
+// nodes in different collectives of the hierarchical backend, whose steps run over different
+// transports) is then a MismatchError within about kNoteAfter + kCompareFirst, raised by every
+// stalled rank, instead of a TimeoutError at the deadline. (Backend mpi agrees on fingerprints
+// before each collective and needs none of this: Note [Fingerprints over MPI].)
 #pragma once
 
 #include <span>
@@ -42,10 +43,11 @@ namespace chorus::stall {
 // error is made, with the `subject` the scope was given.
 using Describe = std::string (*)(const void* subject);
 
-// How long a wait stalls before the rank notes its arrival for the census, and how often it then
-// compares its call with the other ranks' notes (Note [Census agreement]).
+// How long a wait stalls before the rank notes its arrival for the census, and when it then
+// compares its call with the other ranks' (Note [Census agreement]).
 inline constexpr std::chrono::milliseconds kNoteAfter{1000};
-inline constexpr std::chrono::milliseconds kCompareEvery{500};
+inline constexpr std::chrono::milliseconds kCompareFirst{250};
+inline constexpr std::chrono::milliseconds kCompareAtMost{4000};
 
 // Which ranks of the communicator have arrived at the running collective (see the note).
 class Census {
@@ -88,7 +90,8 @@ class OperationScope {
   Census* census_;
   Clock::time_point noteAt_;     // max() once noted, or without a census
   Clock::time_point compareAt_;  // next agreement check once noted; max() before, or without one
-  Clock::time_point reportAt_;   // max() once reported, or with the warning off
+  std::chrono::milliseconds compareAfter_;  // the interval before the check after next
+  Clock::time_point reportAt_;              // max() once reported, or with the warning off
   OperationScope* outer_;
 };
 

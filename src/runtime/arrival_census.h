@@ -3,16 +3,24 @@
 //
 // A rank whose collective number `sequence` has stalled sets "chorus/census/<scope>/<rank>" to
 // `sequence` (keys only grow: a rank that noted sequence 9 has arrived at every earlier one).
-// missing() reads every other rank's key and returns those below `sequence`. The note also sets
-// "chorus/census/<scope>/call/<rank>" to this rank's fingerprint, which checkAgreement() compares
-// with those of the ranks at the same collective (Note [Census agreement], core/stall_watch.h).
-// Each costs one or two store round trips per rank, and happens only in a wait that has already
-// stalled for a second.
+// missing() reads every other rank's key and returns those below `sequence`: one store round trip
+// per rank, only for a stall warning or a TimeoutError.
+//
+// Agreement (Note [Census agreement], core/stall_watch.h): the note also sets
+// "chorus/census/<scope>/call/<rank>" to this rank's fingerprint, then adds one to
+// ".../calls/<sequence>/<hash of the fingerprint>" and then to ".../calls/<sequence>" (how many
+// ranks noted this collective). checkAgreement() reads the total first and this rank's hash's
+// count second: since every rank counts its hash before the total, a total above the count means
+// some rank noted another call, whose fingerprint is then looked up to name it. Two round trips a
+// check, whatever the number of ranks; the notes cost five. All of it happens only in a wait that
+// has already stalled for a second.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/stall_watch.h"
@@ -44,6 +52,9 @@ class StoreCensus final : public stall::Census {
  private:
   std::string key(int rank) const;
   std::string callKey(int rank) const;
+  std::string callCountKey(bool thisCall) const;
+  // The rank whose noted call at this collective differs from this rank's, and its fingerprint.
+  std::optional<std::pair<int, transport::Fingerprint>> findDifferentCall();
 
   store::Store& store_;
   const std::string& scope_;

@@ -147,9 +147,9 @@ void CommunicatorState::abort(const std::string& why) noexcept {
   {
     std::lock_guard lock(mutex_);
     if (!failure_)
-      failure_ = reason;
+      failure_ = inWorldRanks(reason, info_.worldRanks, info_.rank);
   }
-  backend_->abort(reason);
+  backend_->abort(reason);  // peers translate it themselves
 }
 
 uint64_t CommunicatorState::nextSplitId() {

@@ -12,9 +12,12 @@
 // that anyone who can reach the port (a scanner, a client stalled mid-handshake) cannot use up
 // the places of the job's ranks. When the unauthenticated cap is reached, a new connection evicts
 // the oldest unauthenticated one (the server shuts it down); a genuine handshake takes
-// milliseconds, so the oldest is almost always a stalled one, and a rank can always get in. Every
-// unauthenticated connection also has a handshake deadline (10 s). Only authenticated connections
-// count against maxAuthenticated; once that many are open, new connections are refused.
+// milliseconds, so the oldest is almost always a stalled one, and a rank gets in unless more than
+// maxUnauthenticated connections arrive during its own handshake. Every unauthenticated
+// connection also has a handshake deadline (10 s). Only authenticated connections count against
+// maxAuthenticated, checked when a connection is accepted: once that many are open, new
+// connections are refused (those already in the handshake may still complete, so the number
+// open can pass the cap by up to maxUnauthenticated).
 #pragma once
 
 #include <atomic>

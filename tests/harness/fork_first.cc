@@ -39,8 +39,11 @@ pid_t ForkFirst::fork(const std::function<int(const net::Address& store)>& body)
     throw std::runtime_error("ForkFirst: pipe failed");
   std::fflush(nullptr);
   const pid_t pid = ::fork();
-  if (pid < 0)
+  if (pid < 0) {
+    ::close(ends[0]);
+    ::close(ends[1]);
     throw std::runtime_error("ForkFirst: fork failed");
+  }
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::close(ends[1]);
@@ -52,6 +55,10 @@ pid_t ForkFirst::fork(const std::function<int(const net::Address& store)>& body)
         status = body(net::Address{"127.0.0.1", port});
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ForkFirst: child %d threw: %s\n", ::getpid(), e.what());
+        status = 1;
+      } catch (...) {
+        std::fprintf(stderr, "ForkFirst: child %d threw something not a std::exception\n",
+                     ::getpid());
         status = 1;
       }
     }

@@ -5,8 +5,9 @@
 // hung in its first malloc), and ThreadSanitizer may give a child's new thread the id of a parent
 // thread it still records. So the children are forked first, while this process has one thread,
 // and wait on a pipe; start() then serves the store (its threads) and sends every child the
-// store's address. A child that hears nothing (its parent died, or start() was never called)
-// exits 3 at `deadline`; every child also gets SIGKILL when the parent dies (PR_SET_PDEATHSIG).
+// store's address. A child that hears nothing exits 3: at once when the pipe closes (the parent
+// died, or the ForkFirst went away without start()), else at `deadline`. Every child also gets
+// SIGKILL when the thread that forked it ends (PR_SET_PDEATHSIG).
 //
 // Threading: one thread calls fork() and start(), in that order, before starting any thread.
 #pragma once

@@ -87,7 +87,7 @@ def test_allreduce_half_accumulates_in_float32(rank, size, kind, dtype):
     result = chorus.allreduce(make(kind, half_accumulation_values(rank, size, dtype), dtype))
     expected = stored(np.full(size, HALF_ULP2[dtype] + (size - 1)), dtype)
     check_result(result, kind, dtype, expected)
-    if size >= 3:
+    if 3 <= size <= 6:  # size! orders: the suite runs at 1 to 4 ranks
         for order in itertools.permutations(range(size)):
             naive = rounded_each_step(order, size, dtype)
             assert not np.array_equal(naive, expected), f"values cannot tell order {order} apart"

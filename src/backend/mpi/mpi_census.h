@@ -9,9 +9,10 @@
 // every earlier one), and a rank that arrived less than kNoteAfter before the question is asked
 // may still be named.
 //
-// Cost: nothing until a collective stalls; then size - 1 eight-byte sends, and a drain of the
-// notes received when a warning or a TimeoutError names ranks. Notes are never answered; notes
-// that no rank reads stay queued in MPI until the communicator is freed.
+// Cost: an MPI_Iprobe every 64 collectives; once a collective stalls, size - 1 eight-byte sends,
+// and a read of the notes that have come in when a warning or a TimeoutError names ranks. Notes
+// are never answered; a note still in flight when the backend is destroyed is dropped with its
+// communicator.
 //
 // Agreement (Note [Census agreement]) needs nothing here: the ranks agree on their calls before
 // each collective (Note [Fingerprints over MPI], mpi_backend.cc).
@@ -38,8 +39,9 @@ class MpiCensus final : public stall::Census {
   MpiCensus(const MpiCensus&) = delete;
   MpiCensus& operator=(const MpiCensus&) = delete;
 
-  // The collective that the notes and missing() are about from now on.
-  void begin(uint64_t sequence) { sequence_ = sequence; }
+  // The collective that the notes and missing() are about from now on (every 64th also reads
+  // the notes that have come in, so that they do not pile up in MPI on a rank that never stalls).
+  void begin(uint64_t sequence);
 
   void noteArrived() noexcept override;
   std::vector<int> missing() noexcept override;

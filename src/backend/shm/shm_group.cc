@@ -251,9 +251,20 @@ void ShmGroup::checkPeer(int peer) const {
 // at once (the last step of a collective needs nothing more of it), so a closed or dead rank fails
 // the wait only if it is still behind. Its counter is read again after its state: a peer publishes
 // before it closes, so a counter read after the state was seen shows everything it published.
-// Deaths are checked first: a peer that closed may have done so because it saw that death.
+// Deaths are checked first: a peer that closed may have done so because it saw that death. The
+// same holds for the group's failure: one raised after every rank got there (a rank that finished
+// this step, then aborted) is left to the next wait or operation, which raises it.
+void ShmGroup::throwIfFailedWhileBehind(int index, uint64_t value) const {
+  if (block(0).failedRank.load(std::memory_order_acquire) == 0)
+    return;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (isBehind(peer, index, value))
+      throwGroupFailure();
+  }
+}
+
 void ShmGroup::checkNeededPeers(int index, uint64_t value) const {
-  throwIfFailed();
+  throwIfFailedWhileBehind(index, value);
   for (int pass = 0; pass < 2; ++pass) {
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_ || !isBehind(peer, index, value))
@@ -291,7 +302,7 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
   for (int pass = 0; pass < spinPasses_ + kYieldPasses; ++pass) {
     if (!behind(nullptr))
       return;
-    throwIfFailed();
+    throwIfFailedWhileBehind(index, value);
     if (pass < spinPasses_)
       continue;
     if (pass == spinPasses_)

@@ -82,7 +82,8 @@ class ShmGroup {
   // Stores this rank's counter of `step` (release) and wakes sleeping waiters.
   void publish(Step step, uint64_t value);
   // Waits until every rank's counter of `step` is at least `value`. Throws the group's failure,
-  // PeerError for a peer that died or said goodbye, TimeoutError (naming the ranks behind) at
+  // PeerError for a peer that died or said goodbye before reaching `value` (one that got there
+  // may leave: Note [Only needed peers fail a wait]), TimeoutError (naming the ranks behind) at
   // `deadline` (the group fails then too).
   void waitAll(Step step, uint64_t value, Deadline deadline);
 
@@ -105,8 +106,12 @@ class ShmGroup {
   ControlBlock& block(int rank) const;
   // Whether `rank`'s counter of step `index` is still below `value`.
   bool isBehind(int rank, int index, uint64_t value) const;
-  // Throws PeerError if a rank that the wait for counter `index` to reach `value` still needs has
-  // died or closed. A rank that already got there may close or die without failing this wait.
+  // Throws the group's failure if a rank is still behind on counter `index` (Note [Only needed
+  // peers fail a wait]).
+  void throwIfFailedWhileBehind(int index, uint64_t value) const;
+  // Throws the group's failure, or PeerError if a rank that the wait for counter `index` to reach
+  // `value` still needs has died or closed. A rank that already got there may close, die or fail
+  // the group without failing this wait.
   void checkNeededPeers(int index, uint64_t value) const;
   // Throws PeerError if `rank` died or closed.
   void checkPeer(int rank) const;
