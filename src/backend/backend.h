@@ -18,6 +18,7 @@
 
 #include "algorithms/collective_args.h"
 #include "core/deadline.h"
+#include "core/stall_watch.h"
 #include "transport/transport.h"
 
 namespace chorus::backend {
@@ -34,6 +35,10 @@ class Backend {
   virtual std::string name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The census of collective `sequence` (Note [Stall inspector]) where the backend keeps one of
+  // its own, for communicators without a store (backend mpi: MpiCensus); null otherwise. The
+  // pointer stays valid while the backend lives.
+  virtual stall::Census* census(uint64_t /*sequence*/) { return nullptr; }
 
   virtual void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) = 0;
   // True when allreduce() takes ReduceOp::kAvg itself (divides by size() inside the reduction,

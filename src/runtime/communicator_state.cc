@@ -109,11 +109,20 @@ void CommunicatorState::execute(Work& work,
   std::exception_ptr error;
   try {
     const Clock::time_point startedAt = Clock::now();
-    std::optional<StoreCensus> census;  // see Note [Stall inspector]
-    if (resources_.store && info_.size > 1 && fingerprint.sequence > 0)
-      census.emplace(*resources_.store, resources_.scope, info_.rank, info_.size, fingerprint);
+    // The census (Note [Stall inspector]): in the store, else the backend's own, if it has one.
+    std::optional<StoreCensus> storeCensus;
+    stall::Census* census = nullptr;
+    if (info_.size > 1 && fingerprint.sequence > 0) {
+      if (resources_.store) {
+        storeCensus.emplace(*resources_.store, resources_.scope, info_.rank, info_.size,
+                            fingerprint);
+        census = &*storeCensus;
+      } else {
+        census = backend_->census(fingerprint.sequence);
+      }
+    }
     stall::OperationScope scope(info_.rank, startedAt, timeout, &describeFingerprint, &fingerprint,
-                                census ? &*census : nullptr);
+                                census);
     body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});
   } catch (...) {
     error = inWorldRanks(std::current_exception(), info_.worldRanks, info_.rank);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,32 @@ testing::RankOptions hierarchicalOn(const Layout& layout) {
 class HierarchicalTest : public ::testing::TestWithParam<Layout> {
  protected:
   int size() const { return static_cast<int>(GetParam().nodeIds.size()); }
+
+  // Runs `call` on every rank with a 20 s timeout: each rank must raise MismatchError (whose
+  // message holds `word`), and all within 10 s, so not by a timeout.
+  void expectMismatchEverywhere(const std::function<void(Communicator&)>& call,
+                                const std::string& word = "") {
+    std::atomic<int> mismatches{0};
+    testing::RankOptions options = hierarchicalOn(GetParam());
+    options.timeout = std::chrono::seconds(20);
+    const auto start = std::chrono::steady_clock::now();
+    testing::runRanks(
+        size(),
+        [&](Communicator& comm) {
+          try {
+            call(comm);
+            ADD_FAILURE() << "rank " << comm.rank() << " returned";
+          } catch (const MismatchError& e) {
+            EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+            ++mismatches;
+          } catch (const Error& e) {
+            ADD_FAILURE() << "rank " << comm.rank() << ": expected MismatchError, got " << e.what();
+          }
+        },
+        options);
+    EXPECT_EQ(mismatches.load(), size());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  }
 };
 
 // Counts around the shm backend's small-message limit (32 KiB) and chunk slot (512 KiB).
@@ -112,24 +139,11 @@ TEST_P(HierarchicalTest, OtherCollectivesAndBarrier) {
 // communicators' timeout is 30 s, the run's deadline 60 s, and this must finish well before).
 TEST_P(HierarchicalTest, CountMismatchOnTheLastRankIsAMismatchEverywhere) {
   const int p = size();
-  std::atomic<int> mismatches{0};
-  testing::RankOptions options = hierarchicalOn(GetParam());
-  options.timeout = std::chrono::seconds(20);
-  const auto start = std::chrono::steady_clock::now();
-  testing::runRanks(
-      p,
-      [&](Communicator& comm) {
-        const int count = comm.rank() == p - 1 ? 5 : 4;
-        std::vector<float> data(count, 1.0f);
-        try {
-          comm.allreduce(Tensor(data.data(), {count}))->wait();
-        } catch (const MismatchError&) {
-          ++mismatches;
-        }
-      },
-      options);
-  EXPECT_EQ(mismatches.load(), p);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  expectMismatchEverywhere([&](Communicator& comm) {
+    const int count = comm.rank() == p - 1 ? 5 : 4;
+    std::vector<float> data(count, 1.0f);
+    comm.allreduce(Tensor(data.data(), {count}))->wait();
+  });
 }
 
 // Regression (issue 16): the ranks of the last rank's node call allgather, the others allreduce.
@@ -142,30 +156,15 @@ TEST_P(HierarchicalTest, DifferentCollectivesOnDifferentNodesAreAMismatchEverywh
   const int p = size();
   if (std::count(nodes.begin(), nodes.end(), nodes.back()) == p)
     GTEST_SKIP() << "one node: the shm step sees every mismatch";
-  std::atomic<int> mismatches{0};
-  testing::RankOptions options = hierarchicalOn(GetParam());
-  options.timeout = std::chrono::seconds(20);
-  const auto start = std::chrono::steady_clock::now();
-  testing::runRanks(
-      p,
+  expectMismatchEverywhere(
       [&](Communicator& comm) {
         std::vector<float> in(4, 1.0f), out(4 * p);
-        try {
-          if (nodes[comm.rank()] == nodes.back())
-            comm.allgather(Tensor(in.data(), {4}), Tensor(out.data(), {4 * p}))->wait();
-          else
-            comm.allreduce(Tensor(in.data(), {4}))->wait();
-          ADD_FAILURE() << "rank " << comm.rank() << " returned";
-        } catch (const MismatchError& e) {
-          EXPECT_NE(std::string(e.what()).find("collective"), std::string::npos) << e.what();
-          ++mismatches;
-        } catch (const Error& e) {
-          ADD_FAILURE() << "rank " << comm.rank() << ": expected MismatchError, got " << e.what();
-        }
+        if (nodes[comm.rank()] == nodes.back())
+          comm.allgather(Tensor(in.data(), {4}), Tensor(out.data(), {4 * p}))->wait();
+        else
+          comm.allreduce(Tensor(in.data(), {4}))->wait();
       },
-      options);
-  EXPECT_EQ(mismatches.load(), p);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+      "collective");
 }
 
 std::vector<Layout> layouts() {

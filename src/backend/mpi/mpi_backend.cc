@@ -146,14 +146,6 @@ void MpiBackend::close() noexcept {
     fallback_->close();
 }
 
-namespace {
-
-std::string describeCall(const void* fingerprint) {
-  return static_cast<const transport::Fingerprint*>(fingerprint)->describe();
-}
-
-}  // namespace
-
 // The TimeoutError of `what` (an MPI call): naming the ranks that have not arrived (the census's,
 // or `peer`), else saying that some rank did not join.
 TimeoutError MpiBackend::timeoutIn(const char* what, int peer) {
@@ -171,14 +163,6 @@ template <typename Start>
 MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, Start start) {
   checkUsable();
   try {
-    // The census of this collective (Note [Stall inspector]); a scope of its own, since the
-    // runtime's has none without a store. Point-to-point calls (sequence 0) have none.
-    census_.begin(call.fingerprint.sequence);
-    const Clock::time_point startedAt = Clock::now();
-    stall::OperationScope scope(
-        rank_, startedAt,
-        std::chrono::duration_cast<std::chrono::milliseconds>(call.deadline.at() - startedAt),
-        &describeCall, &call.fingerprint, call.fingerprint.sequence > 0 ? &census_ : nullptr);
     MPI_Request request = MPI_REQUEST_NULL;
     checkMpi(start(&request), what, rank_, peer);
     MPI_Status status;

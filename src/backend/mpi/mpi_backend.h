@@ -51,6 +51,10 @@ class MpiBackend : public Backend {
   ~MpiBackend() override;
 
   std::string name() const override { return "mpi"; }
+  stall::Census* census(uint64_t sequence) override {
+    census_.begin(sequence);
+    return &census_;
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
