@@ -123,7 +123,10 @@ class Communicator {
   // Aborts the communicator: pending and later operations fail, peers are told. Never throws.
   void abort() noexcept;
   // The same, with the reason every rank's error quotes ("rank 2 (this process): <reason>").
-  void abort(const std::string& reason) noexcept;
+  // `failedRank` is the world rank of the process whose failure this abort passes on (say, a peer
+  // whose PeerError the program let go), which the peers' PeerError::peerRank() then names; -1
+  // means this process is the one that failed.
+  void abort(const std::string& reason, int failedRank = -1) noexcept;
 
   detail::CommunicatorState& state() { return *state_; }
 

@@ -64,8 +64,9 @@ class DistContext {
   void shutdown();
   // Aborts every communicator made so far (Communicator::abort(reason)): pending and later
   // operations fail here, and peers fail promptly with a PeerError quoting `reason`. For a program
-  // that is about to die (the Python front end calls it on an uncaught exception). Never throws.
-  void abort(const std::string& reason) noexcept;
+  // that is about to die (the Python front end calls it on an uncaught exception). `failedRank`
+  // as for Communicator::abort. Never throws.
+  void abort(const std::string& reason, int failedRank = -1) noexcept;
 
   ~DistContext();
 

@@ -40,13 +40,14 @@ def _abort_on_uncaught_exception(kind, value, traceback):
     only that the rank went away (or waiting for their timeout)."""
     try:
         if not issubclass(kind, (KeyboardInterrupt, SystemExit)):
-            # A PeerError that is let go names the process that failed first, so that peers told
-            # of this abort learn who it was (peer_rank is a world rank; see docs/errors.md).
+            # A PeerError that is let go names the process that failed first, in the message and
+            # in the peers' peer_rank, so that peers told of this abort learn who it was
+            # (peer_rank is a world rank; see docs/errors.md).
             culprit = getattr(value, "peer_rank", -1) if isinstance(value, Error) else -1
             named = f" (world rank {culprit} failed)" if isinstance(culprit, int) and culprit >= 0 \
                 else ""
             _chorus.abort(f"exiting on an uncaught Python exception: {kind.__name__}{named}: "
-                          f"{value}")
+                          f"{value}", culprit if named else -1)
     finally:
         _previous_excepthook(kind, value, traceback)
 

@@ -56,11 +56,13 @@ void bindConfig(py::module_& module) {
   module.def("shutdown", &shutdown);
   module.def(
       "abort",
-      [](const std::string& reason) {
+      [](const std::string& reason, int failedRank) {
         py::gil_scoped_release release;
-        DistContext::get().abort(reason);
+        DistContext::get().abort(reason, failedRank);
       },
-      "Aborts every communicator; peers raise a PeerError quoting `reason`.");
+      py::arg("reason"), py::arg("failed_rank") = -1,
+      "Aborts every communicator; peers raise a PeerError quoting `reason` and naming "
+      "`failed_rank` (a world rank; -1: this process).");
   module.def("set_default_backend",
              [](const std::string& backend) { DistContext::get().setDefaultBackend(backend); });
   module.def("valid_reduce_op", [](const std::string& op, const std::string& dtype) {

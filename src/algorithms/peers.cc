@@ -75,9 +75,11 @@ Peers::~Peers() {
   // The algorithm stopped half-way (it threw, or left requests behind): the other ranks cannot
   // finish, and the transport may still write into this call's buffers. Fail it; peers hear.
   try {
+    // No rank number: the algorithms know member indices only, and peers that hear this quote it
+    // behind the sender's world rank (Note [One rank numbering]).
     transport_.abort(std::make_exception_ptr(InternalError(detail::concat(
-        "rank ", rank(), " (this process) left ", fingerprint_.describe(),
-        " part-way because of a local error, raised on that rank; see its log or exception"))));
+        "this process left ", fingerprint_.describe(),
+        " part-way because of a local error, raised on this process; see its log or exception"))));
   } catch (...) {
     // abort() never throws; building the message might (bad_alloc): nothing more to do.
   }

@@ -1,6 +1,7 @@
 #include "backend/factory.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "backend/algorithmic_backend.h"
 #include "backend/hierarchical/hierarchical_backend.h"
@@ -27,10 +28,10 @@ constexpr const char* kShmFallbackTransport = "shm";
 constexpr const char* kValidNames = "auto, shm, tcp, hierarchical, mpi, mpi_algorithms, void";
 
 // The algorithms over the MPI transport, on a duplicate of `comm`; null in builds without it.
-std::unique_ptr<Backend> mpiAlgorithms(MPI_Comm comm) {
+std::unique_ptr<Backend> mpiAlgorithms(MPI_Comm comm, const detail::RankNames& names) {
 #ifdef CHORUS_HAVE_MPI_TRANSPORT
-  return std::make_unique<AlgorithmicBackend>(transport::mpi::createMpiTransport(comm),
-                                              "mpi_algorithms");
+  return std::make_unique<AlgorithmicBackend>(
+      transport::mpi::createMpiTransport(comm, Deadline::never(), names), "mpi_algorithms");
 #else
   return nullptr;
 #endif
@@ -41,9 +42,10 @@ std::unique_ptr<Backend> createMpiBackend(const BackendOptions& options) {
                    options.name, "' needs the world ranks of all ", options.size, " members");
   MPI_Comm comm = mpi::createMpiComm(options.worldRanks, options.scope, options.deadline);
   try {
-    auto fallback = mpiAlgorithms(comm);
+    const detail::RankNames names(options.worldRanks);
+    auto fallback = mpiAlgorithms(comm, names);
     if (options.name == "mpi")
-      return std::make_unique<mpi::MpiBackend>(comm, std::move(fallback), options.deadline);
+      return std::make_unique<mpi::MpiBackend>(comm, std::move(fallback), names, options.deadline);
     if (!fallback) {
       throw UnsupportedError(
           "backend 'mpi_algorithms' needs the MPI transport, which this build lacks; use backend "
@@ -66,23 +68,25 @@ bool isMpiName(const std::string& name) { return name == "mpi" || name == "mpi_a
 // Native shared-memory collectives among `options`' ranks (one node), with chorus's algorithms
 // over the shm transport for the rest. The group's store keys live apart from the transport's.
 std::unique_ptr<Backend> createShmBackend(const transport::TransportOptions& options) {
-  auto group = std::make_unique<shm::ShmGroup>(
-      options.rank, options.size, std::make_shared<store::PrefixStore>("native", options.store),
-      options.scope, options.deadline);
+  auto group =
+      std::make_unique<shm::ShmGroup>(options.rank, options.size, options.names,
+                                      std::make_shared<store::PrefixStore>("native", options.store),
+                                      options.scope, options.deadline);
   auto fallback = std::make_unique<AlgorithmicBackend>(
       transport::createTransport(kShmFallbackTransport, options));
   return std::make_unique<shm::ShmBackend>(std::move(group), std::move(fallback));
 }
 
-// `options` narrowed to a sub-group: rank `rank` of `size`, with its own store scope and handshake
-// scope named `part`.
+// `options` narrowed to the sub-group of `members` (ranks of `options`), of which this rank is
+// member `rank`, with its own store scope and handshake scope named `part`.
 transport::TransportOptions subGroup(const transport::TransportOptions& options,
                                      const std::string& part,
                                      int rank,
-                                     int size) {
+                                     const std::vector<int>& members) {
   transport::TransportOptions narrowed = options;
   narrowed.rank = rank;
-  narrowed.size = size;
+  narrowed.size = static_cast<int>(members.size());
+  narrowed.names = options.names.subset(members);
   narrowed.store = std::make_shared<store::PrefixStore>(part, options.store);
   narrowed.scope = options.scope + "/" + part;
   return narrowed;
@@ -92,26 +96,29 @@ transport::TransportOptions subGroup(const transport::TransportOptions& options,
 // node's, then (leaders) the leaders', so no setup waits on a rank busy with a later one.
 std::unique_ptr<Backend> createHierarchicalBackend(const BackendOptions& options,
                                                    const transport::TransportOptions& whole) {
-  CHORUS_CHECK_ARG(static_cast<int>(options.nodeIds.size()) == options.size, "rank ", options.rank,
+  CHORUS_CHECK_ARG(static_cast<int>(options.nodeIds.size()) == options.size, "rank ",
+                   whole.names(options.rank),
                    ": backend 'hierarchical' needs the node of each of the ", options.size,
                    " members, got ", options.nodeIds.size());
   auto layout = hierarchical::nodeLayout(options.nodeIds, options.rank);
+  std::vector<int> everyone(options.size);
+  std::iota(everyone.begin(), everyone.end(), 0);
   auto flat = std::make_unique<AlgorithmicBackend>(
-      transport::createTransport("tcp", subGroup(whole, "flat", options.rank, options.size)));
+      transport::createTransport("tcp", subGroup(whole, "flat", options.rank, everyone)));
   std::unique_ptr<Backend> local;
   const int localSize = static_cast<int>(layout.nodeMembers.size());
   if (localSize > 1) {
     local = createShmBackend(subGroup(whole, detail::concat("node", layout.nodeMembers[0]),
-                                      layout.localRank, localSize));
+                                      layout.localRank, layout.nodeMembers));
   }
   std::unique_ptr<Backend> leaders;
   const int nodes = static_cast<int>(layout.leaders.size());
   if (layout.isLeader() && nodes > 1 && nodes < options.size) {
-    leaders = std::make_unique<AlgorithmicBackend>(
-        transport::createTransport("tcp", subGroup(whole, "leaders", layout.nodeIndex, nodes)));
+    leaders = std::make_unique<AlgorithmicBackend>(transport::createTransport(
+        "tcp", subGroup(whole, "leaders", layout.nodeIndex, layout.leaders)));
   }
-  return std::make_unique<hierarchical::HierarchicalBackend>(std::move(layout), std::move(local),
-                                                             std::move(leaders), std::move(flat));
+  return std::make_unique<hierarchical::HierarchicalBackend>(
+      std::move(layout), whole.names, std::move(local), std::move(leaders), std::move(flat));
 }
 
 // What "auto" means for a communicator of several ranks with a store: shm on one node,
@@ -159,12 +166,14 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
         "' needs a rendezvous store, which this job does not have (started by "
         "mpirun: use backend 'mpi' or 'mpi_algorithms', or start the job with chorusrun)"));
   }
-  CHORUS_CHECK_ARG(name != "shm" || options.oneNode, "rank ", options.rank,
+  CHORUS_CHECK_ARG(name != "shm" || options.oneNode, "rank ",
+                   detail::RankNames(options.worldRanks)(options.rank),
                    ": backend 'shm' needs every member of the communicator on one node, but this "
                    "communicator spans several nodes; use backend 'auto', 'hierarchical' or 'tcp'");
   transport::TransportOptions transportOptions;
   transportOptions.rank = options.rank;
   transportOptions.size = options.size;
+  transportOptions.names = detail::RankNames(options.worldRanks);
   transportOptions.store = options.store;
   transportOptions.token = options.token;
   transportOptions.scope = options.scope;

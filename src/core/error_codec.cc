@@ -206,4 +206,14 @@ std::exception_ptr decodeError(const std::vector<uint8_t>& encoded,
   }
 }
 
+std::exception_ptr withPrefix(std::exception_ptr error, const std::string& prefix) noexcept {
+  if (!error)
+    return error;
+  try {
+    return decodeError(encodeError(error), prefix, -1);
+  } catch (...) {
+    return error;  // out of memory
+  }
+}
+
 }  // namespace chorus::detail

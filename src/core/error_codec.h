@@ -16,5 +16,9 @@ std::vector<uint8_t> encodeError(std::exception_ptr error);
 std::exception_ptr decodeError(const std::vector<uint8_t>& encoded,
                                const std::string& prefix,
                                int senderRank);
+// The same error (type and fields), its message prefixed with `prefix` (say where it arose: "in
+// the shm step among the ranks of node 1 (ranks 2, 3): "). Anything that is not a chorus::Error
+// becomes an InternalError. Never throws (returns `error` unchanged if it cannot).
+std::exception_ptr withPrefix(std::exception_ptr error, const std::string& prefix) noexcept;
 
 }  // namespace chorus::detail

@@ -46,7 +46,7 @@ std::vector<int> StoreCensus::missing() noexcept {
   try {
     for (int rank = 0; rank < size_; ++rank) {
       if (rank != rank_ && store_.add(key(rank), 0) < static_cast<int64_t>(sequence_))
-        missing.push_back(rank);
+        missing.push_back(names_(rank));
     }
   } catch (const std::exception& e) {
     CHORUS_LOG(kDebug) << "could not read the arrival census from the store: " << e.what();
@@ -65,7 +65,8 @@ void StoreCensus::checkAgreement() {
     return;
   }
   if (auto different = findDifferentCall())
-    throw transport::makeMismatchError(rank_, different->first, fingerprint_, different->second);
+    throw transport::makeMismatchError(names_(rank_), names_(different->first), fingerprint_,
+                                       different->second);
 }
 
 std::optional<std::pair<int, transport::Fingerprint>> StoreCensus::findDifferentCall() {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/rank_names.h"
 #include "core/stall_watch.h"
 #include "store/store.h"
 #include "transport/transport.h"
@@ -31,17 +32,20 @@ namespace chorus::detail {
 
 class StoreCensus final : public stall::Census {
  public:
-  // Cheap: stores the arguments. `store` and `fingerprint` (this rank's call, whose sequence
-  // number is the collective's) must outlive the census.
+  // Cheap: stores the arguments. `store`, `names` and `fingerprint` (this rank's call, whose
+  // sequence number is the collective's) must outlive the census. Ranks are named by `names`
+  // (Note [One rank numbering]).
   StoreCensus(store::Store& store,
               const std::string& scope,
               int rank,
               int size,
+              const RankNames& names,
               const transport::Fingerprint& fingerprint)
       : store_(store),
         scope_(scope),
         rank_(rank),
         size_(size),
+        names_(names),
         sequence_(fingerprint.sequence),
         fingerprint_(fingerprint) {}
 
@@ -60,6 +64,7 @@ class StoreCensus final : public stall::Census {
   const std::string& scope_;
   int rank_;
   int size_;
+  const RankNames& names_;
   uint64_t sequence_;
   const transport::Fingerprint& fingerprint_;
 };

@@ -40,7 +40,9 @@ void Communicator::abort() noexcept {
   state_->abort("the communicator was aborted by the program (Communicator::abort)");
 }
 
-void Communicator::abort(const std::string& reason) noexcept { state_->abort(reason); }
+void Communicator::abort(const std::string& reason, int failedRank) noexcept {
+  state_->abort(reason, failedRank);
+}
 
 namespace detail {
 
@@ -108,7 +110,7 @@ Communicator::WorkPtr Communicator::allreduce(Tensor tensor, ReduceOp op) {
 }
 
 Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, ReduceOp op) {
-  const int me = rank();
+  const int me = worldRank();  // in messages (Note [One rank numbering])
   CHORUS_CHECK_ARG(!tensors.empty(), "rank ", me, " (this process): allreduce of an empty list");
   const DataType dtype = tensors[0].dtype();
   size_t total = 0;
@@ -155,7 +157,7 @@ Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, Reduc
 }
 
 Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, ReduceOp op) {
-  const int me = rank();
+  const int me = worldRank();  // in messages (Note [One rank numbering])
   detail::checkTensor(input, "input", "reduce_scatter", me);
   detail::checkTensor(output, "output", "reduce_scatter", me);
   CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", me,
@@ -190,7 +192,7 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
 }
 
 Communicator::WorkPtr Communicator::broadcast(Tensor tensor, int root) {
-  const int me = rank();
+  const int me = worldRank();  // in messages (Note [One rank numbering])
   detail::checkTensor(tensor, "tensor", "broadcast", me);
   detail::checkRoot(root, size(), "broadcast", me);
   auto fingerprint = detail::makeFingerprint(Collective::kBroadcast, tensor.numel(), tensor.dtype(),
@@ -202,7 +204,7 @@ Communicator::WorkPtr Communicator::broadcast(Tensor tensor, int root) {
 }
 
 Communicator::WorkPtr Communicator::reduce(Tensor tensor, int root, ReduceOp op) {
-  const int me = rank();
+  const int me = worldRank();  // in messages (Note [One rank numbering])
   detail::checkTensor(tensor, "tensor", "reduce", me);
   detail::checkRoot(root, size(), "reduce", me);
   detail::checkReduction(op, tensor.dtype(), "reduce", me);

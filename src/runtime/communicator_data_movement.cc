@@ -47,7 +47,7 @@ std::vector<int64_t> withAxisScaled(std::vector<int64_t> shape,
 }  // namespace
 
 Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int axis) {
-  const int me = rank();
+  const int me = worldRank();  // in messages (Note [One rank numbering])
   detail::checkTensor(input, "input", "allgather", me);
   detail::checkTensor(output, "output", "allgather", me);
   CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", me,
@@ -72,13 +72,13 @@ Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int a
 }
 
 Communicator::WorkPtr Communicator::gather(Tensor input, Tensor output, int root, int axis) {
-  const int me = rank();
+  const int me = worldRank();  // in messages (Note [One rank numbering])
   detail::checkTensor(input, "input", "gather", me);
   detail::checkRoot(root, size(), "gather", me);
   CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", me,
                    " (this process): gather needs a tensor of at least one dimension");
   axis = detail::normalizeAxis(axis, input.dim(), "gather", me);
-  if (me == root) {
+  if (rank() == root) {
     detail::checkTensor(output, "output", "gather", me);
     checkConcatShape(input, output, axis, size(), "gather", me);
   }
@@ -102,10 +102,10 @@ Communicator::WorkPtr Communicator::gather(Tensor input, Tensor output, int root
 }
 
 Communicator::WorkPtr Communicator::scatter(Tensor input, Tensor output, int root) {
-  const int me = rank();
+  const int me = worldRank();  // in messages (Note [One rank numbering])
   detail::checkTensor(output, "output", "scatter", me);
   detail::checkRoot(root, size(), "scatter", me);
-  if (me == root) {
+  if (rank() == root) {
     detail::checkTensor(input, "input", "scatter", me);
     CHORUS_CHECK_ARG(input.dtype() == output.dtype(), "rank ", me,
                      " (this process): scatter: ", "input is ", toString(input.dtype()),
@@ -130,7 +130,7 @@ Communicator::WorkPtr Communicator::allToAll(Tensor input,
                                              Tensor output,
                                              int splitAxis,
                                              int concatAxis) {
-  const int me = rank();
+  const int me = worldRank();  // in messages (Note [One rank numbering])
   const int p = size();
   detail::checkTensor(input, "input", "all_to_all", me);
   detail::checkTensor(output, "output", "all_to_all", me);
@@ -168,20 +168,21 @@ Communicator::WorkPtr Communicator::allToAll(Tensor input,
 
 namespace {
 
-void checkPeer(int peer, int tag, int rank, int size, std::string_view op) {
-  CHORUS_CHECK_ARG(peer >= 0 && peer < size, "rank ", rank, " (this process): ", op, ": peer ",
-                   peer, " is not a rank of this communicator (size ", size, ")");
-  CHORUS_CHECK_ARG(peer != rank, "rank ", rank, " (this process): ", op,
+// `rank` is this process's rank in the communicator, `me` its world rank (for the message).
+void checkPeer(int peer, int tag, int rank, int me, int size, std::string_view op) {
+  CHORUS_CHECK_ARG(peer >= 0 && peer < size, "rank ", me, " (this process): ", op, ": peer ", peer,
+                   " is not a rank of this communicator (size ", size, ")");
+  CHORUS_CHECK_ARG(peer != rank, "rank ", me, " (this process): ", op,
                    " to itself; copy the tensor instead");
-  CHORUS_CHECK_ARG(tag >= 0, "rank ", rank, " (this process): ", op, ": tag ", tag,
+  CHORUS_CHECK_ARG(tag >= 0, "rank ", me, " (this process): ", op, ": tag ", tag,
                    " is negative; tags must be >= 0");
 }
 
 }  // namespace
 
 Communicator::WorkPtr Communicator::send(Tensor tensor, int peer, int tag) {
-  detail::checkTensor(tensor, "tensor", "send", rank());
-  checkPeer(peer, tag, rank(), size(), "send");
+  detail::checkTensor(tensor, "tensor", "send", worldRank());
+  checkPeer(peer, tag, rank(), worldRank(), size(), "send");
   auto fingerprint = detail::makeFingerprint(Collective::kPointToPoint, tensor.numel(),
                                              tensor.dtype(), std::nullopt, -1);
   auto& state = *state_;
@@ -191,8 +192,8 @@ Communicator::WorkPtr Communicator::send(Tensor tensor, int peer, int tag) {
 }
 
 Communicator::WorkPtr Communicator::recv(Tensor tensor, int peer, int tag) {
-  detail::checkTensor(tensor, "tensor", "recv", rank());
-  checkPeer(peer, tag, rank(), size(), "recv");
+  detail::checkTensor(tensor, "tensor", "recv", worldRank());
+  checkPeer(peer, tag, rank(), worldRank(), size(), "recv");
   auto fingerprint = detail::makeFingerprint(Collective::kPointToPoint, tensor.numel(),
                                              tensor.dtype(), std::nullopt, -1);
   auto& state = *state_;

@@ -128,12 +128,12 @@ std::shared_ptr<Communicator> CommunicatorPool::world(const std::string& backend
   return get(everyone, backend);
 }
 
-void CommunicatorPool::abortAll(const std::string& reason) noexcept {
+void CommunicatorPool::abortAll(const std::string& reason, int failedRank) noexcept {
   if (world_)
-    world_->abort(reason);
+    world_->abort(reason, failedRank);
   for (auto& [key, group] : groups_) {
     if (group)
-      group->abort(reason);
+      group->abort(reason, failedRank);
   }
 }
 

@@ -30,7 +30,7 @@ class CommunicatorPool {
   std::shared_ptr<Communicator> world(const std::string& backend);
   void clear();
   // Aborts the world and every cached group (Communicator::abort(reason)). Never throws.
-  void abortAll(const std::string& reason) noexcept;
+  void abortAll(const std::string& reason, int failedRank = -1) noexcept;
 
   // Duplicates ("Each rank can only appear on rank_list once"), ranks outside the world and empty
   // groups are InvalidArgumentError.

@@ -5,9 +5,10 @@
 #include "chorus/communicator.h"
 #include "chorus/error.h"
 #include "core/check.h"
+#include "core/error_codec.h"
 #include "core/stall_watch.h"
 #include "runtime/arrival_census.h"
-#include "runtime/world_rank_errors.h"
+#include "runtime/group_context.h"
 
 namespace chorus::detail {
 namespace {
@@ -50,8 +51,14 @@ CommunicatorState::CommunicatorState(CommunicatorInfo info,
                                      std::chrono::milliseconds timeout)
     : info_(std::move(info)),
       resources_(std::move(resources)),
+      names_(info_.worldRanks),
+      groupContext_(groupContext(info_.worldRanks)),
       backend_(std::move(backend)),
       timeout_(timeout) {}
+
+std::exception_ptr CommunicatorState::inContext(std::exception_ptr error) const noexcept {
+  return groupContext_.empty() ? error : withPrefix(error, groupContext_);
+}
 
 CommunicatorState::~CommunicatorState() {
   // Pending operations finish first, then peers are told goodbye.
@@ -69,7 +76,7 @@ std::shared_ptr<Work> CommunicatorState::submit(transport::Fingerprint fingerpri
     if (fingerprint.collective != transport::Collective::kPointToPoint) {
       fingerprint.sequence = ++collectiveSequence_;
     }
-    work = std::make_shared<QueuedWork>(info_.rank, fingerprint, weak_from_this());
+    work = std::make_shared<QueuedWork>(names_(info_.rank), fingerprint, weak_from_this());
     operation = std::make_shared<std::function<void()>>(
         [this, work, fingerprint, body = std::move(body)] { execute(*work, fingerprint, body); });
     work->setOperation(operation);
@@ -114,18 +121,18 @@ void CommunicatorState::execute(Work& work,
     stall::Census* census = nullptr;
     if (info_.size > 1 && fingerprint.sequence > 0) {
       if (resources_.store) {
-        storeCensus.emplace(*resources_.store, resources_.scope, info_.rank, info_.size,
+        storeCensus.emplace(*resources_.store, resources_.scope, info_.rank, info_.size, names_,
                             fingerprint);
         census = &*storeCensus;
       } else {
         census = backend_->census(fingerprint.sequence);
       }
     }
-    stall::OperationScope scope(info_.rank, startedAt, timeout, &describeFingerprint, &fingerprint,
-                                census);
+    stall::OperationScope scope(names_(info_.rank), startedAt, timeout, &describeFingerprint,
+                                &fingerprint, census);
     body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});
   } catch (...) {
-    error = inWorldRanks(std::current_exception(), info_.worldRanks, info_.rank);
+    error = inContext(std::current_exception());
     std::lock_guard lock(mutex_);
     if (!failure_)
       failure_ = error;
@@ -146,19 +153,20 @@ std::chrono::milliseconds CommunicatorState::timeout() const {
   return timeout_;
 }
 
-void CommunicatorState::abort(const std::string& why) noexcept {
+void CommunicatorState::abort(const std::string& why, int failedRank) noexcept {
   std::exception_ptr reason;
   try {
-    throw PeerError(concat("rank ", info_.rank, " (this process): ", why), info_.rank);
+    throw PeerError(concat("rank ", names_(info_.rank), " (this process): ", why),
+                    failedRank >= 0 ? failedRank : names_(info_.rank));
   } catch (...) {
     reason = std::current_exception();
   }
   {
     std::lock_guard lock(mutex_);
     if (!failure_)
-      failure_ = inWorldRanks(reason, info_.worldRanks, info_.rank);
+      failure_ = inContext(reason);
   }
-  backend_->abort(reason);  // peers translate it themselves
+  backend_->abort(reason);
 }
 
 uint64_t CommunicatorState::nextSplitId() {

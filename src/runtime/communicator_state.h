@@ -13,6 +13,7 @@
 #include "algorithms/peers.h"
 #include "backend/backend.h"
 #include "chorus/work.h"
+#include "core/rank_names.h"
 #include "core/thread_annotations.h"
 #include "runtime/operation_queue.h"
 #include "store/store.h"
@@ -65,8 +66,9 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
 
   void setTimeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const;
-  // Fails the communicator with a PeerError naming this rank and quoting `reason`.
-  void abort(const std::string& reason) noexcept;
+  // Fails the communicator with a PeerError quoting `reason` and naming `failedRank` (a world
+  // rank), or this rank when it is -1.
+  void abort(const std::string& reason, int failedRank = -1) noexcept;
   // Counter of split() calls, identical on every rank.
   uint64_t nextSplitId();
   // Staging memory for the front end (packing, widening); used by the running operation only.
@@ -76,8 +78,13 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
  private:
   void execute(Work& work, const transport::Fingerprint& fingerprint, const Body& body);
 
+  // The error of an operation or an abort, saying which group it arose in (group_context.h).
+  std::exception_ptr inContext(std::exception_ptr error) const noexcept;
+
   const CommunicatorInfo info_;
   const CommunicatorResources resources_;
+  const RankNames names_;           // Note [One rank numbering]
+  const std::string groupContext_;  // empty for the world
   std::unique_ptr<backend::Backend> backend_;
   algorithms::Workspace staging_;
 

@@ -116,10 +116,10 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
   return state.pool->get(rankList, state.config.backend);
 }
 
-void DistContext::abort(const std::string& reason) noexcept {
+void DistContext::abort(const std::string& reason, int failedRank) noexcept {
   std::lock_guard lock(state_->mutex);
   if (state_->pool)
-    state_->pool->abortAll(reason);
+    state_->pool->abortAll(reason, failedRank);
 }
 
 void DistContext::shutdown() {

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/deadline.h"
+#include "core/rank_names.h"
 #include "store/store.h"
 #include "transport/transport.h"
 
@@ -14,6 +15,9 @@ namespace chorus::transport {
 struct TransportOptions {
   int rank = 0;
   int size = 1;
+  // The members' world ranks, by which every error of the transport names them (Note [One rank
+  // numbering]); empty for the world communicator.
+  detail::RankNames names;
   // The store through which the ranks exchange addresses, already scoped to this communicator
   // (a PrefixStore), so keys like "addr/3" do not collide.
   std::shared_ptr<store::Store> store;

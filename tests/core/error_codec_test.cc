@@ -81,6 +81,27 @@ TEST(ErrorCodecTest, ForeignExceptionsBecomeInternal) {
   rethrowAs<InternalError>(roundTrip(nullptr));
 }
 
+// withPrefix says where an error arose and changes nothing else: its rank fields are world ranks
+// already (Note [One rank numbering]).
+TEST(ErrorCodecTest, WithPrefixKeepsTypeAndFields) {
+  const std::string where = "in the group of world ranks [2, 5]: ";
+  auto peer = rethrowAs<PeerError>(
+      withPrefix(std::make_exception_ptr(PeerError("rank 2: rank 5 died", 5)), where));
+  EXPECT_EQ(peer.peerRank(), 5);
+  EXPECT_EQ(std::string(peer.what()), where + "rank 2: rank 5 died");
+  auto timeout = rethrowAs<TimeoutError>(
+      withPrefix(std::make_exception_ptr(TimeoutError("late", std::vector<int>{5})), where));
+  EXPECT_EQ(timeout.missingRanks(), std::vector<int>{5});
+  auto mismatch = rethrowAs<MismatchError>(
+      withPrefix(std::make_exception_ptr(MismatchError("differs", "count", {2, 5})), where));
+  EXPECT_EQ(mismatch.field(), "count");
+  EXPECT_EQ(mismatch.ranks(), (std::vector<int>{2, 5}));
+  auto other = rethrowAs<UnsupportedError>(
+      withPrefix(std::make_exception_ptr(UnsupportedError("no")), where));
+  EXPECT_EQ(std::string(other.what()), where + "no");
+  EXPECT_EQ(withPrefix(nullptr, where), nullptr);
+}
+
 TEST(ErrorCodecTest, EmptyMessagesAndDetails) {
   auto decoded =
       rethrowAs<MismatchError>(roundTrip(std::make_exception_ptr(MismatchError("", "", {}))));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,81 @@ TEST_P(HierarchicalTest, DifferentCollectivesOnDifferentNodesAreAMismatchEverywh
           comm.allreduce(Tensor(in.data(), {4}))->wait();
       },
       "collective");
+}
+
+// Regression (issue 16, found by the soak): a rank that leaves must be named by its world rank on
+// every survivor, whichever step noticed: the node's shm step, the leaders' tcp step or the flat
+// tcp. The group reverses the world's order, so member indices, step indices and world ranks all
+// differ. Before every layer named world ranks (Note [One rank numbering]) a survivor that noticed
+// in a step gave the victim's index in that step, and one that heard it from another survivor
+// gave the numbers of whatever step that survivor was in.
+TEST_P(HierarchicalTest, ARankThatLeavesIsNamedByItsWorldRankEverywhere) {
+  const int p = size();
+  constexpr int kVictim = 1;  // a world rank; its index in the reversed group is p - 2
+  std::atomic<int> named{0};
+  testing::RankOptions options = hierarchicalOn(GetParam());
+  options.timeout = std::chrono::seconds(20);
+  const auto start = std::chrono::steady_clock::now();
+  testing::runRanks(
+      p,
+      [&](Communicator& world) {
+        std::shared_ptr<Communicator> group = world.split(0, p - 1 - world.rank());
+        ASSERT_EQ(group->rank(), p - 1 - world.rank());
+        if (world.rank() == kVictim) {
+          group.reset();  // says goodbye on every step's transport
+          return;
+        }
+        std::vector<float> data(4, 1.0f);
+        try {
+          group->allreduce(Tensor(data.data(), {4}))->wait();
+          ADD_FAILURE() << "world rank " << world.rank() << ": the allreduce returned";
+        } catch (const PeerError& e) {
+          EXPECT_EQ(e.peerRank(), kVictim) << "world rank " << world.rank() << ": " << e.what();
+          EXPECT_NE(std::string(e.what()).find("rank 1 has closed its communicator"),
+                    std::string::npos)
+              << e.what();
+          ++named;
+        } catch (const Error& e) {
+          ADD_FAILURE() << "world rank " << world.rank() << ": expected PeerError, got "
+                        << e.what();
+        }
+      },
+      options);
+  EXPECT_EQ(named.load(), p - 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// A rank that never calls: every other rank's TimeoutError names it by its world rank (from the
+// census, or from the waits of the steps, which name world ranks too).
+TEST_P(HierarchicalTest, ARankThatNeverCallsIsNamedByItsWorldRankEverywhere) {
+  const int p = size();
+  constexpr int kLate = 1;
+  std::atomic<int> named{0};
+  testing::RankOptions options = hierarchicalOn(GetParam());
+  options.timeout = std::chrono::seconds(20);
+  testing::runRanks(
+      p,
+      [&](Communicator& world) {
+        std::shared_ptr<Communicator> group = world.split(0, p - 1 - world.rank());
+        if (world.rank() != kLate) {
+          group->setTimeout(std::chrono::seconds(3));
+          std::vector<float> data(4, 1.0f);
+          try {
+            group->allreduce(Tensor(data.data(), {4}))->wait();
+            ADD_FAILURE() << "world rank " << world.rank() << ": the allreduce returned";
+          } catch (const TimeoutError& e) {
+            EXPECT_EQ(e.missingRanks(), std::vector<int>{kLate})
+                << "world rank " << world.rank() << ": " << e.what();
+            ++named;
+          } catch (const Error& e) {
+            ADD_FAILURE() << "world rank " << world.rank() << ": expected TimeoutError, got "
+                          << e.what();
+          }
+        }
+        world.barrier()->wait();  // the late rank stays in the group until the others are done
+      },
+      options);
+  EXPECT_EQ(named.load(), p - 1);
 }
 
 std::vector<Layout> layouts() {

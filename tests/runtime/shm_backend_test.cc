@@ -122,7 +122,8 @@ TEST(ShmGroupTest, WaitingOnAClosedPeerIsAPeerError) {
   auto store = std::make_shared<store::HashStore>();
   const Deadline setup = Deadline::after(std::chrono::seconds(10));
   auto make = [&](int rank) {
-    return std::make_unique<backend::shm::ShmGroup>(rank, 2, store, "closed-peer-test", setup);
+    return std::make_unique<backend::shm::ShmGroup>(rank, 2, detail::RankNames{}, store,
+                                                    "closed-peer-test", setup);
   };
   auto other = std::async(std::launch::async, make, 1);
   auto group = make(0);
@@ -149,7 +150,9 @@ TEST(ShmGroupTest, APeerThatClosesAfterPublishingDoesNotFailTheWait) {
   auto formGroups = [](const std::string& scope) {
     auto store = std::make_shared<store::HashStore>();
     const Deadline setup = Deadline::after(std::chrono::seconds(10));
-    auto make = [&](int rank) { return std::make_unique<ShmGroup>(rank, 3, store, scope, setup); };
+    auto make = [&](int rank) {
+      return std::make_unique<ShmGroup>(rank, 3, detail::RankNames{}, store, scope, setup);
+    };
     auto one = std::async(std::launch::async, make, 1);
     auto two = std::async(std::launch::async, make, 2);
     std::vector<std::unique_ptr<ShmGroup>> groups;
@@ -193,7 +196,8 @@ TEST(ShmGroupTest, DirectReadsCopyFromAPeerAndCanBeTurnedOff) {
   const Deadline setup = Deadline::after(std::chrono::seconds(10));
   using Store = std::shared_ptr<store::Store>;
   auto make = [&](int rank, Store store) {
-    return std::make_unique<backend::shm::ShmGroup>(rank, 2, store, "direct", setup);
+    return std::make_unique<backend::shm::ShmGroup>(rank, 2, detail::RankNames{}, store, "direct",
+                                                    setup);
   };
   Store on = std::make_shared<store::HashStore>();
   auto other = std::async(std::launch::async, make, 1, on);

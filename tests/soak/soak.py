@@ -12,7 +12,8 @@ A configuration is a launcher, a backend, a rank count and what runs beside it:
     +hog                     two busy-looping processes beside the job, for its whole length
     +delayD                  CHORUS_FAULT_DELAY_MS=D: every transport message held 0..D ms
     +kill                    one random rank SIGKILLs itself at a random step; every survivor must
-                             raise a chorus.Error naming it (message or peer_rank) within 5 s
+                             raise a chorus.Error naming it within 5 s (a PeerError by its
+                             peer_rank, any other error in its message)
 
 Every rank runs the same seeded random program (soak_rank.py) and checks every result against a
 closed form. The table has, per configuration: jobs, operations (steps, counted once per rank),
@@ -328,8 +329,13 @@ def judge_kill(job, row, kills, summaries, errors, terms):
             continue
         delay = float(e["t"]) - killed_at
         message = e.get("message", "")
-        names = (e.get("peer") == str(victim) or
-                 re.search(rf"\brank {victim}\b", message) is not None)
+        # A PeerError names the failed process in peer_rank (a world rank, whichever group, step
+        # or forwarding rank it came through: Note [One rank numbering]); another error must name
+        # it in its message.
+        if e.get("type") == "PeerError":
+            names = e.get("peer") == str(victim)
+        else:
+            names = re.search(rf"\brank {victim}\b", message) is not None
         if names and delay < REPORT_WITHIN_S:
             row.named += 1
         else:

@@ -17,8 +17,8 @@ struct Pair {
   Pair() {
     int fds[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-    a = std::make_unique<Connection>(0, 1, net::Socket(fds[0]));
-    b = std::make_unique<Connection>(1, 0, net::Socket(fds[1]));
+    a = std::make_unique<Connection>(1, 0, 1, net::Socket(fds[0]));
+    b = std::make_unique<Connection>(0, 1, 0, net::Socket(fds[1]));
   }
   std::unique_ptr<Connection> a;  // rank 0's end
   std::unique_ptr<Connection> b;  // rank 1's end
@@ -160,7 +160,7 @@ TEST(Connection, MalformedFramesArePeerErrors) {
     int fds[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
     net::Socket raw(fds[0]);
-    Connection b(1, 0, net::Socket(fds[1]));
+    Connection b(0, 1, 0, net::Socket(fds[1]));
     FrameHeader header;
     header.magic = kFrameMagic;
     if (variant == 0)

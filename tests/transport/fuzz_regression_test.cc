@@ -31,7 +31,7 @@ struct RawPeer {
     int fds[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
     peer = net::Socket(fds[0]);
-    connection = std::make_unique<Connection>(1, 0, net::Socket(fds[1]));
+    connection = std::make_unique<Connection>(0, 1, 0, net::Socket(fds[1]));
   }
   void send(const void* data, size_t bytes) {
     ASSERT_EQ(::send(peer.fd(), data, bytes, MSG_NOSIGNAL), static_cast<ssize_t>(bytes));

@@ -10,18 +10,13 @@
 namespace chorus::backend::hierarchical {
 namespace {
 
-// "0 -> 2, 1 -> 3": what the sub-group's rank numbers stand for.
-std::string rankMap(const std::vector<int>& members) {
+// "2, 3": the world ranks of a step's members.
+std::string rankList(const std::vector<int>& members, const detail::RankNames& names) {
   std::string text;
   for (size_t i = 0; i < members.size(); ++i) {
-    text += detail::concat(i == 0 ? "" : ", ", i, " -> ", members[i]);
+    text += detail::concat(i == 0 ? "" : ", ", names(members[i]));
   }
   return text;
-}
-
-// The same error, its message prefixed with `context`.
-std::exception_ptr withContext(std::exception_ptr error, const std::string& context) {
-  return detail::decodeError(detail::encodeError(error), context, -1);
 }
 
 }  // namespace
@@ -45,6 +40,7 @@ NodeLayout nodeLayout(const std::vector<std::string>& nodeIds, int rank) {
 }
 
 HierarchicalBackend::HierarchicalBackend(NodeLayout layout,
+                                         const detail::RankNames& names,
                                          std::unique_ptr<Backend> local,
                                          std::unique_ptr<Backend> leaders,
                                          std::unique_ptr<Backend> flat)
@@ -65,13 +61,10 @@ HierarchicalBackend::HierarchicalBackend(NodeLayout layout,
     leaderStep_ = leaders_.get();
   else if (everyNodeAlone)
     leaderStep_ = flat_.get();
-  nodeContext_ =
-      detail::concat("rank ", rank(), " (this process), in the shm step among the ranks of node ",
-                     layout_.nodeIndex, " (its rank numbers stand for communicator ranks ",
-                     rankMap(layout_.nodeMembers), "): ");
-  leadersContext_ = detail::concat(
-      "rank ", rank(), " (this process), in the tcp step among the nodes' leaders ",
-      "(its rank numbers stand for communicator ranks ", rankMap(layout_.leaders), "): ");
+  nodeContext_ = detail::concat("in the shm step among the ranks of node ", layout_.nodeIndex,
+                                " (ranks ", rankList(layout_.nodeMembers, names), "): ");
+  leadersContext_ = detail::concat("in the tcp step among the nodes' leaders (ranks ",
+                                   rankList(layout_.leaders, names), "): ");
 }
 
 HierarchicalBackend::~HierarchicalBackend() { close(); }
@@ -93,7 +86,7 @@ void HierarchicalBackend::onNode(Step&& step) {
   try {
     step(*local_);
   } catch (...) {
-    std::rethrow_exception(withContext(std::current_exception(), nodeContext_));
+    std::rethrow_exception(detail::withPrefix(std::current_exception(), nodeContext_));
   }
 }
 
@@ -102,13 +95,13 @@ void HierarchicalBackend::amongLeaders(Step&& step) {
   if (leaderStep_ == nullptr)
     return;
   if (leaderStep_ == flat_.get()) {
-    step(*flat_);  // the leaders are the whole communicator: its own rank numbers
+    step(*flat_);  // the leaders are the whole communicator: no step to name
     return;
   }
   try {
     step(*leaderStep_);
   } catch (...) {
-    std::rethrow_exception(withContext(std::current_exception(), leadersContext_));
+    std::rethrow_exception(detail::withPrefix(std::current_exception(), leadersContext_));
   }
 }
 

@@ -20,12 +20,15 @@
 // through their leaders. A mismatch between ranks on different nodes is therefore seen by at least
 // one leader or one node, and the failure handling below carries it to every rank as a
 // MismatchError. Different collectives called on different nodes (say allreduce on node 0 and
-// allgather on node 1) meet on different connections and are a TimeoutError at the deadline.
+// allgather on node 1) meet on different connections and never compare fingerprints; the stalled
+// ranks' census finds them (Note [Census agreement]) and each raises a MismatchError.
 //
 // Failure: any error in any sub-backend aborts all three with it before it propagates, so every
 // rank raises promptly (a mismatch seen among the leaders reaches non-leaders waiting in the local
-// broadcast as the same type of error). Errors from `local` and `leaders` are prefixed with which
-// communicator ranks their rank numbers stand for. abort() and close() go to all three.
+// broadcast as the same type of error). Errors from `local` and `leaders` are prefixed with the
+// step they come from. Each sub-backend names ranks by their world ranks (Note [One rank
+// numbering]), so an error reads the same whichever step raised it or passed it on. abort() and
+// close() go to all three.
 //
 // On one node (only when asked for by name) there is no leaders' step: allreduce is a shm reduce
 // plus a shm broadcast, and the rest runs over tcp. Backend "shm" is the better choice there.
@@ -36,6 +39,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/rank_names.h"
 
 namespace chorus::backend::hierarchical {
 
@@ -56,8 +60,10 @@ class HierarchicalBackend : public Backend {
  public:
   // `local` spans layout.nodeMembers (null when that is one rank); `leaders` spans layout.leaders
   // and exists only on leaders, when there are several nodes and some node has several members;
-  // `flat` spans the whole communicator.
+  // `flat` spans the whole communicator. `names` gives the communicator's members' world ranks,
+  // for the steps' error prefixes.
   HierarchicalBackend(NodeLayout layout,
+                      const detail::RankNames& names,
                       std::unique_ptr<Backend> local,
                       std::unique_ptr<Backend> leaders,
                       std::unique_ptr<Backend> flat);
@@ -85,7 +91,7 @@ class HierarchicalBackend : public Backend {
   // Runs `body`; any failure aborts every sub-backend with it, then propagates.
   template <typename Body>
   void guarded(Body&& body);
-  // Runs `step` of `local_` (or `leaders`), putting the group's rank numbering into its errors.
+  // Runs `step` of `local_` (or `leaders`), saying in its errors which step they come from.
   template <typename Step>
   void onNode(Step&& step);
   template <typename Step>
@@ -101,7 +107,7 @@ class HierarchicalBackend : public Backend {
   std::unique_ptr<Backend> leaders_;
   std::unique_ptr<Backend> flat_;
   Backend* leaderStep_;  // leaders_, or flat_ when every node has one member; null on non-leaders
-  std::string nodeContext_;     // message prefixes naming what the sub-groups' ranks are
+  std::string nodeContext_;     // message prefixes naming the step and its members
   std::string leadersContext_;  // (see onNode / amongLeaders)
 };
 

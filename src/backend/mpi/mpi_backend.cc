@@ -106,8 +106,14 @@ int asInt(size_t n) { return static_cast<int>(n); }
 
 }  // namespace
 
-MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<Backend> fallback, Deadline deadline)
-    : comm_(comm), census_(comm, deadline), fallback_(std::move(fallback)) {
+MpiBackend::MpiBackend(MPI_Comm comm,
+                       std::unique_ptr<Backend> fallback,
+                       detail::RankNames names,
+                       Deadline deadline)
+    : comm_(comm),
+      names_(std::move(names)),
+      census_(comm, names_, deadline),
+      fallback_(std::move(fallback)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   int* tagUb = nullptr;
@@ -150,11 +156,11 @@ void MpiBackend::close() noexcept {
 // or `peer`), else saying that some rank did not join.
 TimeoutError MpiBackend::timeoutIn(const char* what, int peer) {
   std::vector<int> late =
-      stall::missingRanks(peer >= 0 ? std::vector<int>{peer} : std::vector<int>{});
+      stall::missingRanks(peer >= 0 ? std::vector<int>{names_(peer)} : std::vector<int>{});
   if (!late.empty())
-    return transport::makeTimeoutError(rank_, std::move(late));
-  return TimeoutError(detail::concat("rank ", rank_, " (this process): ", stall::describeTimeout(),
-                                     " in ", what,
+    return transport::makeTimeoutError(names_(rank_), std::move(late));
+  return TimeoutError(detail::concat("rank ", names_(rank_),
+                                     " (this process): ", stall::describeTimeout(), " in ", what,
                                      " (a rank of this communicator did not join it); raise the "
                                      "timeout (CHORUS_TIMEOUT) or make every rank call it"));
 }
@@ -164,11 +170,11 @@ MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, 
   checkUsable();
   try {
     MPI_Request request = MPI_REQUEST_NULL;
-    checkMpi(start(&request), what, rank_, peer);
+    checkMpi(start(&request), what, names_(rank_), names_(peer));
     MPI_Status status;
     for (int pass = 0;; ++pass) {
       int done = 0;
-      checkMpi(MPI_Test(&request, &done, &status), what, rank_, peer);
+      checkMpi(MPI_Test(&request, &done, &status), what, names_(rank_), names_(peer));
       if (done)
         break;
       if ((pass & 63) == 0) {
@@ -176,7 +182,7 @@ MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, 
         if (call.deadline.expired())
           throw timeoutIn(what, peer);
         if (Clock::now() >= stall::nextCheckAt())
-          stall::onStalled(peer >= 0 ? std::vector<int>{peer} : std::vector<int>{});
+          stall::onStalled(peer >= 0 ? std::vector<int>{names_(peer)} : std::vector<int>{});
       }
       if (pass >= kSpinPasses)
         sched_yield();
@@ -230,7 +236,7 @@ void MpiBackend::checkFingerprints(const CallContext& call) {
   }
   CHORUS_ASSERT(peer >= 0);
   auto error = std::make_exception_ptr(transport::makeMismatchError(
-      rank_, peer, call.fingerprint, fromWords(&all[peer * kFingerprintWords])));
+      names_(rank_), names_(peer), call.fingerprint, fromWords(&all[peer * kFingerprintWords])));
   abort(error);
   std::rethrow_exception(error);
 }
@@ -356,10 +362,10 @@ void MpiBackend::recv(const CallContext& call, void* data, size_t bytes, int pee
   MPI_Get_count(&status, MPI_BYTE, &received);
   if (received != asInt(bytes)) {
     auto error = std::make_exception_ptr(MismatchError(
-        detail::concat("rank ", rank_, " (this process) expected ", bytes, " bytes from rank ",
-                       peer, " with tag ", tag, " but rank ", peer, " sent ", received,
-                       "; send and recv must agree on the size"),
-        "count", {rank_, peer}));
+        detail::concat("rank ", names_(rank_), " (this process) expected ", bytes,
+                       " bytes from rank ", names_(peer), " with tag ", tag, " but rank ",
+                       names_(peer), " sent ", received, "; send and recv must agree on the size"),
+        "count", {names_(rank_), names_(peer)}));
     abort(error);
     std::rethrow_exception(error);
   }

@@ -46,8 +46,12 @@ class MpiBackend : public Backend {
  public:
   // Takes ownership of `comm` (freed at destruction unless MPI was finalized by then). `fallback`
   // (may be null) runs what MPI cannot; it must span the same ranks. Collective over `comm` (the
-  // census's communicator): TimeoutError at `deadline`.
-  MpiBackend(MPI_Comm comm, std::unique_ptr<Backend> fallback, Deadline deadline);
+  // census's communicator): TimeoutError at `deadline`. Its errors name the ranks by `names`
+  // (Note [One rank numbering]).
+  MpiBackend(MPI_Comm comm,
+             std::unique_ptr<Backend> fallback,
+             detail::RankNames names,
+             Deadline deadline);
   ~MpiBackend() override;
 
   std::string name() const override { return "mpi"; }
@@ -88,7 +92,8 @@ class MpiBackend : public Backend {
   Backend& fallback(const char* what);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  MpiCensus census_;  // names the ranks a stalled collective waits for
+  detail::RankNames names_;  // Note [One rank numbering]
+  MpiCensus census_;         // names the ranks a stalled collective waits for
   int rank_ = 0;
   int size_ = 1;
   int tagUpperBound_ = 32767;

@@ -17,7 +17,8 @@ constexpr uint64_t kDrainEvery = 64;
 
 }  // namespace
 
-MpiCensus::MpiCensus(MPI_Comm comm, Deadline deadline) {
+MpiCensus::MpiCensus(MPI_Comm comm, detail::RankNames names, Deadline deadline)
+    : names_(std::move(names)) {
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   // MPI writes the new communicator when the last rank joins, which may be after a timeout here:
@@ -27,9 +28,9 @@ MpiCensus::MpiCensus(MPI_Comm comm, Deadline deadline) {
   const int code = MPI_Comm_idup(comm, handle, &request);
   if (code != MPI_SUCCESS)
     delete handle;
-  checkMpi(code, "MPI_Comm_idup (census)", rank_);
+  checkMpi(code, "MPI_Comm_idup (census)", names_(rank_));
   connector::waitMpiRequest(request, deadline,
-                            detail::concat("rank ", rank_,
+                            detail::concat("rank ", names_(rank_),
                                            " (this process) timed out creating the MPI backend's "
                                            "census communicator: some rank did not join"));
   comm_ = *handle;
@@ -91,7 +92,7 @@ std::vector<int> MpiCensus::missing() noexcept {
   std::vector<int> missing;
   for (int rank = 0; rank < size_; ++rank) {
     if (rank != rank_ && heard_[rank] < sequence_)
-      missing.push_back(rank);
+      missing.push_back(names_(rank));
   }
   return missing;
 }

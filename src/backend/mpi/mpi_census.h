@@ -27,14 +27,16 @@
 #include <vector>
 
 #include "core/deadline.h"
+#include "core/rank_names.h"
 #include "core/stall_watch.h"
 
 namespace chorus::backend::mpi {
 
 class MpiCensus final : public stall::Census {
  public:
-  // Duplicates `comm` (collective over it; TimeoutError at `deadline`).
-  MpiCensus(MPI_Comm comm, Deadline deadline);
+  // Duplicates `comm` (collective over it; TimeoutError at `deadline`). missing() names the ranks
+  // by `names` (Note [One rank numbering]).
+  MpiCensus(MPI_Comm comm, detail::RankNames names, Deadline deadline);
   ~MpiCensus() override;
   MpiCensus(const MpiCensus&) = delete;
   MpiCensus& operator=(const MpiCensus&) = delete;
@@ -52,6 +54,7 @@ class MpiCensus final : public stall::Census {
   void drain();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  detail::RankNames names_;
   int rank_ = 0;
   int size_ = 1;
   uint64_t sequence_ = 0;

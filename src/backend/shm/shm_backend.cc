@@ -35,7 +35,8 @@ uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t by
   for (int peer = 0; peer < size(); ++peer) {
     const transport::Fingerprint theirs = group_->fingerprint(peer, sequence);
     if (peer != rank() && !call.fingerprint.firstDifference(theirs).empty())
-      throw transport::makeMismatchError(rank(), peer, call.fingerprint, theirs);
+      throw transport::makeMismatchError(group_->names()(rank()), group_->names()(peer),
+                                         call.fingerprint, theirs);
   }
 #endif
   return sequence;

@@ -94,17 +94,22 @@ std::byte* chunkSlotIn(const SharedMapping& segment, uint64_t parity) {
 
 ShmGroup::ShmGroup(int rank,
                    int size,
+                   detail::RankNames names,
                    const std::shared_ptr<store::Store>& store,
                    const std::string& scope,
                    Deadline deadline)
-    : rank_(rank), size_(size), spinPasses_(spinPassesFor(size)), segments_(size) {
+    : rank_(rank),
+      size_(size),
+      names_(std::move(names)),
+      spinPasses_(spinPassesFor(size)),
+      segments_(size) {
   const std::string name =
       detail::concat(transport::shm::shmSegmentPrefix(), "native",
                      std::hash<std::string>{}(scope) % 1000000007, "-r", rank, "-", ::getpid());
   segments_[rank] = SharedMapping::create(name, kSegmentBytes, rank);
   if (!segments_[rank].valid()) {
-    throw InternalError(
-        detail::concat("rank ", rank, " (this process): ", name, " exists already in /dev/shm"));
+    throw InternalError(detail::concat("rank ", names_(rank), " (this process): ", name,
+                                       " exists already in /dev/shm"));
   }
   struct Unlink {
     std::string name;
@@ -166,13 +171,14 @@ void ShmGroup::readFrom(int rank, void* to, uintptr_t from, size_t bytes) const 
       throwIfFailed();  // a failure or a death explains it best
       checkPeer(rank);
       if (error == ESRCH) {  // exiting: its memory is gone before its pidfd says so
-        throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", rank,
-                                       " died (or was killed) while this rank was reading its "
-                                       "buffer"),
-                        rank);
+        throw PeerError(
+            detail::concat("rank ", names_(rank_), " (this process): rank ", names_(rank),
+                           " died (or was killed) while this rank was reading its "
+                           "buffer"),
+            names_(rank));
       }
-      throw InternalError(detail::concat("rank ", rank_, " (this process): reading ", piece,
-                                         " bytes from rank ", rank,
+      throw InternalError(detail::concat("rank ", names_(rank_), " (this process): reading ", piece,
+                                         " bytes from rank ", names_(rank),
                                          "'s buffer failed: ", std::strerror(error),
                                          " (set CHORUS_SHM_DIRECT=0 to copy through shared "
                                          "memory instead)"));
@@ -219,12 +225,12 @@ void ShmGroup::throwGroupFailure() const {
   const ControlBlock& reporter = block(failed);
   std::vector<uint8_t> encoded(reporter.error, reporter.error + reporter.errorBytes);
   if (failed == rank_)
-    std::rethrow_exception(detail::decodeError(encoded, "", failed));
-  std::rethrow_exception(
-      detail::decodeError(encoded,
-                          detail::concat("rank ", rank_, " (this process): aborted because rank ",
-                                         failed, " reported: "),
-                          failed));
+    std::rethrow_exception(detail::decodeError(encoded, "", names_(failed)));
+  std::rethrow_exception(detail::decodeError(
+      encoded,
+      detail::concat("rank ", names_(rank_), " (this process): aborted because rank ",
+                     names_(failed), " reported: "),
+      names_(failed)));
 }
 
 void ShmGroup::throwIfFailed() const {
@@ -238,12 +244,12 @@ bool ShmGroup::isBehind(int rank, int index, uint64_t value) const {
 
 void ShmGroup::checkPeer(int peer) const {
   if (peerProcesses_[peer].gone())
-    throw transport::makeCrashedPeerError(rank_, peer);
+    throw transport::makeCrashedPeerError(names_(rank_), names_(peer));
   if (block(peer).state.load(std::memory_order_acquire) == kClosed) {
-    throw PeerError(detail::concat("rank ", rank_, " (this process): rank ", peer,
+    throw PeerError(detail::concat("rank ", names_(rank_), " (this process): rank ", names_(peer),
                                    " has closed its communicator, so this collective cannot "
                                    "complete"),
-                    peer);
+                    names_(peer));
   }
 }
 
@@ -294,7 +300,7 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
       any = true;
       if (ranks == nullptr)
         break;
-      ranks->push_back(peer);
+      ranks->push_back(names_(peer));  // for the stall report and the TimeoutError
     }
     return any;
   };
@@ -330,7 +336,7 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
     if (deadline.expired()) {
       std::vector<int> late;
       behind(&late);
-      auto error = std::make_exception_ptr(transport::makeTimeoutError(rank_, late));
+      auto error = std::make_exception_ptr(transport::makeTimeoutError(names_(rank_), late));
       fail(error);
       std::rethrow_exception(error);
     }

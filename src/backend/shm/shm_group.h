@@ -38,6 +38,7 @@
 
 #include "core/deadline.h"
 #include "core/process_watch.h"
+#include "core/rank_names.h"
 #include "store/store.h"
 #include "transport/shm/shared_mapping.h"
 #include "transport/transport.h"
@@ -58,8 +59,10 @@ class ShmGroup {
   // Creates this rank's segment, maps every peer's through `store` (already scoped to the
   // communicator), then unlinks the names. Collective; TimeoutError at `deadline` naming the ranks
   // that did not arrive.
+  // Its errors name the ranks by `names` (Note [One rank numbering]).
   ShmGroup(int rank,
            int size,
+           detail::RankNames names,
            const std::shared_ptr<store::Store>& store,
            const std::string& scope,
            Deadline deadline);
@@ -68,6 +71,7 @@ class ShmGroup {
   ShmGroup& operator=(const ShmGroup&) = delete;
 
   int rank() const { return rank_; }
+  const detail::RankNames& names() const { return names_; }
   int size() const { return size_; }
 
   // Slot `parity` (0 or 1) of `rank`'s small or chunk area.
@@ -121,7 +125,8 @@ class ShmGroup {
 
   int rank_;
   int size_;
-  int spinPasses_;  // passes a wait spins before it yields (0 with more ranks than cores)
+  detail::RankNames names_;  // Note [One rank numbering]
+  int spinPasses_;           // passes a wait spins before it yields (0 with more ranks than cores)
   std::vector<transport::shm::SharedMapping> segments_;  // by rank
   std::vector<ProcessWatch> peerProcesses_;              // by rank (empty for this one)
   bool closed_ = false;

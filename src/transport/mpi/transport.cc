@@ -191,7 +191,7 @@ struct ControlSend {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(MPI_Comm comm, Deadline deadline);
+  MpiTransport(MPI_Comm comm, detail::RankNames names, Deadline deadline);
   ~MpiTransport() override { close(); }
 
   int rank() const override { return rank_; }
@@ -237,6 +237,7 @@ class MpiTransport final : public Transport {
   void failLocked(std::exception_ptr error, bool tellPeers) noexcept;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  detail::RankNames names_;  // Note [One rank numbering]
   int rank_ = 0;
   int size_ = 1;
   int tagUb_ = 32767;
@@ -280,7 +281,8 @@ void MpiTransport::duplicate(MPI_Comm comm, Deadline deadline) {
   }
 }
 
-MpiTransport::MpiTransport(MPI_Comm comm, Deadline deadline) {
+MpiTransport::MpiTransport(MPI_Comm comm, detail::RankNames names, Deadline deadline)
+    : names_(std::move(names)) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized || mpiFinalized()) {
@@ -302,13 +304,13 @@ MpiTransport::MpiTransport(MPI_Comm comm, Deadline deadline) {
 
 int MpiTransport::mpiTagFor(uint64_t tag) const {
   if (tag >= kCollectiveTag) {
-    CHORUS_CHECK_ARG(tag - kCollectiveTag < kCollectiveMpiTags, "rank ", rank_,
+    CHORUS_CHECK_ARG(tag - kCollectiveTag < kCollectiveMpiTags, "rank ", names_(rank_),
                      " (this process): collective tag ", tag, " is beyond the MPI transport's ",
                      kCollectiveMpiTags, " collective tags");
     return kFirstCollectiveMpiTag + static_cast<int>(tag - kCollectiveTag);
   }
   uint64_t limit = static_cast<uint64_t>(tagUb_ - kFirstUserMpiTag);
-  CHORUS_CHECK_ARG(tag <= limit, "rank ", rank_, " (this process): tag ", tag,
+  CHORUS_CHECK_ARG(tag <= limit, "rank ", names_(rank_), " (this process): tag ", tag,
                    " is too large for the MPI transport, whose tags go up to ", limit,
                    " (MPI_TAG_UB - ", kFirstUserMpiTag, "); use a smaller tag");
   return static_cast<int>(tag) + kFirstUserMpiTag;
@@ -357,13 +359,13 @@ void MpiTransport::postSend(int peer,
     op.mpiRequests.push_back(MPI_REQUEST_NULL);
     checkMpi(MPI_Isend(op.buffer.data(), static_cast<int>(op.buffer.size()), MPI_BYTE, peer,
                        op.mpiTag, comm_, &op.mpiRequests.back()),
-             "MPI_Isend", rank_, peer);
+             "MPI_Isend", names_(rank_), names_(peer));
     for (size_t offset = 0; !inlined && offset < bytes; offset += kChunkBytes) {
       int length = static_cast<int>(std::min(kChunkBytes, bytes - offset));
       op.mpiRequests.push_back(MPI_REQUEST_NULL);
       checkMpi(MPI_Isend(op.data + offset, length, MPI_BYTE, peer, op.mpiTag, comm_,
                          &op.mpiRequests.back()),
-               "MPI_Isend", rank_, peer);
+               "MPI_Isend", names_(rank_), names_(peer));
     }
   } catch (...) {
     failLocked(std::current_exception(), /*tellPeers=*/true);
@@ -396,7 +398,7 @@ void MpiTransport::postHeaderRecv(Op& op) {
   op.mpiRequests.assign(1, MPI_REQUEST_NULL);
   checkMpi(MPI_Irecv(op.buffer.data(), static_cast<int>(op.buffer.size()), MPI_BYTE, op.peer,
                      op.mpiTag, comm_, &op.mpiRequests[0]),
-           "MPI_Irecv", rank_, op.peer);
+           "MPI_Irecv", names_(rank_), names_(op.peer));
 }
 
 // The head receive of (peer, MPI tag) got its header: check it, post the payload, then the next
@@ -407,24 +409,25 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
   Header header;
   if (static_cast<size_t>(received) < sizeof(Header) ||
       (std::memcpy(&header, op.buffer.data(), sizeof(Header)), header.magic != kMagic)) {
-    throw PeerError(detail::concat("rank ", rank_,
+    throw PeerError(detail::concat("rank ", names_(rank_),
                                    " (this process): received a malformed message "
                                    "from rank ",
-                                   op.peer, "; is it running the same chorus version?"),
-                    op.peer);
+                                   names_(op.peer), "; is it running the same chorus version?"),
+                    names_(op.peer));
   }
   if (!header.fingerprint.firstDifference(op.fingerprint).empty())
-    throw makeMismatchError(rank_, op.peer, op.fingerprint, header.fingerprint);
+    throw makeMismatchError(names_(rank_), names_(op.peer), op.fingerprint, header.fingerprint);
   if (header.tag != op.tag) {
-    throw MismatchError(detail::concat("rank ", rank_,
+    throw MismatchError(detail::concat("rank ", names_(rank_),
                                        " (this process): expected a message with "
                                        "tag ",
-                                       op.tag, " from rank ", op.peer, " but it sent tag ",
+                                       op.tag, " from rank ", names_(op.peer), " but it sent tag ",
                                        header.tag, " (during ", op.fingerprint.describe(), ")"),
-                        "tag", {rank_, op.peer});
+                        "tag", {names_(rank_), names_(op.peer)});
   }
   if (header.bytes != op.bytes)
-    throw makeByteCountMismatchError(rank_, op.peer, op.fingerprint, op.bytes, header.bytes);
+    throw makeByteCountMismatchError(names_(rank_), names_(op.peer), op.fingerprint, op.bytes,
+                                     header.bytes);
   auto& queue = recvQueues_[{op.peer, op.mpiTag}];
   CHORUS_ASSERT(!queue.empty() && queue.front() == &op);
   queue.pop_front();
@@ -441,7 +444,7 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
       op.mpiRequests.push_back(MPI_REQUEST_NULL);
       checkMpi(MPI_Irecv(op.data + offset, length, MPI_BYTE, op.peer, op.mpiTag, comm_,
                          &op.mpiRequests.back()),
-               "MPI_Irecv", rank_, op.peer);
+               "MPI_Irecv", names_(rank_), names_(op.peer));
     }
   }
   if (queue.empty())
@@ -454,7 +457,8 @@ void MpiTransport::progressOp(Op& op) {
   if (op.stage == Stage::kHeader) {
     int flag = 0;
     MPI_Status status;
-    checkMpi(MPI_Test(&op.mpiRequests[0], &flag, &status), "MPI_Test", rank_, op.peer);
+    checkMpi(MPI_Test(&op.mpiRequests[0], &flag, &status), "MPI_Test", names_(rank_),
+             names_(op.peer));
     if (flag)
       onHeader(op, status);
   }
@@ -462,7 +466,7 @@ void MpiTransport::progressOp(Op& op) {
     int flag = 0;
     checkMpi(MPI_Testall(static_cast<int>(op.mpiRequests.size()), op.mpiRequests.data(), &flag,
                          MPI_STATUSES_IGNORE),
-             "MPI_Testall", rank_, op.peer);
+             "MPI_Testall", names_(rank_), names_(op.peer));
     if (flag)
       op.stage = Stage::kDone;
   }
@@ -480,7 +484,8 @@ void MpiTransport::pollControl() {
   while (true) {
     int flag = 0;
     MPI_Status status;
-    checkMpi(MPI_Iprobe(MPI_ANY_SOURCE, kControlTag, comm_, &flag, &status), "MPI_Iprobe", rank_);
+    checkMpi(MPI_Iprobe(MPI_ANY_SOURCE, kControlTag, comm_, &flag, &status), "MPI_Iprobe",
+             names_(rank_));
     if (!flag)
       return;
     int count = 0;
@@ -488,15 +493,15 @@ void MpiTransport::pollControl() {
     std::vector<uint8_t> notice(static_cast<size_t>(count));
     int peer = status.MPI_SOURCE;
     checkMpi(MPI_Recv(notice.data(), count, MPI_BYTE, peer, kControlTag, comm_, MPI_STATUS_IGNORE),
-             "MPI_Recv", rank_, peer);
+             "MPI_Recv", names_(rank_), names_(peer));
     if (!notice.empty() && notice[0] == kGoodbyeNotice) {
       goodbyeAt_[peer] = Clock::now();
       continue;
     }
     std::vector<uint8_t> encoded(notice.begin() + (notice.empty() ? 0 : 1), notice.end());
-    auto prefix = detail::concat("rank ", rank_, " (this process): aborted because rank ", peer,
-                                 " reported: ");
-    failLocked(detail::decodeError(encoded, prefix, peer), /*tellPeers=*/false);
+    auto prefix = detail::concat("rank ", names_(rank_), " (this process): aborted because rank ",
+                                 names_(peer), " reported: ");
+    failLocked(detail::decodeError(encoded, prefix, names_(peer)), /*tellPeers=*/false);
     rethrowFailure();
   }
 }
@@ -511,12 +516,12 @@ bool MpiTransport::allComplete(std::span<Op* const> ops, std::vector<int>& waiti
     const auto& goodbye = goodbyeAt_[op->peer];
     if (goodbye && Clock::now() - *goodbye >= kGoodbyeGrace) {
       throw PeerError(
-          detail::concat("rank ", rank_, " (this process): rank ", op->peer,
+          detail::concat("rank ", names_(rank_), " (this process): rank ", names_(op->peer),
                          " has closed its communicator, so a ",
                          op->isSend ? "send to" : "receive from", " it cannot complete"),
-          op->peer);
+          names_(op->peer));
     }
-    waitingOn.push_back(op->peer);
+    waitingOn.push_back(names_(op->peer));
   }
   return waitingOn.empty();
 }
@@ -528,7 +533,7 @@ void MpiTransport::wait(std::span<Request* const> requests, Deadline deadline) {
   waitOps_.clear();
   for (Request* request : requests) {
     Op* op = ops_.find(request);
-    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", rank_,
+    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", names_(rank_),
                      " (this process): wait() was given a request that was never posted");
     waitOps_.push_back(op);
   }
@@ -539,7 +544,7 @@ void MpiTransport::wait(std::span<Request* const> requests, Deadline deadline) {
       if (allComplete(waitOps_, waitingOn))
         break;
       if (deadline.expired())
-        throw makeTimeoutError(rank_, waitingOn);
+        throw makeTimeoutError(names_(rank_), waitingOn);
       if (Clock::now() >= stall::nextCheckAt())
         stall::onStalled(waitingOn);
       lock.unlock();
@@ -668,7 +673,7 @@ void MpiTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept
 void MpiTransport::abort(std::exception_ptr reason) noexcept {
   if (!reason) {
     reason = std::make_exception_ptr(
-        InternalError(detail::concat("rank ", rank_, " (this process): aborted")));
+        InternalError(detail::concat("rank ", names_(rank_), " (this process): aborted")));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   failLocked(reason, /*tellPeers=*/true);
@@ -680,7 +685,7 @@ void MpiTransport::close() noexcept {
     return;
   closed_ = true;
   failLocked(std::make_exception_ptr(
-                 Error(detail::concat("rank ", rank_,
+                 Error(detail::concat("rank ", names_(rank_),
                                       " (this process): this transport is closed; create a new "
                                       "communicator to keep communicating"))),
              /*tellPeers=*/false);
@@ -711,8 +716,10 @@ std::exception_ptr MpiTransport::failure() const {
 
 }  // namespace
 
-std::unique_ptr<Transport> createMpiTransport(MPI_Comm comm, Deadline deadline) {
-  return std::make_unique<MpiTransport>(comm, deadline);
+std::unique_ptr<Transport> createMpiTransport(MPI_Comm comm,
+                                              Deadline deadline,
+                                              detail::RankNames names) {
+  return std::make_unique<MpiTransport>(comm, std::move(names), deadline);
 }
 
 }  // namespace chorus::transport::mpi

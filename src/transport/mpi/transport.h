@@ -18,6 +18,7 @@
 
 #include <memory>
 
+#include "core/rank_names.h"
 #include "transport/transport.h"
 
 namespace chorus::transport::mpi {
@@ -27,7 +28,10 @@ namespace chorus::transport::mpi {
 // duplicate is freed once this transport and every peer's have closed (Note [Retiring an MPI
 // communicator] in transport.cc), or left to MPI_Finalize.
 // Throws UnsupportedError when MPI is not initialized, and TimeoutError when some member has not
-// joined the duplication by `deadline` (MPI_Comm_idup, tested in a loop).
-std::unique_ptr<Transport> createMpiTransport(MPI_Comm comm, Deadline deadline = Deadline::never());
+// joined the duplication by `deadline` (MPI_Comm_idup, tested in a loop). Its errors name the
+// ranks by `names` (Note [One rank numbering]).
+std::unique_ptr<Transport> createMpiTransport(MPI_Comm comm,
+                                              Deadline deadline = Deadline::never(),
+                                              detail::RankNames names = {});
 
 }  // namespace chorus::transport::mpi

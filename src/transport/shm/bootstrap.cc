@@ -32,8 +32,8 @@ Segment createOwn(const TransportOptions& options) {
     if (segment.valid())
       return segment;
   }
-  throw Error(detail::concat("rank ", options.rank, " (this process): ", kNameAttempts,
-                             " fresh shared-memory names starting with ", prefix,
+  throw Error(detail::concat("rank ", options.names(options.rank), " (this process): ",
+                             kNameAttempts, " fresh shared-memory names starting with ", prefix,
                              " all existed already; is /dev/shm full of stale segments?"));
 }
 
@@ -49,13 +49,13 @@ void waitForAll(const TransportOptions& options, KeyOf keyOf, const char* what) 
     std::string names;
     for (int rank = 0; rank < options.size; ++rank) {
       if (!options.store->check({keys[rank]})) {
-        missing.push_back(rank);
-        names += detail::concat(names.empty() ? "" : ", ", rank);
+        missing.push_back(options.names(rank));
+        names += detail::concat(names.empty() ? "" : ", ", options.names(rank));
       }
     }
     throw TimeoutError(
-        detail::concat("rank ", options.rank, " (this process): timed out waiting for rank(s) ",
-                       names, " to ", what,
+        detail::concat("rank ", options.names(options.rank),
+                       " (this process): timed out waiting for rank(s) ", names, " to ", what,
                        " (shm transport setup); did every rank start, on this node, "
                        "with the same store?"),
         missing);
@@ -70,7 +70,7 @@ std::vector<Segment> connectSegments(const TransportOptions& options) {
   std::vector<Segment> segments(options.size);
   if (options.size == 1)
     return segments;
-  CHORUS_CHECK_ARG(options.store != nullptr, "rank ", options.rank,
+  CHORUS_CHECK_ARG(options.store != nullptr, "rank ", options.names(options.rank),
                    " (this process): the shm transport needs a store to exchange segment names");
   segments[options.rank] = createOwn(options);
   // The name is unlinked by the segment's destructor if anything below throws.
@@ -85,11 +85,11 @@ std::vector<Segment> connectSegments(const TransportOptions& options) {
     } catch (const InvalidArgumentError&) {
       throw;
     } catch (const Error& error) {
-      throw PeerError(detail::concat("rank ", options.rank,
+      throw PeerError(detail::concat("rank ", options.names(options.rank),
                                      " (this process): could not map the shared-memory segment ",
-                                     name, " of rank ", peer, ": ", error.what(),
+                                     name, " of rank ", options.names(peer), ": ", error.what(),
                                      ". Do all ranks of this transport run on one node?"),
-                      peer);
+                      options.names(peer));
     }
   }
   options.store->set(mappedKey(options.rank), store::toBytes("1"));

@@ -132,7 +132,7 @@ struct Link {
 
 class ShmTransport final : public Transport {
  public:
-  ShmTransport(int rank, int size, std::vector<Segment> segments);
+  ShmTransport(int rank, int size, detail::RankNames names, std::vector<Segment> segments);
   ~ShmTransport() override { close(); }
 
   int rank() const override { return rank_; }
@@ -185,6 +185,7 @@ class ShmTransport final : public Transport {
 
   const int rank_;
   const int size_;
+  const detail::RankNames names_;            // Note [One rank numbering]
   std::vector<Segment> segments_;            // by rank; this rank's own at rank_
   std::vector<Link> links_;                  // by rank; this rank's slot unused
   std::vector<ProcessWatch> peerProcesses_;  // by rank; this rank's slot unused
@@ -202,8 +203,15 @@ class ShmTransport final : public Transport {
   std::vector<int> waitingOn_;  // scratch for wait()
 };
 
-ShmTransport::ShmTransport(int rank, int size, std::vector<Segment> segments)
-    : rank_(rank), size_(size), segments_(std::move(segments)), links_(size) {
+ShmTransport::ShmTransport(int rank,
+                           int size,
+                           detail::RankNames names,
+                           std::vector<Segment> segments)
+    : rank_(rank),
+      size_(size),
+      names_(std::move(names)),
+      segments_(std::move(segments)),
+      links_(size) {
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank)
       continue;
@@ -274,9 +282,10 @@ void ShmTransport::postRecv(int peer,
 
 void ShmTransport::checkMatch(const Op& op, const MessageHeader& header) const {
   if (!op.fingerprint.firstDifference(header.fingerprint).empty())
-    throw makeMismatchError(rank_, op.peer, op.fingerprint, header.fingerprint);
+    throw makeMismatchError(names_(rank_), names_(op.peer), op.fingerprint, header.fingerprint);
   if (header.bytes != op.bytes)
-    throw makeByteCountMismatchError(rank_, op.peer, op.fingerprint, op.bytes, header.bytes);
+    throw makeByteCountMismatchError(names_(rank_), names_(op.peer), op.fingerprint, op.bytes,
+                                     header.bytes);
 }
 
 // A new receive takes the first buffered message of its tag (complete, or still streaming in:
@@ -334,7 +343,7 @@ bool ShmTransport::progressPeer(int peer) {
 
 void ShmTransport::checkPeerState(int peer, PeerState state) {
   if (state == PeerState::kCrashed) {
-    failLocked(std::make_exception_ptr(makeCrashedPeerError(rank_, peer)),
+    failLocked(std::make_exception_ptr(makeCrashedPeerError(names_(rank_), names_(peer))),
                /*tellPeers=*/false);
     rethrowFailure();
   }
@@ -342,9 +351,9 @@ void ShmTransport::checkPeerState(int peer, PeerState state) {
     const SegmentHeader& header = segments_[peer].header();
     uint32_t bytes = std::min<uint32_t>(header.abortBytes, SegmentHeader::kAbortCapacity);
     std::vector<uint8_t> notice(header.abortNotice, header.abortNotice + bytes);
-    auto prefix = detail::concat("rank ", rank_, " (this process): aborted because rank ", peer,
-                                 " reported: ");
-    failLocked(detail::decodeError(notice, prefix, peer), /*tellPeers=*/false);
+    auto prefix = detail::concat("rank ", names_(rank_), " (this process): aborted because rank ",
+                                 names_(peer), " reported: ");
+    failLocked(detail::decodeError(notice, prefix, names_(peer)), /*tellPeers=*/false);
     rethrowFailure();
   }
 }
@@ -401,11 +410,11 @@ bool ShmTransport::readIncoming(int peer, Link& link) {
       ring.take(&header, sizeof(header));
       read = true;
       if (header.magic != MessageHeader::kMagic) {
-        throw PeerError(detail::concat("rank ", rank_,
+        throw PeerError(detail::concat("rank ", names_(rank_),
                                        " (this process): the shared-memory ring "
                                        "from rank ",
-                                       peer, " holds garbage (bad message magic)"),
-                        peer);
+                                       names_(peer), " holds garbage (bad message magic)"),
+                        names_(peer));
       }
       startIncoming(link, header);
       available -= sizeof(header);
@@ -461,7 +470,7 @@ void ShmTransport::checkPeersAlive() {
     if (peer == rank_ || links_[peer].left)
       continue;
     if (peerProcesses_[peer].gone()) {
-      failLocked(std::make_exception_ptr(makeCrashedPeerError(rank_, peer)),
+      failLocked(std::make_exception_ptr(makeCrashedPeerError(names_(rank_), names_(peer))),
                  /*tellPeers=*/false);
       rethrowFailure();
     }
@@ -477,12 +486,12 @@ bool ShmTransport::allComplete(std::span<Op* const> ops) {
       continue;
     if (links_[op->peer].left) {
       throw PeerError(
-          detail::concat("rank ", rank_, " (this process): rank ", op->peer,
+          detail::concat("rank ", names_(rank_), " (this process): rank ", names_(op->peer),
                          " has closed its communicator, so a ",
                          op->isSend ? "send to" : "receive from", " it cannot complete"),
-          op->peer);
+          names_(op->peer));
     }
-    waitingOn_.push_back(op->peer);
+    waitingOn_.push_back(names_(op->peer));
   }
   return waitingOn_.empty();
 }
@@ -494,7 +503,7 @@ void ShmTransport::wait(std::span<Request* const> requests, Deadline deadline) {
   waitOps_.clear();
   for (Request* request : requests) {
     Op* op = ops_.find(request);
-    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", rank_,
+    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", names_(rank_),
                      " (this process): wait() was given a request that was never posted");
     waitOps_.push_back(op);
   }
@@ -513,7 +522,7 @@ void ShmTransport::wait(std::span<Request* const> requests, Deadline deadline) {
         break;
       now = Clock::now();
       if (now >= deadline.at())
-        throw makeTimeoutError(rank_, waitingOn_);
+        throw makeTimeoutError(names_(rank_), waitingOn_);
       if (now >= stall::nextCheckAt())
         stall::onStalled(waitingOn_);
       if (now >= nextLivenessCheck) {
@@ -604,7 +613,7 @@ void ShmTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept
 void ShmTransport::abort(std::exception_ptr reason) noexcept {
   if (!reason) {
     reason = std::make_exception_ptr(
-        InternalError(detail::concat("rank ", rank_, " (this process): aborted")));
+        InternalError(detail::concat("rank ", names_(rank_), " (this process): aborted")));
   }
   {
     std::lock_guard<std::mutex> abortLock(abortMutex_);
@@ -624,7 +633,7 @@ void ShmTransport::close() noexcept {
     return;
   closed_ = true;
   failLocked(std::make_exception_ptr(
-                 Error(detail::concat("rank ", rank_,
+                 Error(detail::concat("rank ", names_(rank_),
                                       " (this process): this transport is closed; create a new "
                                       "communicator to keep communicating"))),
              /*tellPeers=*/false);
@@ -645,7 +654,7 @@ void ShmTransport::crash() noexcept {
   if (size_ > 1)
     publishState(PeerState::kCrashed);
   failLocked(std::make_exception_ptr(Error(detail::concat(
-                 "rank ", rank_, " (this process): this transport crashed (test hook)"))),
+                 "rank ", names_(rank_), " (this process): this transport crashed (test hook)"))),
              /*tellPeers=*/false);
 }
 
@@ -667,7 +676,8 @@ std::string shmSegmentPrefix() {
 
 std::unique_ptr<Transport> createShmTransport(const TransportOptions& options) {
   auto segments = connectSegments(options);
-  return std::make_unique<ShmTransport>(options.rank, options.size, std::move(segments));
+  return std::make_unique<ShmTransport>(options.rank, options.size, options.names,
+                                        std::move(segments));
 }
 
 void crashForTesting(Transport& transport) {

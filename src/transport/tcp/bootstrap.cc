@@ -54,35 +54,41 @@ std::string advertisedHost(const std::string& bindHost) {
   return name;
 }
 
-std::string rankList(const std::vector<net::Socket>& sockets, int self, int from, int to) {
+// The world ranks of the members in [from, to) not connected yet: "3, 5".
+std::string rankList(const std::vector<net::Socket>& sockets,
+                     const TransportOptions& options,
+                     int from,
+                     int to) {
   std::string names;
   for (int rank = from; rank < to; ++rank) {
-    if (rank != self && !sockets[rank].valid()) {
-      names += detail::concat(names.empty() ? "" : ", ", rank);
+    if (rank != options.rank && !sockets[rank].valid()) {
+      names += detail::concat(names.empty() ? "" : ", ", options.names(rank));
     }
   }
   return names;
 }
 
-std::vector<int> missingRanks(const std::vector<net::Socket>& sockets, int self) {
+std::vector<int> missingRanks(const std::vector<net::Socket>& sockets,
+                              const TransportOptions& options) {
   std::vector<int> missing;
   for (int rank = 0; rank < static_cast<int>(sockets.size()); ++rank) {
-    if (rank != self && !sockets[rank].valid())
-      missing.push_back(rank);
+    if (rank != options.rank && !sockets[rank].valid())
+      missing.push_back(options.names(rank));
   }
   return missing;
 }
 
 net::Socket connectTo(const TransportOptions& options, int peer) {
-  const int self = options.rank;
+  const int self = options.names(options.rank);
+  const int peerName = options.names(peer);
   std::string text;
   try {
     text = store::toString(options.store->get(addressKey(peer), options.deadline));
   } catch (const TimeoutError& error) {
     throw TimeoutError(detail::concat("rank ", self, " (this process): timed out waiting for rank ",
-                                      peer, " to publish its transport address (", error.what(),
+                                      peerName, " to publish its transport address (", error.what(),
                                       "); did every rank start?"),
-                       {peer});
+                       {peerName});
   }
   auto address = net::Address::parse(text);
   net::Socket socket;
@@ -90,21 +96,23 @@ net::Socket connectTo(const TransportOptions& options, int peer) {
     socket = net::connectTcp(address, options.deadline);
     Deadline handshakeDeadline =
         Deadline::earliest(options.deadline, Deadline::after(kHandshakeTimeout));
-    uint64_t serverId = net::clientHandshake(socket.fd(), options.token, purposeOf(options),
-                                             static_cast<uint64_t>(self), handshakeDeadline);
+    uint64_t serverId =
+        net::clientHandshake(socket.fd(), options.token, purposeOf(options),
+                             static_cast<uint64_t>(options.rank), handshakeDeadline);
     if (serverId != static_cast<uint64_t>(peer)) {
-      throw Error(detail::concat("the server there says it is rank ", serverId));
+      throw Error(detail::concat("the server there says it is rank ",
+                                 options.names(static_cast<int>(serverId))));
     }
   } catch (const TimeoutError& error) {
     throw TimeoutError(
-        detail::concat("rank ", self, " (this process): timed out connecting to rank ", peer,
+        detail::concat("rank ", self, " (this process): timed out connecting to rank ", peerName,
                        " at ", text, ": ", error.what()),
-        {peer});
+        {peerName});
   } catch (const Error& error) {
     throw PeerError(detail::concat("rank ", self, " (this process): could not connect to rank ",
-                                   peer, " at ", text, ": ", error.what(),
+                                   peerName, " at ", text, ": ", error.what(),
                                    ". Do all ranks share the job token and communicator?"),
-                    peer);
+                    peerName);
   }
   return socket;
 }
@@ -226,11 +234,12 @@ void acceptHigher(const TransportOptions& options,
     CHORUS_SYSCHECK(ready);
     if (ready == 0) {
       throw TimeoutError(
-          detail::concat("rank ", self, " (this process): timed out waiting for rank(s) ",
-                         rankList(sockets, self, self + 1, options.size),
+          detail::concat("rank ", options.names(self),
+                         " (this process): timed out waiting for rank(s) ",
+                         rankList(sockets, options, self + 1, options.size),
                          " to connect to this rank's transport; did they start, with the same job "
                          "token and store?"),
-          missingRanks(sockets, self));
+          missingRanks(sockets, options));
     }
     if (entries[1].revents & POLLIN) {
       for (auto& [id, socket] : handshakes.takePassed()) {
@@ -258,7 +267,7 @@ std::vector<net::Socket> connectMesh(const TransportOptions& options) {
   std::vector<net::Socket> sockets(options.size);
   if (options.size == 1)
     return sockets;
-  CHORUS_CHECK_ARG(options.store != nullptr, "rank ", options.rank,
+  CHORUS_CHECK_ARG(options.store != nullptr, "rank ", options.names(options.rank),
                    " (this process): the TCP transport needs a store to exchange addresses");
   net::Socket listener = net::listenTcp(options.bindHost, 0);
   std::string address =

@@ -45,9 +45,10 @@ bool isDisconnect(int error) {
 
 }  // namespace
 
-Connection::Connection(int selfRank, int peerRank, net::Socket socket)
-    : self_(selfRank),
-      peer_(peerRank),
+Connection::Connection(int peer, int selfName, int peerName, net::Socket socket)
+    : peer_(peer),
+      selfName_(selfName),
+      peerName_(peerName),
       socket_(std::move(socket)),
       inBuffer_(std::make_unique_for_overwrite<char[]>(kInBufferBytes)) {
   socket_.setNonBlocking(true);
@@ -71,10 +72,10 @@ Connection::Event Connection::send(Op& op) {
 
 void Connection::checkMatch(const Op& op, const FrameHeader& header) const {
   if (!op.fingerprint.firstDifference(header.fingerprint).empty()) {
-    throw makeMismatchError(self_, peer_, op.fingerprint, header.fingerprint);
+    throw makeMismatchError(selfName_, peerName_, op.fingerprint, header.fingerprint);
   }
   if (header.bytes != op.bytes) {
-    throw makeByteCountMismatchError(self_, peer_, op.fingerprint, op.bytes, header.bytes);
+    throw makeByteCountMismatchError(selfName_, peerName_, op.fingerprint, op.bytes, header.bytes);
   }
 }
 
@@ -203,10 +204,10 @@ Connection::Event Connection::consumeBuffered() {
 Connection::Event Connection::onHeader() {
   const FrameHeader& header = inHeader_;
   auto malformed = [this](const std::string& what) {
-    return PeerError(
-        detail::concat("rank ", self_, " (this process): rank ", peer_, " sent a malformed frame (",
-                       what, "); is another program or chorus version connected?"),
-        peer_);
+    return PeerError(detail::concat("rank ", selfName_, " (this process): rank ", peerName_,
+                                    " sent a malformed frame (", what,
+                                    "); is another program or chorus version connected?"),
+                     peerName_);
   };
   if (header.magic != kFrameMagic)
     throw malformed(detail::concat("magic ", header.magic));
@@ -265,8 +266,8 @@ void Connection::growUnexpected(size_t more) {
   try {
     grown = std::make_unique_for_overwrite<char[]>(capacity);
   } catch (const std::bad_alloc&) {
-    throw Error(detail::concat("rank ", self_, " (this process): out of memory buffering a ",
-                               message.header.bytes, "-byte message from rank ", peer_,
+    throw Error(detail::concat("rank ", selfName_, " (this process): out of memory buffering a ",
+                               message.header.bytes, "-byte message from rank ", peerName_,
                                " that arrived before its receive was posted"));
   }
   if (got > 0)

@@ -61,7 +61,9 @@ class Connection {
   // What reading or writing found; the transport turns it into failures.
   enum class Event { kNone, kGoodbye, kAbort, kCrashed, kClosed };
 
-  Connection(int selfRank, int peerRank, net::Socket socket);
+  // `peer` indexes the transport's connections; `selfName` and `peerName` are the world ranks
+  // its errors name (Note [One rank numbering]).
+  Connection(int peer, int selfName, int peerName, net::Socket socket);
 
   int fd() const { return socket_.fd(); }
   int peer() const { return peer_; }
@@ -114,8 +116,9 @@ class Connection {
   void growUnexpected(size_t more);
   void accept(size_t bytes);
 
-  int self_;
   int peer_;
+  int selfName_;
+  int peerName_;
   net::Socket socket_;
   State state_ = State::kOpen;
   bool writeBroken_ = false;  // the peer is gone; the read side reports how

@@ -42,7 +42,7 @@ constexpr std::chrono::milliseconds kGoodbyeTimeout{1000};
 
 class TcpTransport final : public Transport {
  public:
-  TcpTransport(int rank, int size, std::vector<net::Socket> sockets);
+  TcpTransport(int rank, int size, detail::RankNames names, std::vector<net::Socket> sockets);
   ~TcpTransport() override { close(); }
 
   int rank() const override { return rank_; }
@@ -86,6 +86,7 @@ class TcpTransport final : public Transport {
 
   const int rank_;
   const int size_;
+  const detail::RankNames names_;                         // Note [One rank numbering]
   std::vector<std::unique_ptr<Connection>> connections_;  // by rank; null for this rank
   std::vector<bool> writeInterest_;
   int epollFd_ = -1;
@@ -100,8 +101,15 @@ class TcpTransport final : public Transport {
   std::vector<int> waitingOn_;  // scratch for wait()
 };
 
-TcpTransport::TcpTransport(int rank, int size, std::vector<net::Socket> sockets)
-    : rank_(rank), size_(size), connections_(size), writeInterest_(size, false) {
+TcpTransport::TcpTransport(int rank,
+                           int size,
+                           detail::RankNames names,
+                           std::vector<net::Socket> sockets)
+    : rank_(rank),
+      size_(size),
+      names_(std::move(names)),
+      connections_(size),
+      writeInterest_(size, false) {
   epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
   CHORUS_SYSCHECK(epollFd_);
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -118,7 +126,8 @@ TcpTransport::TcpTransport(int rank, int size, std::vector<net::Socket> sockets)
     for (int peer = 0; peer < size; ++peer) {
       if (peer == rank)
         continue;
-      connections_[peer] = std::make_unique<Connection>(rank, peer, std::move(sockets[peer]));
+      connections_[peer] =
+          std::make_unique<Connection>(peer, names_(rank), names_(peer), std::move(sockets[peer]));
       event.events = EPOLLIN;
       event.data.u32 = static_cast<uint32_t>(peer);
       CHORUS_SYSCHECK(::epoll_ctl(epollFd_, EPOLL_CTL_ADD, connections_[peer]->fd(), &event));
@@ -185,7 +194,8 @@ void TcpTransport::postRecv(int peer,
   }
 }
 
-// True when every op is complete; otherwise fills waitingOn_ with the peers still owing something.
+// True when every op is complete; otherwise fills waitingOn_ with the peers still owing something
+// (their world ranks, for the stall report and the TimeoutError).
 // Throws PeerError when an op waits on a peer that said goodbye.
 bool TcpTransport::allComplete(std::span<Op* const> ops) {
   waitingOn_.clear();
@@ -195,12 +205,12 @@ bool TcpTransport::allComplete(std::span<Op* const> ops) {
     auto state = connections_[op->peer]->state();
     if (state == Connection::State::kSaidGoodbye || state == Connection::State::kClosed) {
       throw PeerError(
-          detail::concat("rank ", rank_, " (this process): rank ", op->peer,
+          detail::concat("rank ", names_(rank_), " (this process): rank ", names_(op->peer),
                          " has closed its communicator, so a ",
                          op->isSend ? "send to" : "receive from", " it cannot complete"),
-          op->peer);
+          names_(op->peer));
     }
-    waitingOn_.push_back(op->peer);
+    waitingOn_.push_back(names_(op->peer));
   }
   return waitingOn_.empty();
 }
@@ -212,14 +222,14 @@ void TcpTransport::wait(std::span<Request* const> requests, Deadline deadline) {
   waitOps_.clear();
   for (Request* request : requests) {
     Op* op = ops_.find(request);
-    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", rank_,
+    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", names_(rank_),
                      " (this process): wait() was given a request that was never posted");
     waitOps_.push_back(op);
   }
   try {
     while (!allComplete(waitOps_)) {
       if (deadline.expired())
-        throw makeTimeoutError(rank_, waitingOn_);
+        throw makeTimeoutError(names_(rank_), waitingOn_);
       if (Clock::now() >= stall::nextCheckAt())
         stall::onStalled(waitingOn_);
       epoll_event events[kMaxEvents];
@@ -274,13 +284,13 @@ void TcpTransport::handle(Connection& connection, Connection::Event event) {
       connection.closeNow();
       return;
     case Connection::Event::kCrashed:
-      failLocked(std::make_exception_ptr(makeCrashedPeerError(rank_, peer)),
+      failLocked(std::make_exception_ptr(makeCrashedPeerError(names_(rank_), names_(peer))),
                  /*tellPeers=*/true);  // a peer that hears this rank's goodbye first learns why
       rethrowFailure();
     case Connection::Event::kAbort: {
-      auto prefix = detail::concat("rank ", rank_, " (this process): aborted because rank ", peer,
-                                   " reported: ");
-      failLocked(detail::decodeError(connection.takeAbortPayload(), prefix, peer),
+      auto prefix = detail::concat("rank ", names_(rank_), " (this process): aborted because rank ",
+                                   names_(peer), " reported: ");
+      failLocked(detail::decodeError(connection.takeAbortPayload(), prefix, names_(peer)),
                  /*tellPeers=*/true);  // as for a crash: see the top of this file
       rethrowFailure();
     }
@@ -334,7 +344,7 @@ void TcpTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept
 void TcpTransport::abort(std::exception_ptr reason) noexcept {
   if (!reason) {
     reason = std::make_exception_ptr(
-        InternalError(detail::concat("rank ", rank_, " (this process): aborted")));
+        InternalError(detail::concat("rank ", names_(rank_), " (this process): aborted")));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   failLocked(reason, /*tellPeers=*/true);
@@ -346,7 +356,7 @@ void TcpTransport::close() noexcept {
     return;
   closed_ = true;
   failLocked(std::make_exception_ptr(
-                 Error(detail::concat("rank ", rank_,
+                 Error(detail::concat("rank ", names_(rank_),
                                       " (this process): this transport is closed; create a new "
                                       "communicator to keep communicating"))),
              /*tellPeers=*/false);
@@ -381,7 +391,7 @@ void TcpTransport::crash() noexcept {
       connection->closeNow();
   }
   failLocked(std::make_exception_ptr(Error(detail::concat(
-                 "rank ", rank_, " (this process): this transport crashed (test hook)"))),
+                 "rank ", names_(rank_), " (this process): this transport crashed (test hook)"))),
              /*tellPeers=*/false);
   closeFds();
 }
@@ -390,7 +400,8 @@ void TcpTransport::crash() noexcept {
 
 std::unique_ptr<Transport> createTcpTransport(const TransportOptions& options) {
   auto sockets = connectMesh(options);
-  return std::make_unique<TcpTransport>(options.rank, options.size, std::move(sockets));
+  return std::make_unique<TcpTransport>(options.rank, options.size, options.names,
+                                        std::move(sockets));
 }
 
 void crashForTesting(Transport& transport) {
