@@ -2,12 +2,12 @@
 //
 // Contract:
 //  - Every error chorus raises derives from chorus::Error (itself a std::runtime_error), so a
-//  caller can
-//    catch all of them in one place. what() is a complete sentence naming this process's rank, the
-//    peer ranks involved, what went wrong and, where possible, what to do.
+//    caller can catch all of them in one place. what() is a complete sentence naming this
+//    process's rank, the peer ranks involved, what went wrong and, where possible, what to do.
+//  - Every rank an error names, in what() and in its fields, is a world rank (the number chorusrun
+//    puts in front of a process's output), also for a group's errors, which say which group.
 //  - InvalidArgumentError: the caller passed something unusable (wrong dtype, non-contiguous
-//  tensor, bad
-//    root). Nothing was sent and nothing was changed.
+//    tensor, bad root). Nothing was sent and nothing was changed.
 //  - TimeoutError: a deadline passed; missingRanks() lists the ranks not heard from, when known.
 //  - PeerError: a peer died, closed its connection or aborted; peerRank() names it.
 //  - MismatchError: ranks called a collective inconsistently; field() names what differed, and
@@ -46,7 +46,8 @@ class TimeoutError : public Error {
 class PeerError : public Error {
  public:
   PeerError(const std::string& message, int peerRank) : Error(message), peerRank_(peerRank) {}
-  // The rank (in the communicator where it was seen) that failed; -1 when unknown.
+  // The world rank of the process that failed first (also when the news came through other
+  // ranks or a group); -1 when unknown.
   int peerRank() const { return peerRank_; }
 
  private:
@@ -57,7 +58,8 @@ class MismatchError : public Error {
  public:
   MismatchError(const std::string& message, std::string field, std::vector<int> ranks)
       : Error(message), field_(std::move(field)), ranks_(std::move(ranks)) {}
-  // The differing field: "collective", "sequence", "reduce_op", "dtype", "count", "root", "bytes".
+  // The differing field: "collective", "sequence", "reduce_op", "dtype", "count", "root",
+  // "algorithm", "bytes", "tag" or "rank_list" (one rank sets up a group the other did not).
   const std::string& field() const { return field_; }
   const std::vector<int>& ranks() const { return ranks_; }
 

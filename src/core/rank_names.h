@@ -15,7 +15,6 @@
 // names them by those. Member indices stay the working numbers inside (arrays, peers, roots).
 #pragma once
 
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -42,8 +41,6 @@ class RankNames {
   }
   // The names of a subset: member i of the subset is member `members[i]` here.
   RankNames subset(const std::vector<int>& members) const { return RankNames((*this)(members)); }
-  // "rank 5" for member `member`.
-  std::string rank(int member) const { return "rank " + std::to_string((*this)(member)); }
 
  private:
   std::vector<int> worldRanks_;
