@@ -111,7 +111,7 @@ void run(Steering& in) {
   auto early = makeReceives(in, counts & 3);
   auto late = makeReceives(in, (counts >> 2) & 3);
   chorus::fuzz::SocketPair pair;
-  Connection connection(0, 1, std::move(pair.local));
+  Connection connection(1, 0, 1, std::move(pair.local));
   bool alive = post(connection, early);
   const uint8_t* stream = in.data();
   size_t left = in.size();
