@@ -166,14 +166,14 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
         "' needs a rendezvous store, which this job does not have (started by "
         "mpirun: use backend 'mpi' or 'mpi_algorithms', or start the job with chorusrun)"));
   }
-  CHORUS_CHECK_ARG(name != "shm" || options.oneNode, "rank ",
-                   detail::RankNames(options.worldRanks)(options.rank),
+  const detail::RankNames names(options.worldRanks);  // Note [One rank numbering]
+  CHORUS_CHECK_ARG(name != "shm" || options.oneNode, "rank ", names(options.rank),
                    ": backend 'shm' needs every member of the communicator on one node, but this "
                    "communicator spans several nodes; use backend 'auto', 'hierarchical' or 'tcp'");
   transport::TransportOptions transportOptions;
   transportOptions.rank = options.rank;
   transportOptions.size = options.size;
-  transportOptions.names = detail::RankNames(options.worldRanks);
+  transportOptions.names = names;
   transportOptions.store = options.store;
   transportOptions.token = options.token;
   transportOptions.scope = options.scope;

@@ -76,7 +76,7 @@ std::shared_ptr<Work> CommunicatorState::submit(transport::Fingerprint fingerpri
     if (fingerprint.collective != transport::Collective::kPointToPoint) {
       fingerprint.sequence = ++collectiveSequence_;
     }
-    work = std::make_shared<QueuedWork>(names_(info_.rank), fingerprint, weak_from_this());
+    work = std::make_shared<QueuedWork>(info_.worldRank, fingerprint, weak_from_this());
     operation = std::make_shared<std::function<void()>>(
         [this, work, fingerprint, body = std::move(body)] { execute(*work, fingerprint, body); });
     work->setOperation(operation);
@@ -128,7 +128,7 @@ void CommunicatorState::execute(Work& work,
         census = backend_->census(fingerprint.sequence);
       }
     }
-    stall::OperationScope scope(names_(info_.rank), startedAt, timeout, &describeFingerprint,
+    stall::OperationScope scope(info_.worldRank, startedAt, timeout, &describeFingerprint,
                                 &fingerprint, census);
     body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});
   } catch (...) {
@@ -156,8 +156,8 @@ std::chrono::milliseconds CommunicatorState::timeout() const {
 void CommunicatorState::abort(const std::string& why, int failedRank) noexcept {
   std::exception_ptr reason;
   try {
-    throw PeerError(concat("rank ", names_(info_.rank), " (this process): ", why),
-                    failedRank >= 0 ? failedRank : names_(info_.rank));
+    throw PeerError(concat("rank ", info_.worldRank, " (this process): ", why),
+                    failedRank >= 0 ? failedRank : info_.worldRank);
   } catch (...) {
     reason = std::current_exception();
   }

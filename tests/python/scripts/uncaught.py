@@ -7,9 +7,11 @@ learns which process failed first. Run by ctest as python_uncaught_np3 (chorusru
    no member: rank 1's PeerError must still name rank 2 (peer_rank and "world rank 2 failed"),
    not rank 0, which only passed the news on.
 
-Rank 1 prints "uncaught: OK" when both hold; ranks 0 and 2 exit non-zero, as they must. Rank 0
-stays alive (its communicators aborted) until rank 1 has checked, so that rank 1 hears the abort
-rather than rank 0's exit; a file that rank 1 creates (UNCAUGHT_MARK) says when.
+Rank 1 prints "uncaught: OK" when both hold; ranks 0 and 2 exit non-zero, as they must. Ranks 0
+and 2 call the excepthook themselves (what letting the exception go does) and then stay alive,
+their communicators aborted, until rank 1 has checked: so rank 1 hears the aborts rather than a
+process's exit, and chorusrun (which stops the other ranks 3 s after one fails) cannot stop rank 1
+first on a loaded machine. A file that rank 1 creates (UNCAUGHT_MARK) says when.
 """
 
 import os
@@ -32,6 +34,18 @@ def fail(what):
     sys.exit(1)
 
 
+def let_go_and_exit(error):
+    """What an uncaught `error` does (chorus's excepthook aborts), then exit 1 once rank 1 is done."""
+    try:
+        raise error
+    except Exception:
+        sys.excepthook(*sys.exc_info())
+    deadline = time.monotonic() + 30
+    while not os.path.exists(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)  # only keeps this process alive; rank 1 decides the result
+    sys.exit(1)  # the mark stays for the other waiting rank; the next run's rank 0 removes it
+
+
 if rank == 0 and os.path.exists(mark):
     os.remove(mark)  # a stale one; rank 1 makes it only after rank 0 has aborted, below
 # Every communicator is made while all ranks are alive.
@@ -39,7 +53,7 @@ chorus.allreduce(np.ones(4), rank_list=pair)
 chorus.allreduce(np.ones(4))
 
 if rank == 2:
-    raise ValueError("rank 2 gives up")  # let go: the excepthook aborts, then Python exits 1
+    let_go_and_exit(ValueError("rank 2 gives up"))
 
 try:
     chorus.allreduce(np.ones(4))
@@ -50,16 +64,7 @@ except chorus.PeerError as error:
     first = error
 
 if rank == 0:
-    try:
-        raise first
-    except chorus.PeerError:
-        sys.excepthook(*sys.exc_info())  # as if let go, without exiting yet
-    deadline = time.monotonic() + 30
-    while not os.path.exists(mark) and time.monotonic() < deadline:
-        time.sleep(0.05)  # only keeps this process alive; rank 1 decides the result
-    if os.path.exists(mark):
-        os.remove(mark)
-    sys.exit(1)
+    let_go_and_exit(first)
 
 try:
     chorus.allreduce(np.ones(4), rank_list=pair)
