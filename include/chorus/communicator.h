@@ -4,7 +4,8 @@
 //  - Every rank of a communicator must issue the same collectives in the same order with consistent
 //    arguments (same op, dtype, count, root). An inconsistent call raises MismatchError on the
 //    ranks that see it and aborts the communicator, so the others fail promptly instead of hanging
-//    or returning wrong data. See Note [Collective fingerprint] in src/transport/transport.h.
+//    or returning wrong data: every collective carries a fingerprint of its arguments (sequence
+//    number, op, dtype, count, root) that the ranks compare at their first exchange.
 //  - Each operation validates its input on the calling thread (InvalidArgumentError, nothing sent),
 //    then returns a Work at once. Operations run in call order, one at a time, on the
 //    communicator's worker thread (or on a thread that waits for them, or under BlockingCalls on
@@ -34,7 +35,9 @@ namespace chorus {
 
 namespace detail {
 class CommunicatorState;
-}
+// Internal: how the runtime itself reaches a communicator's state.
+struct CommunicatorAccess;
+}  // namespace detail
 
 // A partition of world ranks into groups, e.g. {{0, 1}, {2, 3}}.
 using RankList = std::vector<std::vector<int>>;
@@ -62,6 +65,7 @@ class Communicator {
  public:
   using WorkPtr = std::shared_ptr<Work>;
 
+  // Communicators are made by the runtime (DistContext, split) around state it does not show.
   explicit Communicator(std::shared_ptr<detail::CommunicatorState> state);
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -79,7 +83,8 @@ class Communicator {
   // Index of this communicator's group in the rank_list that made it, and the number of groups.
   int groupId() const;
   int groupSize() const;
-  // The backend that moves the bytes: "void", "tcp", ...
+  // The backend that moves the bytes, "auto" resolved: "void", "shm", "tcp", "hierarchical", "mpi"
+  // or "mpi_algorithms" (see chorus/dist_context.h).
   std::string backendName() const;
 
   // Reduces every tensor element-wise across ranks, in place. Several tensors (one dtype) are fused
@@ -128,9 +133,9 @@ class Communicator {
   // means this process is the one that failed.
   void abort(const std::string& reason, int failedRank = -1) noexcept;
 
-  detail::CommunicatorState& state() { return *state_; }
-
  private:
+  friend struct detail::CommunicatorAccess;
+
   std::shared_ptr<detail::CommunicatorState> state_;
 };
 

@@ -2,19 +2,27 @@
 //
 // Contract:
 //  - DistContext::get() returns the process-wide context, created on first use from the
-//  environment:
-//    chorusrun's CHORUS_* variables, else torchrun's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT,
-//    else a single rank (void). It is thread-safe.
+//    environment: chorusrun's CHORUS_* variables, else torchrun's RANK / WORLD_SIZE / MASTER_ADDR /
+//    MASTER_PORT, else a single rank (void). It is thread-safe.
 //  - config() describes this process: rank, size, local_rank, local_size, root_rank and the
-//  training
-//    switches. The training switches may be changed by the program; the placement fields may not.
+//    training switches. The training switches may be changed by the program; the placement fields
+//    may not.
 //  - communicator(rankList) returns the communicator of the caller's group, creating it on first
-//  use
-//    (collective: every world rank must call it with the same rankList). An empty rankList means
-//    the world. Repeated calls return the cached object.
+//    use (collective: every world rank must call it with the same rankList). An empty rankList
+//    means the world. Repeated calls return the cached object.
+//  - Backends, by name (DistConfig::backend, CHORUS_BACKEND, setDefaultBackend): "auto" (the
+//    default: "shm" when the communicator's ranks share one node, "hierarchical" when they span
+//    nodes and some node holds several, "tcp" when each is alone on its node, "mpi" in a job
+//    started by mpirun, which has no rendezvous store), "shm" (shared memory, one node only),
+//    "tcp" (sockets, any nodes), "hierarchical" (shm inside each node, tcp among one leader per
+//    node), "mpi" (the MPI library's own collectives) and "mpi_algorithms" (chorus's algorithms
+//    over MPI point-to-point), both only in builds with MPI (CHORUS_WITH_MPI), and "void" (one
+//    rank). A communicator of one rank opens no connection, whatever the backend. An unknown name
+//    is InvalidArgumentError naming the backends this build has; an MPI name in a build without
+//    MPI is UnsupportedError.
 //  - shutdown() aborts nothing that is in flight: it waits for pending operations, then closes
-//  every
-//    communicator and the connection to the store. After shutdown, get() creates a new context.
+//    every communicator and the connection to the store. After shutdown, get() creates a new
+//    context.
 #pragma once
 
 #include <chrono>
@@ -39,7 +47,8 @@ struct DistConfig {
   size_t bucketBytes = 25u << 20;  // CHORUS_BUCKET_MB
   // Per-operation deadline (CHORUS_TIMEOUT, seconds; default 300).
   std::chrono::milliseconds timeout{300'000};
-  // "auto", "tcp", ... (CHORUS_BACKEND).
+  // "auto", "shm", "tcp", "hierarchical", "mpi", "mpi_algorithms" or "void" (CHORUS_BACKEND);
+  // see the contract above.
   std::string backend = "auto";
 
   // Reads the environment (see DESIGN §5). Malformed values are InvalidArgumentError.
@@ -58,8 +67,9 @@ class DistContext {
   // pool. Collective the first time a (rankList, backend) pair is asked for: every rank must ask
   // for the same one.
   std::shared_ptr<Communicator> communicator(const RankList& rankList = {});
-  // Backend of the communicators asked for from now on: "auto", "tcp", "mpi", "mpi_algorithms",
-  // "void". Those already made keep theirs (and are served again when it is switched back).
+  // Backend of the communicators asked for from now on: "auto", "shm", "tcp", "hierarchical",
+  // "mpi", "mpi_algorithms" or "void" (see the contract above). Those already made keep theirs
+  // (and are served again when it is switched back).
   void setDefaultBackend(const std::string& backend);
   void shutdown();
   // Aborts every communicator made so far (Communicator::abort(reason)): pending and later

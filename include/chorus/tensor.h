@@ -1,5 +1,5 @@
-// chorus/tensor.h — a non-owning view of an n-dimensional array: {data, dtype, shape, strides,
-// device}.
+// chorus/tensor.h — Tensor, a non-owning view of an n-dimensional array: data, dtype, shape,
+// strides and device.
 //
 // Contract:
 //  - A Tensor never owns or frees its data; the caller keeps the memory alive for as long as any
@@ -7,9 +7,8 @@
 //  - Strides are in elements, as in DLPack and PyTorch. Collectives require contiguous (row-major)
 //    tensors; a non-contiguous one is refused with InvalidArgumentError, never read wrong.
 //  - fromDLPack() makes a view of a DLManagedTensor without taking ownership of it; toDLPack()
-//  makes a
-//    new DLManagedTensor describing the same memory, whose deleter frees only the metadata it
-//    allocated.
+//    makes a new DLManagedTensor describing the same memory, whose deleter frees only the metadata
+//    it allocated.
 //  - Tensors are plain values: cheap to copy, safe to read from several threads.
 #pragma once
 

@@ -2,11 +2,9 @@
 //
 // Contract:
 //  - DataType names every element type chorus moves. float16 and bfloat16 are stored as 16-bit
-//  patterns
-//    and reduced with float32 accumulation (see chorus/communicator.h).
+//    patterns and reduced with float32 accumulation (see chorus/communicator.h).
 //  - ReduceOp names every reduction. band, bor and bxor apply to integer and bool types only; avg
-//  divides
-//    the sum by the number of contributing ranks (truncating toward zero for integers).
+//    divides the sum by the number of contributing ranks (truncating toward zero for integers).
 //  - Device says where a tensor's bytes live. Only kCpu is served by the CPU backends.
 //  - All functions here are pure, thread-safe and never block. Parsing functions throw
 //    InvalidArgumentError naming the valid spellings.
@@ -55,8 +53,8 @@ bool isFloatingPoint(DataType dtype);
 // "sum", "prod", "min", "max", "avg", "band", "bor", "bxor".
 std::string_view toString(ReduceOp op);
 ReduceOp parseReduceOp(std::string_view name);
-// True when `op` is defined on `dtype` (bitwise ops need integer or bool; avg is undefined on
-// bool).
+// Whether `op` is defined on `dtype`: bitwise ops need an integer or bool type, and avg is
+// undefined on bool.
 bool isValidReduction(ReduceOp op, DataType dtype);
 
 enum class DeviceType : uint8_t { kCpu, kCuda };

@@ -2,19 +2,24 @@
 //
 // Contract:
 //  - Every Communicator operation returns a std::shared_ptr<Work> at once; the operation runs in
-//  the
-//    background, after all operations issued earlier on the same communicator.
+//    the background, after all operations issued earlier on the same communicator.
 //  - wait() blocks until the operation finished; if it failed, wait() rethrows its exception (a
 //    chorus::Error). wait(timeout) throws TimeoutError if the operation is still running after
 //    `timeout`; the operation itself goes on and can be waited for again. Waiting again after
 //    completion returns (or rethrows) at once.
+//  - waitFor(timeout) is wait(timeout) without the exception for an expired wait: it returns true
+//    when the operation completed successfully, rethrows its failure when it failed, and returns
+//    false when `timeout` passed first (the operation goes on). waitFor(0ms) only looks. A negative
+//    timeout (kNoTimeout) waits as wait() does, and then returns true.
 //  - isCompleted() and exception() never block. exception() is null while running or after success.
 //  - Work is thread-safe: any thread may wait. Buffers passed to the operation must stay alive and
 //    untouched until the Work completes.
-//  - Implementations finish a Work exactly once with finish(); a progress thread never throws, it
-//    finishes the Work with the exception instead.
-//  - wait() with no timeout may run a queued operation on the waiting thread itself when it is next
-//    in line (runIfNext), so a blocking call costs no thread hand-off; order is unchanged.
+//  - Only the implementation completes a Work, exactly once, with the protected finish(); a
+//    progress thread never throws, it finishes the Work with the exception instead. Users cannot
+//    complete a Work they were given.
+//  - wait() and waitFor() with no timeout may run a queued operation on the waiting thread itself
+//    when it is next in line (runIfNext), so a blocking call costs no thread hand-off; order is
+//    unchanged. A wait with a timeout never does, so it returns within its timeout.
 #pragma once
 
 #include <chrono>
@@ -24,6 +29,10 @@
 #include <string>
 
 namespace chorus {
+
+namespace detail {
+class CommunicatorState;
+}
 
 class Work {
  public:
@@ -35,16 +44,18 @@ class Work {
   Work& operator=(const Work&) = delete;
 
   void wait(std::chrono::milliseconds timeout = kNoTimeout);
+  // True: completed successfully. False: `timeout` passed first. Rethrows the failure.
+  bool waitFor(std::chrono::milliseconds timeout);
   bool isCompleted() const;
   std::exception_ptr exception() const;
   // What this operation is, e.g. "rank 0: allreduce #12 (float32 x 1024, sum)"; built when asked.
   std::string description() const { return describe(); }
 
-  // Marks the operation done; `error` null means success. Called once, by the implementation.
-  void finish(std::exception_ptr error = nullptr) noexcept;
-
  protected:
-  // Called by wait() without a timeout before it blocks: an implementation may run the operation
+  // Marks the operation done; `error` null means success. Called once, by the implementation;
+  // later calls are ignored.
+  void finish(std::exception_ptr error = nullptr) noexcept;
+  // Called by a wait without a timeout before it blocks: an implementation may run the operation
   // here, on the waiting thread, if nothing must run before it. Default: nothing.
   virtual void runIfNext() noexcept {}
   // The description; by default the one given to the constructor. Implementations may build it
@@ -52,6 +63,9 @@ class Work {
   virtual std::string describe() const { return description_; }
 
  private:
+  // The runtime's communicators run the operations and finish their Works.
+  friend class detail::CommunicatorState;
+
   const std::string description_;
   mutable std::mutex mutex_;
   std::condition_variable done_;

@@ -7,11 +7,13 @@
 // process-wide "abandoned" list that is swept (GIL held) at the next operation, and drained at
 // shutdown. Python objects are only ever released with the GIL held.
 //
-// Waiting: the GIL is released and the wait proceeds in slices of kSlice, checking for Python
-// signals (Ctrl-C) between slices; an interrupted wait leaves the operation running and its buffers
-// alive (abandoned list), and raises KeyboardInterrupt.
+// Waiting: the GIL is released and the wait proceeds in slices of kSlice (Work::waitFor, which
+// returns false when a slice ends first), checking for Python signals (Ctrl-C) between slices; an
+// interrupted wait leaves the operation running and its buffers alive (abandoned list), and raises
+// KeyboardInterrupt.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -38,7 +40,9 @@ void abandon(std::shared_ptr<Work> work, py::object keepAlive) {
 }
 
 // Waits for `work` (GIL held on entry and exit). `timeout` < 0 means until the operation ends
-// (which its own deadline bounds). Returns false if `timeout` expired first.
+// (which its own deadline bounds). Returns false if `timeout` expired first; rethrows the
+// operation's failure. The wait goes in slices of at most kSlice (Work::waitFor, GIL released),
+// and Python's signal handlers run after every slice that ends before the operation does.
 bool waitReleasingGil(const std::shared_ptr<Work>& work,
                       std::chrono::milliseconds timeout,
                       py::object& keepAlive) {
@@ -48,24 +52,17 @@ bool waitReleasingGil(const std::shared_ptr<Work>& work,
     if (timeout >= std::chrono::milliseconds::zero()) {
       auto left = timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::steady_clock::now() - start);
-      if (left <= std::chrono::milliseconds::zero())
-        return work->isCompleted();
-      slice = std::min(slice, left);
+      slice = std::clamp(left, std::chrono::milliseconds::zero(), slice);
     }
     bool completed;
     {
       py::gil_scoped_release release;
-      try {
-        work->wait(slice);
-      } catch (const TimeoutError&) {
-        // Either our slice expired or the operation itself failed with a timeout.
-      }
-      completed = work->isCompleted();
+      completed = work->waitFor(slice);  // rethrows the operation's failure, if any
     }
-    if (completed) {
-      work->wait();  // rethrows the operation's failure, if any
+    if (completed)
       return true;
-    }
+    if (slice == std::chrono::milliseconds::zero())
+      return false;  // `timeout` has expired
     if (PyErr_CheckSignals() != 0) {
       abandon(work, std::move(keepAlive));
       keepAlive = py::none();
@@ -141,7 +138,6 @@ void bindWork(py::module_& module) {
            "returns whether it completed and rethrows its failure.")
       .def("is_completed", &PendingWork::isCompleted)
       .def_property_readonly("description", &PendingWork::description);
-  module.def("_sweep", &sweepAbandonedWork);
 }
 
 }  // namespace chorus::python

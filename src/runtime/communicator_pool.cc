@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "core/check.h"
+#include "runtime/communicator_access.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/communicator_ops.h"
 #include "runtime/communicator_state.h"
@@ -41,7 +42,7 @@ std::shared_ptr<Communicator> CommunicatorPool::get(const RankList& rankList,
   // The world in order is the world communicator, as for an empty rank_list (Python passes it as
   // one), so it is not checked: a rank that names it explicitly agrees with one that passes none.
   const bool isWorld = groups.size() == 1 && std::is_sorted(groups[0].begin(), groups[0].end());
-  if (isWorld && backend == world_->state().resources().backendName)
+  if (isWorld && backend == CommunicatorAccess::state(*world_).resources().backendName)
     return world_;
   auto key = std::make_pair(backend, groups);
   if (auto cached = groups_.find(key); cached != groups_.end())
@@ -78,7 +79,7 @@ void CommunicatorPool::checkSameOnEveryRank(const RankList& groups) {
   const int64_t hash = static_cast<int64_t>(std::hash<std::string>{}(mine));
   const int size = world_->size();
   std::vector<int64_t> all(size);
-  auto& state = world_->state();
+  auto& state = CommunicatorAccess::state(*world_);
   auto fingerprint =
       makeFingerprint(transport::Collective::kSplit, 1, DataType::kInt64, std::nullopt, -1);
   state
@@ -121,7 +122,7 @@ void CommunicatorPool::checkSameOnEveryRank(const RankList& groups) {
 }
 
 std::shared_ptr<Communicator> CommunicatorPool::world(const std::string& backend) {
-  if (backend == world_->state().resources().backendName)
+  if (backend == CommunicatorAccess::state(*world_).resources().backendName)
     return world_;
   RankList everyone(1);
   for (int rank = 0; rank < world_->size(); ++rank) everyone[0].push_back(rank);

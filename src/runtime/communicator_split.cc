@@ -8,6 +8,7 @@
 
 #include "chorus/communicator.h"
 #include "core/check.h"
+#include "runtime/communicator_access.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/communicator_ops.h"
 #include "runtime/communicator_state.h"
@@ -24,7 +25,7 @@ std::shared_ptr<Communicator> splitCommunicator(Communicator& parent,
                                                 int color,
                                                 int key,
                                                 const std::string& backend) {
-  auto& state = parent.state();
+  auto& state = CommunicatorAccess::state(parent);
   const int p = parent.size();
   std::vector<int64_t> mine = {color, key};
   std::vector<int64_t> all(2 * p);

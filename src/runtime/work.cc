@@ -9,17 +9,25 @@ Work::Work(std::string description) : description_(std::move(description)) {}
 Work::~Work() = default;
 
 void Work::wait(std::chrono::milliseconds timeout) {
-  if (timeout < std::chrono::milliseconds(0))
-    runIfNext();
-  std::unique_lock lock(mutex_);
-  if (timeout < std::chrono::milliseconds(0)) {
-    done_.wait(lock, [&] { return completed_; });
-  } else if (!done_.wait_for(lock, timeout, [&] { return completed_; })) {
+  if (!waitFor(timeout)) {
     throw TimeoutError(detail::concat(description(), " did not complete within ", timeout.count(),
                                       " ms; it is still running and can be waited for again"));
   }
+}
+
+bool Work::waitFor(std::chrono::milliseconds timeout) {
+  const bool unbounded = timeout < std::chrono::milliseconds::zero();
+  if (unbounded)
+    runIfNext();
+  std::unique_lock lock(mutex_);
+  if (unbounded) {
+    done_.wait(lock, [&] { return completed_; });
+  } else if (!done_.wait_for(lock, timeout, [&] { return completed_; })) {
+    return false;
+  }
   if (error_)
     std::rethrow_exception(error_);
+  return true;
 }
 
 bool Work::isCompleted() const {

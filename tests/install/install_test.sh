@@ -2,9 +2,10 @@
 # Installs a chorus build into a temporary prefix, then, as a user would:
 #  1. builds tests/install/consumer with CMake (find_package(chorus) -> chorus::chorus),
 #  2. compiles the same main.cc with `c++ $(pkg-config --cflags --libs chorus)`,
-#  3. runs both alone (1 rank) and under the installed `bin/chorusrun -np 2`.
+#  3. runs both alone (1 rank) and under the installed `bin/chorusrun -np 2`;
+# and first compiles every installed public header alone, against the installed include/ only.
 # Each step fails the test; every run is bounded by `timeout`. The temporary prefix is removed on
-# exit. Cost: one small file compiled twice (a few seconds each).
+# exit. Cost: one small file compiled twice (a few seconds each), and each public header parsed once.
 #
 #   install_test.sh BUILD_DIR CONSUMER_SOURCE_DIR CMAKE CXX [SANITIZER]
 set -euo pipefail
@@ -29,6 +30,15 @@ for f in lib/libchorus.so include/chorus/chorus.h lib/cmake/chorus/chorusConfig.
   lib/cmake/chorus/chorusConfigVersion.cmake lib/cmake/chorus/chorusTargets.cmake \
   lib/pkgconfig/chorus.pc bin/chorusrun; do
   [ -e "$prefix/$f" ] || fail "$f was not installed"
+done
+
+# Each installed header compiles on its own, with nothing but the installed include/ (no src/):
+# public headers name no internal header.
+step "compiling each installed header alone"
+for header in "$prefix"/include/chorus/*.h; do
+  name=chorus/$(basename "$header")
+  echo "#include \"$name\"" | "$cxx" "${flags[@]}" -fsyntax-only -x c++ -I"$prefix/include" - ||
+    fail "$name does not compile alone against the installed headers"
 done
 
 step "building the consumer with find_package(chorus)"

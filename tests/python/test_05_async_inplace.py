@@ -1,6 +1,9 @@
 """allreduce with async_op=True (handle.wait() returns the result) and inplace=True (DESIGN §4)."""
 
+import os
+import signal
 import threading
+import time
 
 import pytest
 
@@ -107,3 +110,59 @@ def test_inplace_list(rank, size):
     chorus.allreduce(xs, "sum", inplace=True)
     check_result(xs[0], "numpy", "int8", expected_sum(size, (3,), "int8"))
     check_result(xs[1], "numpy", "int8", expected_sum(size, (4,), "int8", shift=1))
+
+
+def _late_allreduce(rank, size, first_rank_waits):
+    """Rank 0 starts an async allreduce and runs first_rank_waits(handle) while the other ranks have
+    not called it yet; they call it only after rank 0's go-ahead, a blocking barrier on a second
+    communicator (all ranks, reversed), which does not queue behind the allreduce. Returns the
+    allreduce's result on every rank."""
+    side = [list(range(size))[::-1]]
+    dist.get_communicator(side)  # collective on first use: before the allreduce occupies the world
+    x = make("numpy", values(rank, (4,), "float32"), "float32")
+    if rank != 0:
+        chorus.barrier(rank_list=side)
+        return chorus.allreduce(x, "sum")
+    handle = chorus.allreduce(x, "sum", async_op=True)
+    try:
+        first_rank_waits(handle)
+        assert not handle.is_completed(), "the allreduce completed before the other ranks called it"
+    finally:
+        chorus.barrier(rank_list=side)  # the go-ahead, also when an assertion failed
+    return handle.wait(timeout=60)
+
+
+def test_wait_timeout_expires_and_leaves_the_operation_running(rank, size, multi_rank):
+    """wait(timeout) that expires raises chorus.TimeoutError (missing ranks unknown: []) and leaves
+    the operation running: a later wait() returns its result."""
+    def wait_briefly(handle):
+        with pytest.raises(chorus.TimeoutError) as caught:
+            handle.wait(timeout=0.3)
+        assert caught.value.missing_ranks == []
+        with pytest.raises(chorus.TimeoutError):
+            handle.wait(timeout=0)  # only looks
+
+    result = _late_allreduce(rank, size, wait_briefly)
+    check_result(result, "numpy", "float32", expected_sum(size, (4,), "float32"))
+
+
+def test_ctrl_c_interrupts_a_wait_and_leaves_the_operation_running(rank, size, multi_rank):
+    """Ctrl-C (SIGINT) during wait() raises KeyboardInterrupt within one wait slice (0.2 s), and
+    leaves the operation running with its buffers alive: a later wait() returns its result."""
+    def interrupted(handle):
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        try:
+            start = time.monotonic()
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                handle.wait()
+            waited = time.monotonic() - start
+        finally:
+            timer.cancel()
+            timer.join()
+            signal.signal(signal.SIGINT, previous)
+        assert waited < 10, f"Ctrl-C took {waited:.1f} s to interrupt wait()"
+
+    result = _late_allreduce(rank, size, interrupted)
+    check_result(result, "numpy", "float32", expected_sum(size, (4,), "float32"))

@@ -2,6 +2,7 @@
 // holds {N(N+1)/2, N(N+1)}. Built by tests/install/install_test.sh against the installed headers
 // and libchorus.so (through find_package and through pkg-config); runs alone (1 rank, void
 // backend) and under chorusrun.
+#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -20,7 +21,11 @@ int main() {
                    comm->rank(), value[0], value[1], expected, 2 * expected);
       return 1;
     }
-    comm->barrier()->wait();
+    if (!comm->barrier()->waitFor(std::chrono::seconds(60))) {
+      std::fprintf(stderr, "install consumer: rank %d: the barrier did not complete in 60 s\n",
+                   comm->rank());
+      return 1;
+    }
     if (comm->rank() == 0)
       std::printf("install consumer: OK on %d ranks\n", n);
     chorus::DistContext::get().shutdown();
