@@ -35,9 +35,10 @@ SRC_LAYERS = {"core", "trace", "store", "connector", "transport", "algorithms", 
 
 # include/chorus/<name>: the layer that implements it (fnmatch patterns allowed).
 PUBLIC_HEADERS = [
-    ("types.h", "core"), ("tensor.h", "core"), ("error.h", "core"),
+    ("types.h", "core"), ("tensor.h", "core"), ("error.h", "core"), ("huge_pages.h", "core"),
     ("work.h", "runtime"), ("communicator.h", "runtime"), ("dist_context.h", "runtime"),
-    ("gradient_reducer.h", "parallel"), ("zero*.h", "parallel"), ("*optimizer*.h", "parallel"),
+    ("gradient_reducer.h", "parallel"), ("zero*.h", "parallel"), ("shard_plan.h", "parallel"),
+    ("*optimizer*.h", "parallel"),
     ("chorus.h", "api"),  # the umbrella: everything a user includes
 ]
 

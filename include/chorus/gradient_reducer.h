@@ -1,5 +1,5 @@
-// chorus/gradient_reducer.h — data-parallel gradient averaging in buckets, overlapped with backward
-// (DESIGN §7).
+// chorus/gradient_reducer.h — GradientReducer: data-parallel gradient averaging in buckets,
+// overlapped with backward.
 //
 // Contract:
 //  - Every rank of `comm` constructs the reducer with the same gradient specs (element count and
@@ -38,10 +38,6 @@
 
 namespace chorus {
 
-namespace parallel {
-struct Bucket;
-}
-
 struct GradientSpec {
   int64_t numel = 0;
   DataType dtype = DataType::kFloat32;
@@ -65,7 +61,7 @@ class GradientReducer {
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  int numGradients() const { return static_cast<int>(specs_.size()); }
+  int numGradients() const;
   int numBuckets() const;
   // Bytes in bucket b (gradients plus alignment padding); the buckets in plan order.
   size_t bucketBytes(int bucket) const;
@@ -75,7 +71,7 @@ class GradientReducer {
   Tensor gradient(int index) const;
   std::shared_ptr<const void> storage(int index) const;
   // Grows by one whenever the views move (a rebuild).
-  int generation() const { return generation_; }
+  int generation() const;
 
   void markReady(int index);
   // Copies `values` (same numel and dtype, contiguous) into gradient(index), then markReady(index):
@@ -84,42 +80,15 @@ class GradientReducer {
   // Whether gradient i was marked ready in the current iteration.
   bool isReady(int index) const;
   // How many buckets of the current iteration have been issued so far.
-  int bucketsIssued() const { return nextBucketToLaunch_; }
+  int bucketsIssued() const;
 
   const std::vector<bool>& finalize();
   // From the last finalize(): whether gradient i was present on at least one rank.
-  const std::vector<bool>& usedAnywhere() const { return usedAnywhere_; }
+  const std::vector<bool>& usedAnywhere() const;
 
  private:
-  struct Storage;
-  struct Location {
-    int bucket = 0;
-    int64_t offset = 0;
-  };
-
-  std::vector<parallel::Bucket> plan(const std::vector<int>& readyOrder) const;
-  void build(std::vector<parallel::Bucket> buckets);
-  // Nothing ready, no bucket issued: the state at the start of every iteration.
-  void startIteration();
-  void checkIndex(int index, const char* what) const;
-  void launchReadyBuckets();
-  void rebuildFromRankZeroOrder();
-  std::vector<int> observedOrder() const;
-
-  std::shared_ptr<Communicator> comm_;
-  std::vector<GradientSpec> specs_;
-  GradientReducerOptions options_;
-  std::vector<parallel::Bucket> buckets_;
-  std::vector<std::shared_ptr<Storage>> storage_;  // one per bucket
-  std::vector<Location> locations_;                // one per gradient
-  std::vector<int> pendingInBucket_;
-  std::vector<std::shared_ptr<Work>> inFlight_;
-  std::vector<bool> ready_;
-  std::vector<int> readySequence_;  // this iteration's markReady order
-  std::vector<bool> usedAnywhere_;
-  int nextBucketToLaunch_ = 0;
-  int iterations_ = 0;
-  int generation_ = 0;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace chorus

@@ -13,12 +13,12 @@
 #include <optional>
 
 #include "bindings.h"
-#include "core/huge_pages.h"
+#include "chorus/huge_pages.h"
 
 namespace chorus::python {
 namespace {
 
-// Results of 4 MiB and more get huge pages before their first touch (core/huge_pages.h): a 64 MiB
+// Results of 4 MiB and more get huge pages before their first touch (chorus/huge_pages.h): a 64 MiB
 // result would otherwise spend most of its time in page faults.
 constexpr size_t kHugePageThreshold = 4u << 20;
 

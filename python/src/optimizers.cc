@@ -1,7 +1,7 @@
-// The flat-shard optimizers (src/parallel/flat_optimizer.h) as seen from Python: chorus.torch's
+// The flat-shard optimizers (chorus/flat_optimizer.h) as seen from Python: chorus.torch's
 // ZeRO optimizer steps its shard through them, and the tests compare them with torch.optim.
 #include "bindings.h"
-#include "parallel/flat_optimizer.h"
+#include "chorus/flat_optimizer.h"
 
 namespace chorus::python {
 namespace {

@@ -1,11 +1,11 @@
-// ZeroEngine (src/parallel/zero_engine.h) as seen from chorus.torch.ZeroOptimizer: sizes, units
+// ZeroEngine (chorus/zero_engine.h) as seen from chorus.torch.ZeroOptimizer: sizes, units
 // and hyperparameters in; DLPack capsules of parameter and gradient views out (each keeps its
 // memory alive); float32 state as NumPy arrays for checkpoints. Waits release the GIL.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "parallel/zero_engine.h"
+#include "chorus/zero_engine.h"
 
 namespace chorus::python {
 namespace {

@@ -1,6 +1,6 @@
-// Flat-shard SGD and Adam/AdamW (see flat_optimizer.h). Scalars are computed in double, as torch
-// does for its Python-number hyperparameters, then rounded to float once per step.
-#include "parallel/flat_optimizer.h"
+// Flat-shard SGD and Adam/AdamW (see include/chorus/flat_optimizer.h). Scalars are computed in
+// double, as torch does for its Python-number hyperparameters, then rounded to float once per step.
+#include "chorus/flat_optimizer.h"
 
 #include <cmath>
 #include <string>

@@ -1,6 +1,7 @@
 // GradientReducer: buckets of gradients averaged with one async allreduce each (see the contract in
 // include/chorus/gradient_reducer.h). Bucket buffers are allocated here, zeroed (which also faults
-// their pages in before the first backward; parallel::AlignedBuffer), and handed out as views.
+// their pages in before the first backward; parallel::AlignedBuffer), and handed out as views. The
+// state lives in GradientReducer::Impl, which the public methods at the end forward to.
 #include "chorus/gradient_reducer.h"
 
 #include <cstring>
@@ -13,13 +14,60 @@
 
 namespace chorus {
 
-struct GradientReducer::Storage : parallel::AlignedBuffer {
-  explicit Storage(size_t bytes) : AlignedBuffer(bytes, "gradient reducer: a bucket") {}
+// The reducer's state; the public methods below forward here.
+struct GradientReducer::Impl {
+  struct Storage : parallel::AlignedBuffer {
+    explicit Storage(size_t bytes) : AlignedBuffer(bytes, "gradient reducer: a bucket") {}
+  };
+  struct Location {
+    int bucket = 0;
+    int64_t offset = 0;
+  };
+
+  Impl(std::shared_ptr<Communicator> comm,
+       std::vector<GradientSpec> specs,
+       GradientReducerOptions options);
+  ~Impl();
+
+  int numGradients() const { return static_cast<int>(specs_.size()); }
+  int numBuckets() const { return static_cast<int>(buckets_.size()); }
+  size_t bucketBytes(int bucket) const;
+  std::vector<int> bucketGradients(int bucket) const;
+  Tensor gradient(int index) const;
+  std::shared_ptr<const void> storage(int index) const;
+  void markReady(int index);
+  void markReady(int index, const Tensor& values);
+  bool isReady(int index) const;
+  const std::vector<bool>& finalize();
+
+  std::vector<parallel::Bucket> plan(const std::vector<int>& readyOrder) const;
+  void build(std::vector<parallel::Bucket> buckets);
+  // Nothing ready, no bucket issued: the state at the start of every iteration.
+  void startIteration();
+  void checkIndex(int index, const char* what) const;
+  void launchReadyBuckets();
+  void rebuildFromRankZeroOrder();
+  std::vector<int> observedOrder() const;
+
+  std::shared_ptr<Communicator> comm_;
+  std::vector<GradientSpec> specs_;
+  GradientReducerOptions options_;
+  std::vector<parallel::Bucket> buckets_;
+  std::vector<std::shared_ptr<Storage>> storage_;  // one per bucket
+  std::vector<Location> locations_;                // one per gradient
+  std::vector<int> pendingInBucket_;
+  std::vector<std::shared_ptr<Work>> inFlight_;
+  std::vector<bool> ready_;
+  std::vector<int> readySequence_;  // this iteration's markReady order
+  std::vector<bool> usedAnywhere_;
+  int nextBucketToLaunch_ = 0;
+  int iterations_ = 0;
+  int generation_ = 0;
 };
 
-GradientReducer::GradientReducer(std::shared_ptr<Communicator> comm,
-                                 std::vector<GradientSpec> specs,
-                                 GradientReducerOptions options)
+GradientReducer::Impl::Impl(std::shared_ptr<Communicator> comm,
+                            std::vector<GradientSpec> specs,
+                            GradientReducerOptions options)
     : comm_(std::move(comm)), specs_(std::move(specs)), options_(options) {
   if (!comm_)
     throw InvalidArgumentError("gradient reducer: no communicator");
@@ -27,7 +75,7 @@ GradientReducer::GradientReducer(std::shared_ptr<Communicator> comm,
   usedAnywhere_.assign(specs_.size(), false);
 }
 
-GradientReducer::~GradientReducer() {
+GradientReducer::Impl::~Impl() {
   // Operations still in flight write into our buffers: let them finish first.
   for (auto& work : inFlight_) {
     try {
@@ -37,12 +85,13 @@ GradientReducer::~GradientReducer() {
   }
 }
 
-std::vector<parallel::Bucket> GradientReducer::plan(const std::vector<int>& readyOrder) const {
+std::vector<parallel::Bucket> GradientReducer::Impl::plan(
+    const std::vector<int>& readyOrder) const {
   return parallel::planBuckets(specs_, readyOrder,
                                {options_.bucketBytes, options_.firstBucketBytes});
 }
 
-void GradientReducer::build(std::vector<parallel::Bucket> buckets) {
+void GradientReducer::Impl::build(std::vector<parallel::Bucket> buckets) {
   std::vector<std::shared_ptr<Storage>> storage;
   std::vector<Location> locations(specs_.size());
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -67,7 +116,7 @@ void GradientReducer::build(std::vector<parallel::Bucket> buckets) {
   startIteration();
 }
 
-void GradientReducer::startIteration() {
+void GradientReducer::Impl::startIteration() {
   ready_.assign(specs_.size(), false);
   readySequence_.clear();
   nextBucketToLaunch_ = 0;
@@ -76,24 +125,22 @@ void GradientReducer::startIteration() {
     pendingInBucket_[b] = static_cast<int>(buckets_[b].slots.size());
 }
 
-int GradientReducer::numBuckets() const { return static_cast<int>(buckets_.size()); }
+size_t GradientReducer::Impl::bucketBytes(int bucket) const { return buckets_.at(bucket).nbytes(); }
 
-size_t GradientReducer::bucketBytes(int bucket) const { return buckets_.at(bucket).nbytes(); }
-
-std::vector<int> GradientReducer::bucketGradients(int bucket) const {
+std::vector<int> GradientReducer::Impl::bucketGradients(int bucket) const {
   std::vector<int> indices;
   for (const auto& slot : buckets_.at(bucket).slots) indices.push_back(slot.gradient);
   return indices;
 }
 
-void GradientReducer::checkIndex(int index, const char* what) const {
+void GradientReducer::Impl::checkIndex(int index, const char* what) const {
   if (index < 0 || index >= numGradients())
     throw InvalidArgumentError(std::string("gradient reducer: ") + what + " of gradient " +
                                std::to_string(index) + ", but there are " +
                                std::to_string(numGradients()) + " gradients");
 }
 
-Tensor GradientReducer::gradient(int index) const {
+Tensor GradientReducer::Impl::gradient(int index) const {
   checkIndex(index, "view");
   const Location& at = locations_[index];
   auto* base = static_cast<std::byte*>(storage_[at.bucket]->data());
@@ -102,17 +149,17 @@ Tensor GradientReducer::gradient(int index) const {
                 {spec.numel});
 }
 
-std::shared_ptr<const void> GradientReducer::storage(int index) const {
+std::shared_ptr<const void> GradientReducer::Impl::storage(int index) const {
   checkIndex(index, "storage");
   return storage_[locations_[index].bucket];
 }
 
-bool GradientReducer::isReady(int index) const {
+bool GradientReducer::Impl::isReady(int index) const {
   checkIndex(index, "readiness");
   return ready_[index];
 }
 
-void GradientReducer::markReady(int index, const Tensor& values) {
+void GradientReducer::Impl::markReady(int index, const Tensor& values) {
   checkIndex(index, "markReady");
   Tensor view = gradient(index);
   if (values.dtype() != view.dtype() || values.numel() != view.numel() || !values.isContiguous())
@@ -124,7 +171,7 @@ void GradientReducer::markReady(int index, const Tensor& values) {
   markReady(index);
 }
 
-void GradientReducer::markReady(int index) {
+void GradientReducer::Impl::markReady(int index) {
   checkIndex(index, "markReady");
   if (ready_[index])
     throw InvalidArgumentError(
@@ -137,7 +184,7 @@ void GradientReducer::markReady(int index) {
   launchReadyBuckets();
 }
 
-void GradientReducer::launchReadyBuckets() {
+void GradientReducer::Impl::launchReadyBuckets() {
   while (nextBucketToLaunch_ < numBuckets() && pendingInBucket_[nextBucketToLaunch_] == 0) {
     const parallel::Bucket& bucket = buckets_[nextBucketToLaunch_];
     Tensor whole(storage_[nextBucketToLaunch_]->data(), bucket.dtype, {bucket.numel});
@@ -146,7 +193,7 @@ void GradientReducer::launchReadyBuckets() {
   }
 }
 
-const std::vector<bool>& GradientReducer::finalize() {
+const std::vector<bool>& GradientReducer::Impl::finalize() {
   std::vector<uint8_t> used(specs_.size());
   for (int i = 0; i < numGradients(); ++i) {
     used[i] = ready_[i] ? 1 : 0;
@@ -171,7 +218,7 @@ const std::vector<bool>& GradientReducer::finalize() {
   return usedAnywhere_;
 }
 
-std::vector<int> GradientReducer::observedOrder() const {
+std::vector<int> GradientReducer::Impl::observedOrder() const {
   // Gradients in the order they became ready, then the absent ones in their current plan order.
   std::vector<int> order = readySequence_;
   for (const auto& bucket : buckets_)
@@ -181,7 +228,7 @@ std::vector<int> GradientReducer::observedOrder() const {
   return order;
 }
 
-void GradientReducer::rebuildFromRankZeroOrder() {
+void GradientReducer::Impl::rebuildFromRankZeroOrder() {
   std::vector<int32_t> order;
   for (int index : observedOrder()) order.push_back(index);
   if (!order.empty())
@@ -190,5 +237,32 @@ void GradientReducer::rebuildFromRankZeroOrder() {
   if (planned != buckets_)
     build(std::move(planned));
 }
+
+GradientReducer::GradientReducer(std::shared_ptr<Communicator> comm,
+                                 std::vector<GradientSpec> specs,
+                                 GradientReducerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(comm), std::move(specs), options)) {}
+
+GradientReducer::~GradientReducer() = default;
+
+int GradientReducer::numGradients() const { return impl_->numGradients(); }
+int GradientReducer::numBuckets() const { return impl_->numBuckets(); }
+size_t GradientReducer::bucketBytes(int bucket) const { return impl_->bucketBytes(bucket); }
+std::vector<int> GradientReducer::bucketGradients(int bucket) const {
+  return impl_->bucketGradients(bucket);
+}
+Tensor GradientReducer::gradient(int index) const { return impl_->gradient(index); }
+std::shared_ptr<const void> GradientReducer::storage(int index) const {
+  return impl_->storage(index);
+}
+int GradientReducer::generation() const { return impl_->generation_; }
+void GradientReducer::markReady(int index) { impl_->markReady(index); }
+void GradientReducer::markReady(int index, const Tensor& values) {
+  impl_->markReady(index, values);
+}
+bool GradientReducer::isReady(int index) const { return impl_->isReady(index); }
+int GradientReducer::bucketsIssued() const { return impl_->nextBucketToLaunch_; }
+const std::vector<bool>& GradientReducer::finalize() { return impl_->finalize(); }
+const std::vector<bool>& GradientReducer::usedAnywhere() const { return impl_->usedAnywhere_; }
 
 }  // namespace chorus

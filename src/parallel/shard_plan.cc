@@ -1,4 +1,4 @@
-#include "parallel/shard_plan.h"
+#include "chorus/shard_plan.h"
 
 #include <algorithm>
 #include <string>

@@ -1,13 +1,17 @@
-// ZeroEngine (see zero_engine.h): the buffers of each stage, the gradient reductions issued in a
-// fixed order as units complete, and the sharded optimizer step.
-#include "parallel/zero_engine.h"
+// ZeroEngine (see include/chorus/zero_engine.h): the buffers of each stage, the gradient
+// reductions issued in a fixed order as units complete, and the sharded optimizer step. The state
+// lives in ZeroEngine::Impl, which the public methods at the end forward to.
+#include "chorus/zero_engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <deque>
 #include <exception>
 
 #include "chorus/error.h"
 #include "core/reduce_kernels.h"
+#include "parallel/aligned_buffer.h"
 #include "parallel/wait_all.h"
 
 namespace chorus::parallel {
@@ -30,7 +34,104 @@ void storeFloat32(DataType dtype, const float* src, void* dst, size_t count) {
 
 }  // namespace
 
-struct ZeroEngine::BufferAccount {
+// The engine's state and work; the public methods at the end forward here.
+struct ZeroEngine::Impl {
+  struct ReduceInFlight {
+    int unit = 0;
+    std::shared_ptr<AlignedBuffer> bucket;
+    std::shared_ptr<Work> work;
+  };
+
+  struct BufferAccount;
+
+  Impl(std::shared_ptr<Communicator> comm,
+       std::vector<int64_t> numels,
+       std::vector<std::vector<int>> units,
+       ZeroOptions options,
+       const OptimizerFactory& makeOptimizer);
+  ~Impl();
+
+  bool hasMasterWeights() const { return options_.dtype != DataType::kFloat32; }
+
+  void setParameter(int index, const Tensor& values);
+  Tensor parameter(int index) const;
+  std::shared_ptr<const void> parameterStorage(int index) const;
+  void gather(int unit);
+  void waitGathered(int unit);
+  void release(int unit);
+  bool isGathered(int unit) const;
+
+  Tensor gradient(int index) const;
+  std::shared_ptr<const void> gradientStorage(int index) const;
+  int markReady(int index);
+  int markReady(int index, const Tensor& values);
+  bool isReady(int index) const;
+  void finalize();
+  void zeroGradients();
+
+  void step();
+  void publishParameters();
+  std::vector<std::string> stateNames() const;
+  std::vector<float> exportState(const std::string& name);
+  void importState(const std::string& name, const std::vector<float>& values);
+  std::vector<float> gatherParameters();
+
+  ZeroMemory memory() const;
+
+  size_t elementBytes() const { return dataTypeSize(options_.dtype); }
+  std::shared_ptr<AlignedBuffer> allocateState(int64_t numel, DataType dtype, const char* what);
+  // A communication buffer: counted in memory().buffers while it lives.
+  std::shared_ptr<AlignedBuffer> allocateBuffer(int64_t numel, const char* what);
+  void checkIndex(int index, const char* what) const;
+  void checkUnit(int unit, const char* what) const;
+  void checkIdle(const char* what) const;
+  std::byte* unitParameters(int unit) const;
+  float* ownedMaster(int unit) const;
+  float* ownedState(const std::string& name, int unit);
+  Tensor shardOf(const AlignedBuffer& buffer, int unit) const;
+
+  void startIteration();
+  AlignedBuffer& bucketFor(int unit);
+  int completeOne(int index);
+  void launchReadyUnits();
+  void issueReduction(int unit);
+  void retireOldestReduction();
+  void adoptRankZeroOrder();
+  void updateShard(int unit);
+  void dropGathered();
+
+  std::shared_ptr<Communicator> comm_;
+  ZeroOptions options_;
+  ZeroLayout layout_;
+  std::unique_ptr<FlatOptimizer> optimizer_;
+
+  // Stages 1 and 2: every unit whole. Stage 3: this rank's shard, and gathered units.
+  std::vector<std::shared_ptr<AlignedBuffer>> unitParameters_;
+  std::shared_ptr<AlignedBuffer> parameterShard_;
+  std::vector<std::shared_ptr<AlignedBuffer>> gathered_;
+  std::vector<std::shared_ptr<Work>> gatherWork_;
+  std::shared_ptr<AlignedBuffer> master_;  // float32, mixed precision only
+
+  // Stage 1: whole gradients per unit. Stages 2 and 3: the shard, and buckets.
+  std::vector<std::shared_ptr<AlignedBuffer>> unitGradients_;
+  std::shared_ptr<AlignedBuffer> gradientShard_;
+  std::vector<std::shared_ptr<AlignedBuffer>> bucketOfUnit_;
+  std::vector<std::shared_ptr<AlignedBuffer>> freeBuckets_;
+  std::deque<ReduceInFlight> reductions_;
+  std::vector<std::shared_ptr<Work>> allreduces_;
+  int64_t bucketNumel_ = 0;
+
+  std::vector<bool> ready_;
+  std::vector<int> pendingInUnit_;
+  std::vector<int> issueOrder_;
+  std::vector<int> completedOrder_;
+  int nextToIssue_ = 0;
+  int markedThisIteration_ = 0;
+  int iterations_ = 0;
+  std::shared_ptr<BufferAccount> account_;
+};
+
+struct ZeroEngine::Impl::BufferAccount {
   std::atomic<size_t> current{0};
   std::atomic<size_t> peak{0};
 
@@ -42,7 +143,7 @@ struct ZeroEngine::BufferAccount {
   }
 };
 
-ZeroEngine::ZeroEngine(std::shared_ptr<Communicator> comm,
+ZeroEngine::Impl::Impl(std::shared_ptr<Communicator> comm,
                        std::vector<int64_t> numels,
                        std::vector<std::vector<int>> units,
                        ZeroOptions options,
@@ -88,7 +189,7 @@ ZeroEngine::ZeroEngine(std::shared_ptr<Communicator> comm,
   startIteration();
 }
 
-ZeroEngine::~ZeroEngine() {
+ZeroEngine::Impl::~Impl() {
   // Operations still in flight use our buffers: let them finish first.
   std::vector<std::shared_ptr<Work>> works = std::move(allreduces_);
   for (auto& reduction : reductions_) works.push_back(reduction.work);
@@ -101,13 +202,13 @@ ZeroEngine::~ZeroEngine() {
   }
 }
 
-std::shared_ptr<AlignedBuffer> ZeroEngine::allocateState(int64_t numel,
-                                                         DataType dtype,
-                                                         const char* what) {
+std::shared_ptr<AlignedBuffer> ZeroEngine::Impl::allocateState(int64_t numel,
+                                                               DataType dtype,
+                                                               const char* what) {
   return std::make_shared<AlignedBuffer>(static_cast<size_t>(numel) * dataTypeSize(dtype), what);
 }
 
-std::shared_ptr<AlignedBuffer> ZeroEngine::allocateBuffer(int64_t numel, const char* what) {
+std::shared_ptr<AlignedBuffer> ZeroEngine::Impl::allocateBuffer(int64_t numel, const char* what) {
   size_t bytes = static_cast<size_t>(numel) * elementBytes();
   auto* buffer = new AlignedBuffer(bytes, what);
   account_->add(bytes);
@@ -117,14 +218,14 @@ std::shared_ptr<AlignedBuffer> ZeroEngine::allocateBuffer(int64_t numel, const c
   });
 }
 
-void ZeroEngine::checkIndex(int index, const char* what) const {
+void ZeroEngine::Impl::checkIndex(int index, const char* what) const {
   if (index < 0 || index >= layout_.numParameters())
     throw InvalidArgumentError(std::string("ZeRO: ") + what + " of parameter " +
                                std::to_string(index) + ", but there are " +
                                std::to_string(layout_.numParameters()) + " parameters");
 }
 
-void ZeroEngine::checkUnit(int unit, const char* what) const {
+void ZeroEngine::Impl::checkUnit(int unit, const char* what) const {
   if (unit < 0 || unit >= layout_.numUnits())
     throw InvalidArgumentError(std::string("ZeRO: ") + what + " of unit " + std::to_string(unit) +
                                ", but there are " + std::to_string(layout_.numUnits()) + " units");
@@ -133,18 +234,18 @@ void ZeroEngine::checkUnit(int unit, const char* what) const {
                                " partitions parameters, which only stage 3 does");
 }
 
-void ZeroEngine::checkIdle(const char* what) const {
+void ZeroEngine::Impl::checkIdle(const char* what) const {
   if (markedThisIteration_ > 0)
     throw InvalidArgumentError(std::string("ZeRO: ") + what +
                                " during backward (gradients were marked ready but not finalized)");
 }
 
-std::byte* ZeroEngine::unitParameters(int unit) const {
+std::byte* ZeroEngine::Impl::unitParameters(int unit) const {
   const auto& buffer = options_.stage <= 2 ? unitParameters_[unit] : gathered_[unit];
   return buffer->as<std::byte>();
 }
 
-float* ZeroEngine::ownedMaster(int unit) const {
+float* ZeroEngine::Impl::ownedMaster(int unit) const {
   if (master_)
     return master_->as<float>() + layout_.shardOffset(unit);
   if (options_.stage <= 2)
@@ -152,20 +253,20 @@ float* ZeroEngine::ownedMaster(int unit) const {
   return parameterShard_->as<float>() + layout_.shardOffset(unit);
 }
 
-float* ZeroEngine::ownedState(const std::string& name, int unit) {
+float* ZeroEngine::Impl::ownedState(const std::string& name, int unit) {
   if (name == "param")
     return ownedMaster(unit);
   return optimizer_->state(name) + layout_.shardOffset(unit);
 }
 
-Tensor ZeroEngine::shardOf(const AlignedBuffer& buffer, int unit) const {
+Tensor ZeroEngine::Impl::shardOf(const AlignedBuffer& buffer, int unit) const {
   return Tensor(buffer.as<std::byte>() + layout_.shardOffset(unit) * elementBytes(), options_.dtype,
                 {layout_.plan(unit).shardNumel()});
 }
 
 // ---- parameters --------------------------------------------------------------------------------
 
-void ZeroEngine::setParameter(int index, const Tensor& values) {
+void ZeroEngine::Impl::setParameter(int index, const Tensor& values) {
   checkIndex(index, "setParameter");
   int64_t numel = layout_.parameterNumel(index);
   if (values.dtype() != DataType::kFloat32 || values.numel() != numel || !values.isContiguous())
@@ -190,7 +291,7 @@ void ZeroEngine::setParameter(int index, const Tensor& values) {
   }
 }
 
-Tensor ZeroEngine::parameter(int index) const {
+Tensor ZeroEngine::Impl::parameter(int index) const {
   checkIndex(index, "view");
   int unit = layout_.unitOf(index);
   if (options_.stage == 3 && !isGathered(unit))
@@ -202,13 +303,13 @@ Tensor ZeroEngine::parameter(int index) const {
                 {layout_.parameterNumel(index)});
 }
 
-std::shared_ptr<const void> ZeroEngine::parameterStorage(int index) const {
+std::shared_ptr<const void> ZeroEngine::Impl::parameterStorage(int index) const {
   parameter(index);  // the same checks
   int unit = layout_.unitOf(index);
   return options_.stage <= 2 ? unitParameters_[unit] : gathered_[unit];
 }
 
-void ZeroEngine::gather(int unit) {
+void ZeroEngine::Impl::gather(int unit) {
   checkUnit(unit, "gather");
   if (gathered_[unit])
     return;
@@ -217,7 +318,7 @@ void ZeroEngine::gather(int unit) {
   gatherWork_[unit] = comm_->allgather(shardOf(*parameterShard_, unit), whole);
 }
 
-void ZeroEngine::waitGathered(int unit) {
+void ZeroEngine::Impl::waitGathered(int unit) {
   gather(unit);
   if (auto work = std::move(gatherWork_[unit])) {
     try {
@@ -229,24 +330,24 @@ void ZeroEngine::waitGathered(int unit) {
   }
 }
 
-void ZeroEngine::release(int unit) {
+void ZeroEngine::Impl::release(int unit) {
   checkUnit(unit, "release");
   if (auto work = std::move(gatherWork_[unit]))
     work->wait();  // the allgather writes into the buffer until it completes
   gathered_[unit].reset();
 }
 
-bool ZeroEngine::isGathered(int unit) const {
+bool ZeroEngine::Impl::isGathered(int unit) const {
   return options_.stage == 3 && gathered_.at(unit) && !gatherWork_.at(unit);
 }
 
-void ZeroEngine::dropGathered() {
+void ZeroEngine::Impl::dropGathered() {
   for (int u = 0; u < layout_.numUnits(); ++u) release(u);
 }
 
 // ---- gradients ---------------------------------------------------------------------------------
 
-Tensor ZeroEngine::gradient(int index) const {
+Tensor ZeroEngine::Impl::gradient(int index) const {
   checkIndex(index, "gradient view");
   if (options_.stage != 1)
     throw InvalidArgumentError(
@@ -257,22 +358,22 @@ Tensor ZeroEngine::gradient(int index) const {
       options_.dtype, {layout_.parameterNumel(index)});
 }
 
-std::shared_ptr<const void> ZeroEngine::gradientStorage(int index) const {
+std::shared_ptr<const void> ZeroEngine::Impl::gradientStorage(int index) const {
   gradient(index);  // the same checks
   return unitGradients_[layout_.unitOf(index)];
 }
 
-bool ZeroEngine::isReady(int index) const {
+bool ZeroEngine::Impl::isReady(int index) const {
   checkIndex(index, "readiness");
   return ready_[index];
 }
 
-int ZeroEngine::markReady(int index) {
+int ZeroEngine::Impl::markReady(int index) {
   gradient(index);  // stage 1 only: the gradient is already in its view
   return completeOne(index);
 }
 
-int ZeroEngine::markReady(int index, const Tensor& values) {
+int ZeroEngine::Impl::markReady(int index, const Tensor& values) {
   checkIndex(index, "markReady");
   int64_t numel = layout_.parameterNumel(index);
   if (values.dtype() != options_.dtype || values.numel() != numel || !values.isContiguous())
@@ -291,7 +392,7 @@ int ZeroEngine::markReady(int index, const Tensor& values) {
   return completeOne(index);
 }
 
-int ZeroEngine::completeOne(int index) {
+int ZeroEngine::Impl::completeOne(int index) {
   if (ready_[index])
     throw InvalidArgumentError(
         "ZeRO: the gradient of parameter " + std::to_string(index) +
@@ -306,7 +407,7 @@ int ZeroEngine::completeOne(int index) {
   return unit;
 }
 
-void ZeroEngine::startIteration() {
+void ZeroEngine::Impl::startIteration() {
   ready_.assign(layout_.numParameters(), false);
   pendingInUnit_.clear();
   for (int u = 0; u < layout_.numUnits(); ++u)
@@ -316,7 +417,7 @@ void ZeroEngine::startIteration() {
   markedThisIteration_ = 0;
 }
 
-AlignedBuffer& ZeroEngine::bucketFor(int unit) {
+AlignedBuffer& ZeroEngine::Impl::bucketFor(int unit) {
   if (bucketOfUnit_[unit])
     return *bucketOfUnit_[unit];
   while (!reductions_.empty() && reductions_.front().work->isCompleted()) retireOldestReduction();
@@ -337,12 +438,12 @@ AlignedBuffer& ZeroEngine::bucketFor(int unit) {
   return *bucket;
 }
 
-void ZeroEngine::launchReadyUnits() {
+void ZeroEngine::Impl::launchReadyUnits() {
   while (nextToIssue_ < layout_.numUnits() && pendingInUnit_[issueOrder_[nextToIssue_]] == 0)
     issueReduction(issueOrder_[nextToIssue_++]);
 }
 
-void ZeroEngine::issueReduction(int unit) {
+void ZeroEngine::Impl::issueReduction(int unit) {
   const ShardPlan& plan = layout_.plan(unit);
   if (options_.stage == 1) {
     Tensor whole(unitGradients_[unit]->data(), options_.dtype, {plan.paddedNumel()});
@@ -356,7 +457,7 @@ void ZeroEngine::issueReduction(int unit) {
   reductions_.push_back({unit, bucket, comm_->reduceScatter(whole, mine, ReduceOp::kAvg)});
 }
 
-void ZeroEngine::retireOldestReduction() {
+void ZeroEngine::Impl::retireOldestReduction() {
   ReduceInFlight oldest = std::move(reductions_.front());
   reductions_.pop_front();
   oldest.work->wait();
@@ -368,7 +469,7 @@ void ZeroEngine::retireOldestReduction() {
     freeBuckets_.push_back(std::move(oldest.bucket));
 }
 
-void ZeroEngine::finalize() {
+void ZeroEngine::Impl::finalize() {
   for (int index = 0; index < layout_.numParameters(); ++index) {
     if (ready_[index])
       continue;
@@ -400,13 +501,13 @@ void ZeroEngine::finalize() {
   startIteration();
 }
 
-void ZeroEngine::adoptRankZeroOrder() {
+void ZeroEngine::Impl::adoptRankZeroOrder() {
   std::vector<int32_t> order(completedOrder_.begin(), completedOrder_.end());
   comm_->broadcast(Tensor(order.data(), {static_cast<int64_t>(order.size())}), 0)->wait();
   issueOrder_.assign(order.begin(), order.end());
 }
 
-void ZeroEngine::zeroGradients() {
+void ZeroEngine::Impl::zeroGradients() {
   checkIdle("zero_grad");
   if (options_.stage == 1) {
     for (auto& buffer : unitGradients_) std::memset(buffer->data(), 0, buffer->bytes());
@@ -417,14 +518,14 @@ void ZeroEngine::zeroGradients() {
 
 // ---- the optimizer step ------------------------------------------------------------------------
 
-void ZeroEngine::step() {
+void ZeroEngine::Impl::step() {
   checkIdle("step");
   optimizer_->beginStep();
   for (int u = 0; u < layout_.numUnits(); ++u) updateShard(u);
   publishParameters();
 }
 
-void ZeroEngine::updateShard(int unit) {
+void ZeroEngine::Impl::updateShard(int unit) {
   const ShardPlan& plan = layout_.plan(unit);
   const auto count = static_cast<size_t>(plan.shardNumel());
   const auto begin = static_cast<size_t>(layout_.shardOffset(unit));
@@ -445,7 +546,7 @@ void ZeroEngine::updateShard(int unit) {
   }
 }
 
-void ZeroEngine::publishParameters() {
+void ZeroEngine::Impl::publishParameters() {
   checkIdle("publishing parameters");
   if (options_.stage == 3) {
     dropGathered();  // stale now; the next use gathers the new values
@@ -468,13 +569,13 @@ void ZeroEngine::publishParameters() {
 
 // ---- checkpoints and reports -------------------------------------------------------------------
 
-std::vector<std::string> ZeroEngine::stateNames() const {
+std::vector<std::string> ZeroEngine::Impl::stateNames() const {
   std::vector<std::string> names{"param"};
   for (auto& name : optimizer_->stateNames()) names.push_back(name);
   return names;
 }
 
-std::vector<float> ZeroEngine::exportState(const std::string& name) {
+std::vector<float> ZeroEngine::Impl::exportState(const std::string& name) {
   ownedState(name, 0);  // an unknown name fails on every rank, even one that owns nothing
   std::vector<float> values(static_cast<size_t>(layout_.ownedNumel()));
   float* out = values.data();
@@ -486,7 +587,7 @@ std::vector<float> ZeroEngine::exportState(const std::string& name) {
   return values;
 }
 
-void ZeroEngine::importState(const std::string& name, const std::vector<float>& values) {
+void ZeroEngine::Impl::importState(const std::string& name, const std::vector<float>& values) {
   if (static_cast<int64_t>(values.size()) != layout_.ownedNumel())
     throw InvalidArgumentError("ZeRO: state \"" + name + "\" has " + std::to_string(values.size()) +
                                " values; this rank owns " + std::to_string(layout_.ownedNumel()));
@@ -500,7 +601,7 @@ void ZeroEngine::importState(const std::string& name, const std::vector<float>& 
   }
 }
 
-std::vector<float> ZeroEngine::gatherParameters() {
+std::vector<float> ZeroEngine::Impl::gatherParameters() {
   checkIdle("gathering parameters");
   std::vector<int64_t> starts;
   int64_t total = 0;
@@ -526,7 +627,7 @@ std::vector<float> ZeroEngine::gatherParameters() {
   return values;
 }
 
-ZeroMemory ZeroEngine::memory() const {
+ZeroMemory ZeroEngine::Impl::memory() const {
   ZeroMemory memory;
   for (const auto& buffer : unitParameters_) memory.parameters += buffer->bytes();
   if (parameterShard_)
@@ -539,5 +640,62 @@ ZeroMemory ZeroEngine::memory() const {
   memory.peakBuffers = account_->peak.load();
   return memory;
 }
+
+// ---- the public methods ------------------------------------------------------------------------
+
+ZeroEngine::ZeroEngine(std::shared_ptr<Communicator> comm,
+                       std::vector<int64_t> numels,
+                       std::vector<std::vector<int>> units,
+                       ZeroOptions options,
+                       const OptimizerFactory& makeOptimizer)
+    : impl_(std::make_unique<Impl>(
+          std::move(comm), std::move(numels), std::move(units), options, makeOptimizer)) {}
+
+ZeroEngine::~ZeroEngine() = default;
+
+const ZeroLayout& ZeroEngine::layout() const { return impl_->layout_; }
+int ZeroEngine::stage() const { return impl_->options_.stage; }
+DataType ZeroEngine::dtype() const { return impl_->options_.dtype; }
+bool ZeroEngine::hasMasterWeights() const { return impl_->hasMasterWeights(); }
+const FlatOptimizer& ZeroEngine::optimizer() const { return *impl_->optimizer_; }
+
+void ZeroEngine::setParameter(int index, const Tensor& values) {
+  impl_->setParameter(index, values);
+}
+Tensor ZeroEngine::parameter(int index) const { return impl_->parameter(index); }
+std::shared_ptr<const void> ZeroEngine::parameterStorage(int index) const {
+  return impl_->parameterStorage(index);
+}
+void ZeroEngine::gather(int unit) { impl_->gather(unit); }
+void ZeroEngine::waitGathered(int unit) { impl_->waitGathered(unit); }
+void ZeroEngine::release(int unit) { impl_->release(unit); }
+bool ZeroEngine::isGathered(int unit) const { return impl_->isGathered(unit); }
+
+Tensor ZeroEngine::gradient(int index) const { return impl_->gradient(index); }
+std::shared_ptr<const void> ZeroEngine::gradientStorage(int index) const {
+  return impl_->gradientStorage(index);
+}
+int ZeroEngine::markReady(int index) { return impl_->markReady(index); }
+int ZeroEngine::markReady(int index, const Tensor& values) {
+  return impl_->markReady(index, values);
+}
+bool ZeroEngine::isReady(int index) const { return impl_->isReady(index); }
+void ZeroEngine::finalize() { impl_->finalize(); }
+void ZeroEngine::zeroGradients() { impl_->zeroGradients(); }
+
+void ZeroEngine::step() { impl_->step(); }
+void ZeroEngine::publishParameters() { impl_->publishParameters(); }
+int64_t ZeroEngine::steps() const { return impl_->optimizer_->steps(); }
+void ZeroEngine::setSteps(int64_t steps) { impl_->optimizer_->setSteps(steps); }
+std::vector<std::string> ZeroEngine::stateNames() const { return impl_->stateNames(); }
+std::vector<float> ZeroEngine::exportState(const std::string& name) {
+  return impl_->exportState(name);
+}
+void ZeroEngine::importState(const std::string& name, const std::vector<float>& values) {
+  impl_->importState(name, values);
+}
+std::vector<float> ZeroEngine::gatherParameters() { return impl_->gatherParameters(); }
+
+ZeroMemory ZeroEngine::memory() const { return impl_->memory(); }
 
 }  // namespace chorus::parallel

@@ -1,9 +1,10 @@
-// ZeroLayout and planUnits (see zero_layout.h).
-#include "parallel/zero_layout.h"
+// ZeroLayout and planUnits (see include/chorus/zero_layout.h).
+#include "chorus/zero_layout.h"
 
 #include <string>
 
 #include "chorus/error.h"
+#include "parallel/bucket_plan.h"
 
 namespace chorus::parallel {
 namespace {
@@ -65,12 +66,12 @@ int64_t ZeroLayout::offsetInUnit(int parameter) const {
 
 std::vector<std::vector<int>> planUnits(const std::vector<int64_t>& numels,
                                         DataType dtype,
-                                        const BucketLimits& limits) {
+                                        const UnitLimits& limits) {
   std::vector<GradientSpec> specs;
   for (int64_t numel : numels) specs.push_back({numel, dtype});
   std::vector<std::vector<int>> units;
-  for (const Bucket& bucket :
-       planBuckets(specs, reverseOrder(static_cast<int>(numels.size())), limits)) {
+  for (const Bucket& bucket : planBuckets(specs, reverseOrder(static_cast<int>(numels.size())),
+                                          {limits.unitBytes, limits.firstUnitBytes})) {
     units.emplace_back();
     for (const BucketSlot& slot : bucket.slots) units.back().push_back(slot.gradient);
   }

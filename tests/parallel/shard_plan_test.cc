@@ -1,6 +1,6 @@
 // ShardPlan: the flat parameter space cut into equal, aligned shards, and the pieces that map
 // parameters to shards, checked element by element against a direct walk of the flat space.
-#include "parallel/shard_plan.h"
+#include "chorus/shard_plan.h"
 
 #include <gtest/gtest.h>
 

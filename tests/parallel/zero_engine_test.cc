@@ -2,7 +2,7 @@
 // SGD at lr = 1: a step moves each parameter by minus the average gradient, a closed form. The
 // values are small integers (and gradients multiples of the rank count), so every average is exact
 // in float32 and bfloat16 and the results are compared exactly.
-#include "parallel/zero_engine.h"
+#include "chorus/zero_engine.h"
 
 #include <gtest/gtest.h>
 

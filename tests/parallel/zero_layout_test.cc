@@ -1,7 +1,7 @@
 // ZeroLayout and planUnits: every parameter element owned by exactly one rank, shard offsets and
 // unit offsets checked against a direct walk of the units, bad arguments refused, and the unit
 // grouping of planUnits checked on small cases worked out by hand.
-#include "parallel/zero_layout.h"
+#include "chorus/zero_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -143,14 +143,14 @@ TEST(ZeroLayoutTest, BadArgumentsAreRefused) {
 
 TEST(ZeroLayoutTest, PlanUnitsGroupsInReverseOrderClosingAtTheLimit) {
   // float32, 100 bytes each: the first unit closes at 100 bytes, the others at 200.
-  BucketLimits limits{200, 100};
+  UnitLimits limits{200, 100};
   EXPECT_EQ(planUnits({25, 25, 25, 25}, DataType::kFloat32, limits), (Units{{3}, {2, 1}, {0}}));
   // bfloat16 halves the bytes: 50 elements are 100 bytes.
   EXPECT_EQ(planUnits({50, 50, 50, 50}, DataType::kBFloat16, limits), (Units{{3}, {2, 1}, {0}}));
   EXPECT_EQ(planUnits({25, 25, 25, 25}, DataType::kBFloat16, limits), (Units{{3, 2}, {1, 0}}));
   // 10 floats (40 B) stay open below the first limit, so 200 floats (800 B) join them; then 30
   // (120 B) and 50 (200 B) are below 400 B and 100 (400 B) closes the unit.
-  EXPECT_EQ(planUnits({100, 50, 30, 200, 10}, DataType::kFloat32, BucketLimits{400, 100}),
+  EXPECT_EQ(planUnits({100, 50, 30, 200, 10}, DataType::kFloat32, UnitLimits{400, 100}),
             (Units{{4, 3}, {2, 1, 0}}));
   // A parameter larger than the limit closes the unit it joins; it is never split.
   EXPECT_EQ(planUnits({1000, 1}, DataType::kFloat32, limits), (Units{{1, 0}}));

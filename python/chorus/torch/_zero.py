@@ -1,6 +1,6 @@
 """chorus.torch.ZeroOptimizer: ZeRO stages 1, 2 and 3 (arXiv 1910.02054) for a torch model.
 
-The C++ ZeroEngine (src/parallel/zero_engine.h) owns the memory and does the work: parameters
+The C++ ZeroEngine (include/chorus/zero_engine.h) owns the memory and does the work: parameters
 and gradients live in its buffers, it reduces gradients in units as backward produces them, and
 its C++ optimizers update this rank's float32 shard. This file connects it to autograd (the hooks
 of _autograd_hooks, and for stage 3 the module hooks of _zero_stage3) and to the checkpoint files

@@ -1,5 +1,5 @@
-// parallel/flat_optimizer.h — optimizers that update one flat float32 shard in place: the
-// arithmetic under ZeRO's sharded optimizer state (DESIGN §7).
+// chorus/flat_optimizer.h — optimizers that update one flat float32 shard in place: the
+// arithmetic under ZeRO's sharded optimizer state (chorus/zero_engine.h), also usable alone.
 //
 // Contract:
 //  - An optimizer is made for a shard of `numel` elements and owns its state (momentum, Adam's
@@ -11,10 +11,10 @@
 //    torch.optim's update rules for the same hyperparameters (torch 1.13, maximize=False,
 //    amsgrad=False):
 //      SGD:   g = grad + weight_decay * p; with momentum, buf = g on the first step, else
-//             buf = momentum * buf + (1 - dampening) * g, and g = nesterov ? g + momentum * buf
-//             : buf; p -= lr * g.
-//      Adam:  g = grad + weight_decay * p; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2)
-//      g²;
+//             buf = momentum * buf + (1 - dampening) * g, and g = (nesterov ? g + momentum * buf
+//             : buf); then p -= lr * g.
+//      Adam:  g = grad + weight_decay * p; m = beta1 * m + (1 - beta1) * g;
+//             v = beta2 * v + (1 - beta2) * g²;
 //             p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
 //      AdamW: p *= 1 - lr * weight_decay first, then Adam without weight decay in g.
 //    The loops are simple and branch-free so the compiler vectorizes them.
@@ -22,7 +22,11 @@
 //    "exp_avg", "exp_avg_sq"), state(name) (numel floats), and setSteps() for the step count.
 //  - Invalid hyperparameters (lr < 0, momentum < 0, betas outside [0, 1), eps < 0, nesterov
 //    without momentum or with dampening) are InvalidArgumentError, naming the value.
-//  - Not thread-safe; one optimizer per shard.
+//  - Ownership: the caller owns params and grads; an optimizer reads and writes them only during
+//    the call and keeps no pointer to them. state(name) points into the optimizer's own memory,
+//    valid while the optimizer lives.
+//  - Blocking: pure arithmetic on the calling thread; nothing communicates or waits.
+//  - Not thread-safe; one optimizer per shard (different optimizers may run on different threads).
 #pragma once
 
 #include <cstddef>

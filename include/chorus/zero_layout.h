@@ -1,6 +1,6 @@
-// parallel/zero_layout.h — where every parameter element lives under ZeRO: parameters grouped into
-// units (the gradient buckets of stages 1 and 2, the modules of stage 3), each unit cut into equal
-// shards, and one rank's shards of all units back to back.
+// chorus/zero_layout.h — ZeroLayout: where every parameter element lives under ZeRO: parameters
+// grouped into units (the gradient buckets of stages 1 and 2, the modules of stage 3), each unit
+// cut into equal shards, and one rank's shards of all units back to back.
 //
 // Contract:
 //  - Every parameter belongs to exactly one unit; a unit is a non-empty list of parameter indices.
@@ -11,18 +11,20 @@
 //    at shardOffset(u), and shardNumel() is the total (parameters plus padding).
 //  - ownedPieces() lists, unit by unit in flat order, the parameter runs in this rank's shard
 //    (padding excluded); over all ranks they cover every parameter element once.
-//  - planUnits() groups parameters the way data-parallel buckets do (parallel/bucket_plan.h):
-//    reverse registration order, a small first unit, then up to the limit each.
+//  - planUnits() groups parameters the way data-parallel buckets do (chorus/gradient_reducer.h):
+//    reverse registration order, a small first unit, then up to the limit each; a unit closes once
+//    it holds at least its limit, and no parameter is split.
 //  - Pure and deterministic; bad arguments (a parameter in no unit or in two, an empty unit, a
-//    rank outside [0, shardCount)) are InvalidArgumentError.
+//    rank outside [0, shardCount), zero limits) are InvalidArgumentError. A layout is a plain value
+//    that owns its tables: copyable, never blocking, safe to read from any thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "parallel/bucket_plan.h"
-#include "parallel/shard_plan.h"
+#include "chorus/shard_plan.h"
+#include "chorus/types.h"
 
 namespace chorus::parallel {
 
@@ -75,8 +77,15 @@ class ZeroLayout {
   int64_t ownedNumel_ = 0;
 };
 
+// The limits of planUnits(), in bytes of the parameters' dtype.
+struct UnitLimits {
+  size_t unitBytes = 0;       // every unit but the first
+  size_t firstUnitBytes = 0;  // the first, small so that communication starts early
+};
+
+// Parameters of `numels` elements of `dtype` (in registration order) grouped into units.
 std::vector<std::vector<int>> planUnits(const std::vector<int64_t>& numels,
                                         DataType dtype,
-                                        const BucketLimits& limits);
+                                        const UnitLimits& limits);
 
 }  // namespace chorus::parallel

@@ -1,6 +1,7 @@
-// parallel/zero_engine.h — ZeRO stages 1, 2 and 3 (arXiv 1910.02054) on one communicator: the
-// parameter, gradient and optimizer-state memory of a model, partitioned across its ranks, and the
-// collectives that keep it consistent. chorus.torch.ZeroOptimizer connects it to autograd.
+// chorus/zero_engine.h — ZeroEngine: ZeRO stages 1, 2 and 3 (arXiv 1910.02054) on one
+// communicator: the parameter, gradient and optimizer-state memory of a model, partitioned across
+// its ranks, and the collectives that keep it consistent. chorus.torch.ZeroOptimizer connects it to
+// autograd.
 //
 // Contract:
 //  - Every rank of `comm` constructs the engine with the same parameter sizes, units (see
@@ -38,23 +39,30 @@
 //  - Errors: a bad index, a gradient marked twice in one iteration, step() between markReady and
 //    finalize(), or a parameter view of an ungathered unit is InvalidArgumentError; communication
 //    errors surface from finalize(), step(), waitGathered() and gatherParameters().
+//  - Ownership: the engine shares `comm` and owns every buffer and its optimizer. parameter(i) and
+//    gradient(i) are views into that memory; parameterStorage(i) and gradientStorage(i) keep it
+//    alive for as long as they are held, also after the engine is gone. The engine reads the
+//    tensors it is given (setParameter, markReady) only during the call.
+//  - Blocking: gather() and the reductions that markReady() and finalize() issue run on the
+//    communicator's worker thread while the caller goes on. markReady(i, values) may wait for an
+//    earlier reduction to free a bucket (stages 2 and 3); waitGathered(), release() of a unit still
+//    being gathered, finalize(), step() and publishParameters() (stages 1 and 2: an allgather), and
+//    gatherParameters() wait for their collectives, each bounded by the communicator's timeout.
+//    The destructor waits for operations still in flight.
 //  - Not thread-safe: one thread at a time (backward's, then the training loop's).
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "chorus/communicator.h"
+#include "chorus/flat_optimizer.h"
 #include "chorus/tensor.h"
-#include "parallel/aligned_buffer.h"
-#include "parallel/flat_optimizer.h"
-#include "parallel/zero_layout.h"
+#include "chorus/zero_layout.h"
 
 namespace chorus::parallel {
 
@@ -90,11 +98,11 @@ class ZeroEngine {
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
-  const ZeroLayout& layout() const { return layout_; }
-  int stage() const { return options_.stage; }
-  DataType dtype() const { return options_.dtype; }
-  bool hasMasterWeights() const { return options_.dtype != DataType::kFloat32; }
-  const FlatOptimizer& optimizer() const { return *optimizer_; }
+  const ZeroLayout& layout() const;
+  int stage() const;
+  DataType dtype() const;
+  bool hasMasterWeights() const;
+  const FlatOptimizer& optimizer() const;
 
   void setParameter(int index, const Tensor& values);
   Tensor parameter(int index) const;
@@ -114,8 +122,8 @@ class ZeroEngine {
 
   void step();
   void publishParameters();
-  int64_t steps() const { return optimizer_->steps(); }
-  void setSteps(int64_t steps) { optimizer_->setSteps(steps); }
+  int64_t steps() const;
+  void setSteps(int64_t steps);
   std::vector<std::string> stateNames() const;
   std::vector<float> exportState(const std::string& name);
   void importState(const std::string& name, const std::vector<float>& values);
@@ -124,65 +132,8 @@ class ZeroEngine {
   ZeroMemory memory() const;
 
  private:
-  struct ReduceInFlight {
-    int unit = 0;
-    std::shared_ptr<AlignedBuffer> bucket;
-    std::shared_ptr<Work> work;
-  };
-
-  struct BufferAccount;
-
-  size_t elementBytes() const { return dataTypeSize(options_.dtype); }
-  std::shared_ptr<AlignedBuffer> allocateState(int64_t numel, DataType dtype, const char* what);
-  // A communication buffer: counted in memory().buffers while it lives.
-  std::shared_ptr<AlignedBuffer> allocateBuffer(int64_t numel, const char* what);
-  void checkIndex(int index, const char* what) const;
-  void checkUnit(int unit, const char* what) const;
-  void checkIdle(const char* what) const;
-  std::byte* unitParameters(int unit) const;
-  float* ownedMaster(int unit) const;
-  float* ownedState(const std::string& name, int unit);
-  Tensor shardOf(const AlignedBuffer& buffer, int unit) const;
-
-  void startIteration();
-  AlignedBuffer& bucketFor(int unit);
-  int completeOne(int index);
-  void launchReadyUnits();
-  void issueReduction(int unit);
-  void retireOldestReduction();
-  void adoptRankZeroOrder();
-  void updateShard(int unit);
-  void dropGathered();
-
-  std::shared_ptr<Communicator> comm_;
-  ZeroOptions options_;
-  ZeroLayout layout_;
-  std::unique_ptr<FlatOptimizer> optimizer_;
-
-  // Stages 1 and 2: every unit whole. Stage 3: this rank's shard, and gathered units.
-  std::vector<std::shared_ptr<AlignedBuffer>> unitParameters_;
-  std::shared_ptr<AlignedBuffer> parameterShard_;
-  std::vector<std::shared_ptr<AlignedBuffer>> gathered_;
-  std::vector<std::shared_ptr<Work>> gatherWork_;
-  std::shared_ptr<AlignedBuffer> master_;  // float32, mixed precision only
-
-  // Stage 1: whole gradients per unit. Stages 2 and 3: the shard, and buckets.
-  std::vector<std::shared_ptr<AlignedBuffer>> unitGradients_;
-  std::shared_ptr<AlignedBuffer> gradientShard_;
-  std::vector<std::shared_ptr<AlignedBuffer>> bucketOfUnit_;
-  std::vector<std::shared_ptr<AlignedBuffer>> freeBuckets_;
-  std::deque<ReduceInFlight> reductions_;
-  std::vector<std::shared_ptr<Work>> allreduces_;
-  int64_t bucketNumel_ = 0;
-
-  std::vector<bool> ready_;
-  std::vector<int> pendingInUnit_;
-  std::vector<int> issueOrder_;
-  std::vector<int> completedOrder_;
-  int nextToIssue_ = 0;
-  int markedThisIteration_ = 0;
-  int iterations_ = 0;
-  std::shared_ptr<BufferAccount> account_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace chorus::parallel

@@ -1,5 +1,5 @@
-// parallel/shard_plan.h — how a model's parameters are partitioned across ranks for ZeRO
-// (arXiv 1910.02054).
+// chorus/shard_plan.h — ShardPlan: how a group of parameters is partitioned across ranks for ZeRO
+// (arXiv 1910.02054); chorus/zero_layout.h keeps one per unit.
 //
 // Contract:
 //  - The parameters, in registration order, are packed back to back into one flat space of
@@ -12,7 +12,8 @@
 //  - piecesOf(r) lists, in flat order, the parts of parameters that fall in shard r; rangesOf(p)
 //    lists, in order, the parts of parameter p in each shard it touches. Together the pieces cover
 //    every element of every parameter exactly once; the padding belongs to no parameter.
-//  - Pure and deterministic: every rank computes the same plan from the same arguments.
+//  - Pure and deterministic: every rank computes the same plan from the same arguments. A plan is
+//    a plain value that owns its numbers: copyable, never blocking, safe to read from any thread.
 //  - Bad arguments (no shards, a negative size, alignment < 1) are InvalidArgumentError.
 #pragma once
 
