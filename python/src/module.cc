@@ -65,9 +65,6 @@ void bindConfig(py::module_& module) {
       "`failed_rank` (a world rank; -1: this process).");
   module.def("set_default_backend",
              [](const std::string& backend) { DistContext::get().setDefaultBackend(backend); });
-  module.def("valid_reduce_op", [](const std::string& op, const std::string& dtype) {
-    return isValidReduction(parseReduceOp(op), parseDataType(dtype));
-  });
 }
 
 PYBIND11_MODULE(_chorus, module) {
