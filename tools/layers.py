@@ -49,7 +49,9 @@ ALLOWED = {
     "trace": set(),  # a leaf utility (preallocated rings); records, calls nobody
     "store": set(),  # rendezvous needs only core's sockets and errors
     "connector": {"store"},  # bootstrap = fill a store from chorusrun's or MPI's environment
-    "transport": {"store"},  # peers exchange addresses (and shm segment names) through the store
+    # peers exchange addresses (and shm segment names) through the store; over MPI, the members'
+    # MPI communicator comes from the connector's MPI environment (connector/mpi_comm.h)
+    "transport": {"store", "connector"},
     "algorithms": {"transport"},  # an algorithm knows only send/recv/wait on peers
     # owns the transport it runs over (shm and mpi use no algorithm); runs algorithms over it
     "backend": {"store", "connector", "transport", "algorithms"},

@@ -9,7 +9,9 @@
 //  - run(peers, args): runs the collective on this rank. Every row handles any group size (size 1
 //    trivially: copy input to output where they differ) and any count, including 0. For size > 1
 //    every rank sends and receives at least one message (possibly empty), so a mismatched call is
-//    always detected (See Note [Collective fingerprint] in transport/transport.h).
+//    always detected (See Note [Collective fingerprint] in core/collective.h). Allreduce and
+//    broadcast rows run in place: they are given args.input == args.output (the algorithmic
+//    backend copies the input to the output first when a call is out of place).
 //
 // Tables are explicit arrays in tables.cc, never static self-registration. Adding an algorithm is
 // one file plus one row.
@@ -18,8 +20,8 @@
 #include <span>
 #include <string_view>
 
-#include "algorithms/collective_args.h"
 #include "algorithms/peers.h"
+#include "core/collective_args.h"
 
 namespace chorus::algorithms {
 

@@ -37,14 +37,16 @@ void butterfly(Peers& peers,
   const int coreRank = fold.coreRank();
   for (int mask = 1; mask < fold.coreSize(); mask <<= 1) {
     const int partner = fold.rankOfCore(coreRank ^ mask);
-    peers.sendRecv(partner, args.data, bytes, partner, incoming, bytes);
+    peers.sendRecv(partner, args.output, bytes, partner, incoming, bytes);
     if (args.count == 0)
       continue;
     if (peers.rank() < partner) {
-      kernels::reduceInto(args.op, args.dtype, args.data, incoming, args.count);  // mine op theirs
+      kernels::reduceInto(args.op, args.dtype, args.output, incoming,
+                          args.count);  // mine op theirs
     } else {
-      kernels::reduceInto(args.op, args.dtype, incoming, args.data, args.count);  // theirs op mine
-      copyBytes(args.data, incoming, bytes);
+      kernels::reduceInto(args.op, args.dtype, incoming, args.output,
+                          args.count);  // theirs op mine
+      copyBytes(args.output, incoming, bytes);
     }
   }
 }
@@ -61,8 +63,8 @@ void allreduceRecursiveDoubling(Peers& peers, const AllreduceArgs& args) {
   if (fold.folded()) {
     // Step 1 and 3 seen from a folded rank: hand over the vector, get the result back. Receiving
     // into the buffer being sent is safe: the partner replies only after it has all of it.
-    peers.send(fold.foldPartner(), args.data, bytes);
-    peers.recv(fold.foldPartner(), args.data, bytes);
+    peers.send(fold.foldPartner(), args.output, bytes);
+    peers.recv(fold.foldPartner(), args.output, bytes);
     peers.waitAll();
     return;
   }
@@ -73,7 +75,7 @@ void allreduceRecursiveDoubling(Peers& peers, const AllreduceArgs& args) {
     peers.recv(fold.foldPartner(), incoming, bytes);
     peers.waitAll();
     if (args.count > 0)
-      kernels::reduceInto(args.op, args.dtype, args.data, incoming, args.count);
+      kernels::reduceInto(args.op, args.dtype, args.output, incoming, args.count);
   }
 
   // Step 2.
@@ -81,7 +83,7 @@ void allreduceRecursiveDoubling(Peers& peers, const AllreduceArgs& args) {
 
   if (fold.absorbs()) {
     // Step 3: give the folded partner the result.
-    peers.send(fold.foldPartner(), args.data, bytes);
+    peers.send(fold.foldPartner(), args.output, bytes);
     peers.waitAll();
   }
 }

@@ -32,10 +32,10 @@ void allreduceRing(Peers& peers, const AllreduceArgs& args) {
   const patterns::RingLayout layout{args.count, size};
   void* slots =
       peers.scratch(kStreamWindow * ringSlotBytes(layout, elementSize, peers.segmentBytes()));
-  void* ownChunk = blockAt(args.data, layout.chunk(peers.rank()), elementSize);
+  void* ownChunk = blockAt(args.output, layout.chunk(peers.rank()), elementSize);
   ringReduceScatterPhase(peers, layout, args.dtype, args.op,
-                         RingReduceScatterBuffers{args.data, args.data, ownChunk, slots});
-  ringAllgatherPhase(peers, layout, elementSize, args.data);
+                         RingReduceScatterBuffers{args.output, args.output, ownChunk, slots});
+  ringAllgatherPhase(peers, layout, elementSize, args.output);
 }
 
 }  // namespace chorus::algorithms

@@ -28,8 +28,8 @@ void broadcastBinomialTree(Peers& peers, const BroadcastArgs& args) {
 
   postRingCheck(peers);
   if (!tree.isRoot())
-    peers.wait(peers.recv(tree.parent(), args.data, args.bytes));
-  tree.forEachChildLargestFirst([&](int child) { peers.send(child, args.data, args.bytes); });
+    peers.wait(peers.recv(tree.parent(), args.output, args.bytes));
+  tree.forEachChildLargestFirst([&](int child) { peers.send(child, args.output, args.bytes); });
   peers.waitAll();
 }
 

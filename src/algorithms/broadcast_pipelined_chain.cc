@@ -34,20 +34,20 @@ void broadcastPipelinedChain(Peers& peers, const BroadcastArgs& args) {
   if (upstream < 0) {
     // The root: the segments go out back to back.
     patterns::forEachSegment(message, perSegment, [&](Block segment) {
-      peers.send(downstream, blockAt(args.data, segment, 1), segment.count);
+      peers.send(downstream, blockAt(args.output, segment, 1), segment.count);
     });
   } else {
     receiveStream(
         peers, upstream, patterns::segmentCount(message.count, perSegment),
         [&](size_t i) {
           const Block segment = patterns::segmentOf(message, perSegment, i);
-          return std::pair<void*, size_t>(blockAt(args.data, segment, 1), segment.count);
+          return std::pair<void*, size_t>(blockAt(args.output, segment, 1), segment.count);
         },
         [&](size_t i) {
           if (downstream < 0)
             return;
           const Block segment = patterns::segmentOf(message, perSegment, i);
-          peers.send(downstream, blockAt(args.data, segment, 1), segment.count);
+          peers.send(downstream, blockAt(args.output, segment, 1), segment.count);
         });
   }
   peers.waitAll();

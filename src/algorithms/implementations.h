@@ -2,8 +2,8 @@
 // lists them in its tables; nothing else should call them directly except tests that force a row.
 #pragma once
 
-#include "algorithms/collective_args.h"
 #include "algorithms/peers.h"
+#include "core/collective_args.h"
 
 namespace chorus::algorithms {
 

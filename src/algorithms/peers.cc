@@ -1,4 +1,4 @@
-// Peers and Workspace: see peers.h.
+// Peers and RequestPool: see peers.h.
 #include "algorithms/peers.h"
 
 #include <algorithm>
@@ -11,64 +11,37 @@
 
 namespace chorus::algorithms {
 
-namespace {
-constexpr size_t kAlignment = 64;
-}  // namespace
-
-void Workspace::FreeDeleter::operator()(void* p) const noexcept { std::free(p); }
-
-Workspace::Workspace() = default;
-Workspace::~Workspace() = default;
-
-void* Workspace::get(size_t bytes) {
-  if (bytes <= capacity_ && buffer_)
-    return buffer_.get();
-  // Grow geometrically so a sequence of slightly larger calls does not reallocate every time.
-  size_t capacity = std::max(bytes, capacity_ + capacity_ / 2);
-  capacity = (std::max<size_t>(capacity, kAlignment) + kAlignment - 1) & ~(kAlignment - 1);
-  buffer_.reset();
-  capacity_ = 0;
-  void* p = std::aligned_alloc(kAlignment, capacity);
-  if (p == nullptr)
-    throw std::bad_alloc();
-  buffer_.reset(static_cast<std::byte*>(p));
-  capacity_ = capacity;
-  return p;
-}
-
-transport::Request* Workspace::acquireRequest() {
-  const size_t block = requestsUsed_ / kRequestsPerBlock;
-  if (block == requestBlocks_.size()) {
+transport::Request* RequestPool::acquire() {
+  if (used_ / kRequestsPerBlock == requestBlocks_.size())
     requestBlocks_.push_back(std::make_unique<transport::Request[]>(kRequestsPerBlock));
-  }
-  transport::Request* request = &requestBlocks_[block][requestsUsed_ % kRequestsPerBlock];
+  transport::Request* request = &at(used_++);
   *request = transport::Request{};
-  ++requestsUsed_;
   return request;
 }
 
 Peers::Peers(transport::Transport& transport,
-             const transport::Fingerprint& fingerprint,
+             const Fingerprint& fingerprint,
              Deadline deadline,
              Workspace& workspace,
+             RequestPool& requests,
              uint64_t tag)
     : transport_(transport),
       fingerprint_(fingerprint),
       deadline_(deadline),
       workspace_(workspace),
+      requests_(requests),
       tag_(tag),
       uncaughtAtStart_(std::uncaught_exceptions()) {
-  workspace_.releaseRequests();
+  requests_.releaseAll();
 }
 
 Peers::~Peers() {
   bool pending = false;
-  for (size_t i = 0; i < workspace_.requestsUsed_; ++i) {
-    const auto& block = workspace_.requestBlocks_[i / Workspace::kRequestsPerBlock];
-    if (!block[i % Workspace::kRequestsPerBlock].done)
+  for (size_t i = 0; i < requests_.used(); ++i) {
+    if (!requests_.at(i).done)
       pending = true;
   }
-  workspace_.releaseRequests();
+  requests_.releaseAll();
   const bool unwinding = std::uncaught_exceptions() > uncaughtAtStart_;
   if ((!pending && !unwinding) || transport_.failure())
     return;
@@ -86,13 +59,13 @@ Peers::~Peers() {
 }
 
 transport::Request* Peers::send(int peer, const void* data, size_t bytes) {
-  transport::Request* request = workspace_.acquireRequest();
+  transport::Request* request = requests_.acquire();
   transport_.postSend(peer, tag_, fingerprint_, data, bytes, *request);
   return request;
 }
 
 transport::Request* Peers::recv(int peer, void* data, size_t bytes) {
-  transport::Request* request = workspace_.acquireRequest();
+  transport::Request* request = requests_.acquire();
   transport_.postRecv(peer, tag_, fingerprint_, data, bytes, *request);
   return request;
 }
@@ -105,18 +78,15 @@ void Peers::wait(transport::Request* request) {
 }
 
 void Peers::waitAll() {
-  auto& pending = workspace_.pending_;
+  auto& pending = requests_.pending_;
   pending.clear();
-  for (size_t i = 0; i < workspace_.requestsUsed_; ++i) {
-    transport::Request& request =
-        workspace_
-            .requestBlocks_[i / Workspace::kRequestsPerBlock][i % Workspace::kRequestsPerBlock];
-    if (!request.done)
-      pending.push_back(&request);
+  for (size_t i = 0; i < requests_.used(); ++i) {
+    if (!requests_.at(i).done)
+      pending.push_back(&requests_.at(i));
   }
   if (!pending.empty())
     transport_.wait(pending, deadline_);
-  workspace_.releaseRequests();
+  requests_.releaseAll();
 }
 
 void Peers::sendRecv(int sendPeer,

@@ -1,9 +1,9 @@
 // Peers: everything an algorithm may do — post sends and receives to the other ranks of its group,
 // wait for them, and borrow scratch memory. It hides the transport, the tag and the collective's
-// fingerprint (see Note [Collective fingerprint] in transport/transport.h), and applies the call's
+// fingerprint (see Note [Collective fingerprint] in core/collective.h), and applies the call's
 // deadline to every wait.
 //
-// Lifetime: one Peers per collective call. Requests live in the Workspace's pool, so their
+// Lifetime: one Peers per collective call. Requests live in a RequestPool, so their
 // addresses stay stable until waitAll() and the hot path allocates nothing once the pool is warm.
 // If a Peers is destroyed by an exception (an algorithm threw half-way, e.g. a kernel error) or
 // with requests still pending, the other ranks can no longer finish the collective, so it aborts
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/deadline.h"
+#include "core/workspace.h"
 #include "transport/transport.h"
 
 namespace chorus::algorithms {
@@ -36,43 +37,38 @@ namespace chorus::algorithms {
 // that sends and reductions overlap. Algorithms read it through Peers::segmentBytes().
 inline constexpr size_t kDefaultSegmentBytes = 256 * 1024;
 
-// Scratch memory and request storage reused across calls so the hot path does not allocate or
-// fault in fresh pages. One Workspace per communicator; used by one call at a time.
-class Workspace {
+// Request slots with stable addresses, reused across calls so the hot path does not allocate. One
+// per communicator, beside its Workspace; used by one Peers at a time.
+class RequestPool {
  public:
-  Workspace();
-  ~Workspace();
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-
-  // A 64-byte aligned buffer of at least `bytes`, valid until the next call to get(). Contents are
-  // unspecified. Never shrinks.
-  void* get(size_t bytes);
+  RequestPool() = default;
+  RequestPool(const RequestPool&) = delete;
+  RequestPool& operator=(const RequestPool&) = delete;
 
  private:
   friend class Peers;
-  struct FreeDeleter {
-    void operator()(void* p) const noexcept;
-  };
   static constexpr size_t kRequestsPerBlock = 64;
 
-  // A request slot with a stable address; handed out in order, recycled by releaseRequests().
-  transport::Request* acquireRequest();
-  void releaseRequests() { requestsUsed_ = 0; }
+  // A fresh slot; slots are handed out in order and all recycled by releaseAll().
+  transport::Request* acquire();
+  transport::Request& at(size_t i) {
+    return requestBlocks_[i / kRequestsPerBlock][i % kRequestsPerBlock];
+  }
+  size_t used() const { return used_; }
+  void releaseAll() { used_ = 0; }
 
-  std::unique_ptr<std::byte, FreeDeleter> buffer_;
-  size_t capacity_ = 0;
   std::vector<std::unique_ptr<transport::Request[]>> requestBlocks_;
-  size_t requestsUsed_ = 0;
-  std::vector<transport::Request*> pending_;  // scratch list for waitAll()
+  size_t used_ = 0;
+  std::vector<transport::Request*> pending_;  // scratch list for Peers::waitAll()
 };
 
 class Peers {
  public:
   Peers(transport::Transport& transport,
-        const transport::Fingerprint& fingerprint,
+        const Fingerprint& fingerprint,
         Deadline deadline,
         Workspace& workspace,
+        RequestPool& requests,
         uint64_t tag = transport::kCollectiveTag);
   ~Peers();
   Peers(const Peers&) = delete;
@@ -80,7 +76,7 @@ class Peers {
 
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
-  const transport::Fingerprint& fingerprint() const { return fingerprint_; }
+  const Fingerprint& fingerprint() const { return fingerprint_; }
 
   // Post a send / receive and return its request, which stays valid until waitAll(). Buffers must
   // stay valid until the request completes (wait()/waitAll()). `peer` must not be rank().
@@ -108,9 +104,10 @@ class Peers {
 
  private:
   transport::Transport& transport_;
-  transport::Fingerprint fingerprint_;
+  Fingerprint fingerprint_;
   Deadline deadline_;
   Workspace& workspace_;
+  RequestPool& requests_;
   uint64_t tag_;
   int uncaughtAtStart_;  // std::uncaught_exceptions() at construction
   size_t segmentBytes_ = kDefaultSegmentBytes;

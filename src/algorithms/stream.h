@@ -42,7 +42,7 @@ inline void copyBytes(void* dst, const void* src, size_t bytes) {
 
 // Note [Ring check]
 // The transport compares fingerprints only on messages that are received (See Note [Collective
-// fingerprint] in transport/transport.h). For a mismatch to be caught whatever the algorithms and
+// fingerprint] in core/collective.h). For a mismatch to be caught whatever the algorithms and
 // roots involved, every collective on a group of p > 1 ranks starts with this: each rank's first
 // message to rank r+1 is sent, and its first receive from rank r-1 posted, before anything else
 // (messages per peer are matched in order). If the ranks' calls differ at all, some rank r's call

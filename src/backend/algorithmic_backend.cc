@@ -1,9 +1,15 @@
+// The algorithmic backend: see algorithmic_backend.h.
 #include "backend/algorithmic_backend.h"
 
 #include "algorithms/algorithm.h"
 #include "core/check.h"
 
 namespace chorus::backend {
+
+std::unique_ptr<Backend> createTcpBackend(const BackendOptions& options) {
+  return std::make_unique<AlgorithmicBackend>(
+      transport::createTransport("tcp", transportOptionsOf(options, "tcp")));
+}
 
 AlgorithmicBackend::AlgorithmicBackend(std::unique_ptr<transport::Transport> transport,
                                        std::string name)
@@ -31,9 +37,9 @@ void AlgorithmicBackend::run(const CallContext& call,
   }
   // The row joins the fingerprint, so ranks that chose different algorithms (a CHORUS_*_ALGO
   // set on some ranks only) get a MismatchError instead of exchanging messages that do not fit.
-  transport::Fingerprint fingerprint = call.fingerprint;
+  Fingerprint fingerprint = call.fingerprint;
   fingerprint.algorithm = static_cast<uint8_t>(algorithm - table.data());
-  algorithms::Peers peers(*transport_, fingerprint, call.deadline, workspace_);
+  algorithms::Peers peers(*transport_, fingerprint, call.deadline, workspace_, requests_);
   try {
     algorithm->run(peers, args);
   } catch (...) {
@@ -45,48 +51,54 @@ void AlgorithmicBackend::run(const CallContext& call,
   }
 }
 
-void AlgorithmicBackend::allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) {
-  run(call, algorithms::allreduceAlgorithms(), "CHORUS_ALLREDUCE_ALGO", args);
+// The algorithms reduce and broadcast in place (algorithms/algorithm.h): out of place, the output
+// starts as a copy of the input.
+void AlgorithmicBackend::allreduce(const CallContext& call, const AllreduceArgs& args) {
+  copyToOutput(args.input, args.output, args.count * dataTypeSize(args.dtype));
+  run(call, algorithms::allreduceAlgorithms(), "CHORUS_ALLREDUCE_ALGO",
+      AllreduceArgs{args.output, args.output, args.count, args.dtype, args.op});
 }
 
-void AlgorithmicBackend::reduceScatter(const CallContext& call,
-                                       const algorithms::ReduceScatterArgs& args) {
+void AlgorithmicBackend::reduceScatter(const CallContext& call, const ReduceScatterArgs& args) {
   run(call, algorithms::reduceScatterAlgorithms(), "CHORUS_REDUCE_SCATTER_ALGO", args);
 }
 
-void AlgorithmicBackend::allgather(const CallContext& call, const algorithms::AllgatherArgs& args) {
+void AlgorithmicBackend::allgather(const CallContext& call, const AllgatherArgs& args) {
   run(call, algorithms::allgatherAlgorithms(), "CHORUS_ALLGATHER_ALGO", args);
 }
 
-void AlgorithmicBackend::broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) {
-  run(call, algorithms::broadcastAlgorithms(), "CHORUS_BROADCAST_ALGO", args);
+void AlgorithmicBackend::broadcast(const CallContext& call, const BroadcastArgs& args) {
+  if (rank() == args.root)
+    copyToOutput(args.input, args.output, args.bytes);
+  run(call, algorithms::broadcastAlgorithms(), "CHORUS_BROADCAST_ALGO",
+      BroadcastArgs{args.output, args.output, args.bytes, args.root});
 }
 
-void AlgorithmicBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
+void AlgorithmicBackend::reduce(const CallContext& call, const ReduceArgs& args) {
   run(call, algorithms::reduceAlgorithms(), "CHORUS_REDUCE_ALGO", args);
 }
 
-void AlgorithmicBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
+void AlgorithmicBackend::gather(const CallContext& call, const GatherArgs& args) {
   run(call, algorithms::gatherAlgorithms(), "CHORUS_GATHER_ALGO", args);
 }
 
-void AlgorithmicBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
+void AlgorithmicBackend::scatter(const CallContext& call, const ScatterArgs& args) {
   run(call, algorithms::scatterAlgorithms(), "CHORUS_SCATTER_ALGO", args);
 }
 
-void AlgorithmicBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
+void AlgorithmicBackend::allToAll(const CallContext& call, const AllToAllArgs& args) {
   run(call, algorithms::allToAllAlgorithms(), "CHORUS_ALLTOALL_ALGO", args);
 }
 
 void AlgorithmicBackend::barrier(const CallContext& call) {
-  run(call, algorithms::barrierAlgorithms(), "CHORUS_BARRIER_ALGO", algorithms::BarrierArgs{});
+  run(call, algorithms::barrierAlgorithms(), "CHORUS_BARRIER_ALGO", BarrierArgs{});
 }
 
 void AlgorithmicBackend::send(
     const CallContext& call, const void* data, size_t bytes, int peer, int tag) {
   if (auto failure = transport_->failure())
     std::rethrow_exception(failure);
-  algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_,
+  algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_, requests_,
                           static_cast<uint64_t>(tag));
   peers.send(peer, data, bytes);
   peers.waitAll();
@@ -96,7 +108,7 @@ void AlgorithmicBackend::recv(
     const CallContext& call, void* data, size_t bytes, int peer, int tag) {
   if (auto failure = transport_->failure())
     std::rethrow_exception(failure);
-  algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_,
+  algorithms::Peers peers(*transport_, call.fingerprint, call.deadline, workspace_, requests_,
                           static_cast<uint64_t>(tag));
   peers.recv(peer, data, bytes);
   peers.waitAll();

@@ -7,9 +7,13 @@
 
 #include "algorithms/peers.h"
 #include "backend/backend.h"
+#include "backend/options.h"
 #include "transport/transport.h"
 
 namespace chorus::backend {
+
+// The row "tcp" of the backend table: chorus's algorithms over the tcp transport.
+std::unique_ptr<Backend> createTcpBackend(const BackendOptions& options);
 
 class AlgorithmicBackend : public Backend {
  public:
@@ -22,14 +26,14 @@ class AlgorithmicBackend : public Backend {
   int rank() const override { return transport_->rank(); }
   int size() const override { return transport_->size(); }
 
-  void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) override;
-  void reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) override;
-  void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) override;
-  void broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) override;
-  void reduce(const CallContext& call, const algorithms::ReduceArgs& args) override;
-  void gather(const CallContext& call, const algorithms::GatherArgs& args) override;
-  void scatter(const CallContext& call, const algorithms::ScatterArgs& args) override;
-  void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) override;
+  void allreduce(const CallContext& call, const AllreduceArgs& args) override;
+  void reduceScatter(const CallContext& call, const ReduceScatterArgs& args) override;
+  void allgather(const CallContext& call, const AllgatherArgs& args) override;
+  void broadcast(const CallContext& call, const BroadcastArgs& args) override;
+  void reduce(const CallContext& call, const ReduceArgs& args) override;
+  void gather(const CallContext& call, const GatherArgs& args) override;
+  void scatter(const CallContext& call, const ScatterArgs& args) override;
+  void allToAll(const CallContext& call, const AllToAllArgs& args) override;
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
@@ -43,7 +47,8 @@ class AlgorithmicBackend : public Backend {
 
   std::unique_ptr<transport::Transport> transport_;
   std::string name_;
-  algorithms::Workspace workspace_;
+  Workspace workspace_;
+  algorithms::RequestPool requests_;
 };
 
 }  // namespace chorus::backend

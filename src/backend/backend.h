@@ -1,11 +1,13 @@
 // Backend: an engine that runs whole collectives for one communicator.
 //
-// Kinds: "void" (size 1, identity), "algorithmic" (the algorithms of src/algorithms/ over a
-// transport: tcp, or mpi as backend "mpi_algorithms"), "mpi" (native MPI collectives,
-// src/backend/mpi/; builds with CHORUS_WITH_MPI), later "shm" and "nccl". The communicator front
-// end (src/runtime/) validates, flattens tensors, widens float16/bfloat16, turns avg into
-// sum-then-divide (unless the backend's allreduce averages itself) and fuses tensor lists before
-// calling a backend, so a backend sees flat buffers only.
+// Kinds (one row each in the backend table, factory.cc): "void" (size 1, identity), algorithmic
+// (the algorithms of src/algorithms/ over a transport: "tcp", or "mpi_algorithms" over MPI
+// point-to-point), "shm" (native shared-memory collectives), "hierarchical" (shm inside nodes,
+// tcp among one leader per node), "mpi" (native MPI collectives; builds with CHORUS_WITH_MPI).
+// Backends depend on core and transports only; their arguments are core's (collective_args.h).
+// The communicator front end (src/runtime/) validates, flattens tensors, widens float16/bfloat16,
+// turns avg into sum-then-divide (unless the backend's allreduce averages itself) and fuses tensor
+// lists before calling a backend, so a backend sees flat buffers only.
 //
 // Contract: methods are called from one thread at a time, in the communicator's call order. Each
 // call finishes or throws a chorus::Error before `call.deadline`. After a throw the backend is
@@ -16,15 +18,15 @@
 #include <memory>
 #include <string>
 
-#include "algorithms/collective_args.h"
+#include "core/collective.h"
+#include "core/collective_args.h"
 #include "core/deadline.h"
 #include "core/stall_watch.h"
-#include "transport/transport.h"
 
 namespace chorus::backend {
 
 struct CallContext {
-  transport::Fingerprint fingerprint;
+  Fingerprint fingerprint;
   Deadline deadline;
 };
 
@@ -40,19 +42,18 @@ class Backend {
   // pointer stays valid while the backend lives.
   virtual stall::Census* census(uint64_t /*sequence*/) { return nullptr; }
 
-  virtual void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) = 0;
+  virtual void allreduce(const CallContext& call, const AllreduceArgs& args) = 0;
   // True when allreduce() takes ReduceOp::kAvg itself (divides by size() inside the reduction,
   // where the data is in cache); otherwise the front end sends kSum and divides afterwards, an
   // extra pass over the whole buffer.
   virtual bool allreduceAverages() const { return false; }
-  virtual void reduceScatter(const CallContext& call,
-                             const algorithms::ReduceScatterArgs& args) = 0;
-  virtual void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) = 0;
-  virtual void broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) = 0;
-  virtual void reduce(const CallContext& call, const algorithms::ReduceArgs& args) = 0;
-  virtual void gather(const CallContext& call, const algorithms::GatherArgs& args) = 0;
-  virtual void scatter(const CallContext& call, const algorithms::ScatterArgs& args) = 0;
-  virtual void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) = 0;
+  virtual void reduceScatter(const CallContext& call, const ReduceScatterArgs& args) = 0;
+  virtual void allgather(const CallContext& call, const AllgatherArgs& args) = 0;
+  virtual void broadcast(const CallContext& call, const BroadcastArgs& args) = 0;
+  virtual void reduce(const CallContext& call, const ReduceArgs& args) = 0;
+  virtual void gather(const CallContext& call, const GatherArgs& args) = 0;
+  virtual void scatter(const CallContext& call, const ScatterArgs& args) = 0;
+  virtual void allToAll(const CallContext& call, const AllToAllArgs& args) = 0;
   virtual void barrier(const CallContext& call) = 0;
   virtual void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) = 0;
   virtual void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) = 0;

@@ -1,43 +1,37 @@
-// Making the backend of a new communicator.
+// Making the backend of a new communicator, from the backend table: one row per backend,
+// {name, summary, available(), automatic(), create()}. Adding a backend is one folder (its engine
+// and a create function taking BackendOptions) plus one row in factory.cc, plus a build option
+// when it needs a library; see the checklist in docs/algorithms.md.
 #pragma once
 
 #include <memory>
-#include <string>
-#include <vector>
+#include <span>
+#include <string_view>
 
 #include "backend/backend.h"
-#include "store/store.h"
+#include "backend/options.h"
 
 namespace chorus::backend {
 
-struct BackendOptions {
-  // "auto" (size 1: void; else with a store: shm when every member is on one node, hierarchical
-  // when the members span several nodes and some node has several, tcp when every member is alone
-  // on its node; without a store: mpi), "shm" (one node only), "tcp", "hierarchical" (shm inside
-  // each node and tcp among one leader per node for allreduce and barrier, tcp for the rest; on one
-  // node it has no leaders' step, see hierarchical/hierarchical_backend.h), "void" (only for size
-  // 1); in builds with CHORUS_WITH_MPI also "mpi" (native MPI collectives) and "mpi_algorithms"
-  // (chorus's algorithms over the MPI transport), which need the MPI connector.
-  std::string name = "auto";
-  int rank = 0;
-  int size = 1;
-  // The members' world ranks, in communicator rank order (the MPI backends build their
-  // communicator from them).
-  std::vector<int> worldRanks;
-  // Whether every member runs on this node (the shm backend needs it).
-  bool oneNode = true;
-  // Member i's node, in communicator rank order (the hierarchical backend groups ranks by it;
-  // "auto" chooses between hierarchical and tcp with it). May be empty when oneNode is true.
-  std::vector<std::string> nodeIds;
-  // Scoped to this communicator (a PrefixStore); unused for size 1.
-  std::shared_ptr<store::Store> store;
-  std::string token;
-  // Unique per communicator, identical on its ranks; binds its connections' handshakes.
-  std::string scope;
-  std::string bindHost = "127.0.0.1";
-  Deadline deadline = Deadline::never();
+struct BackendInfo {
+  std::string_view name;     // what CHORUS_BACKEND and setDefaultBackend take
+  std::string_view summary;  // one line, for error messages and docs
+  // Whether this build has it (a backend that needs an optional library is compiled in every
+  // build, and says how to get it when it is missing).
+  bool (*available)();
+  // The rule for "auto": whether this backend suits the communicator that `options` describes.
+  // "auto" takes the first available row whose rule holds; null: never chosen automatically.
+  bool (*automatic)(const BackendOptions& options);
+  std::unique_ptr<Backend> (*create)(const BackendOptions& options);
 };
 
+// The rows, in the order "auto" tries them.
+std::span<const BackendInfo> backendTable();
+
+// The backend options.name names ("auto": the table's rule). A communicator of one rank gets the
+// void backend whatever the name (no connection is needed). An unknown name is
+// InvalidArgumentError listing the names this build has; a known one that this build lacks, or
+// that cannot serve this communicator, is UnsupportedError or InvalidArgumentError saying why.
 // Collective over the communicator's ranks when size > 1 (transports connect through the store;
 // the MPI backends through MPI).
 std::unique_ptr<Backend> createBackend(const BackendOptions& options);

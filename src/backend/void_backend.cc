@@ -1,41 +1,46 @@
+// The void backend: see void_backend.h.
 #include "backend/void_backend.h"
 
-#include <cstring>
-
 #include "chorus/error.h"
+#include "core/check.h"
 
 namespace chorus::backend {
-namespace {
 
-void copyIfDistinct(void* to, const void* from, size_t bytes) {
-  if (to != from && bytes > 0)
-    std::memmove(to, from, bytes);
+std::unique_ptr<Backend> createVoidBackend(const BackendOptions& options) {
+  CHORUS_CHECK_ARG(options.size == 1, "backend 'void' serves only communicators of size 1, not ",
+                   options.size, " ranks");
+  return std::make_unique<VoidBackend>();
+}
+void VoidBackend::allreduce(const CallContext&, const AllreduceArgs& args) {
+  copyToOutput(args.input, args.output, args.count * dataTypeSize(args.dtype));
 }
 
-}  // namespace
-
-void VoidBackend::reduceScatter(const CallContext&, const algorithms::ReduceScatterArgs& args) {
-  copyIfDistinct(args.output, args.input, args.countPerRank * dataTypeSize(args.dtype));
+void VoidBackend::broadcast(const CallContext&, const BroadcastArgs& args) {
+  copyToOutput(args.input, args.output, args.bytes);
 }
 
-void VoidBackend::allgather(const CallContext&, const algorithms::AllgatherArgs& args) {
-  copyIfDistinct(args.output, args.input, args.bytesPerRank);
+void VoidBackend::reduceScatter(const CallContext&, const ReduceScatterArgs& args) {
+  copyToOutput(args.input, args.output, args.countPerRank * dataTypeSize(args.dtype));
 }
 
-void VoidBackend::reduce(const CallContext&, const algorithms::ReduceArgs& args) {
-  copyIfDistinct(args.output, args.input, args.count * dataTypeSize(args.dtype));
+void VoidBackend::allgather(const CallContext&, const AllgatherArgs& args) {
+  copyToOutput(args.input, args.output, args.bytesPerRank);
 }
 
-void VoidBackend::gather(const CallContext&, const algorithms::GatherArgs& args) {
-  copyIfDistinct(args.output, args.input, args.bytesPerRank);
+void VoidBackend::reduce(const CallContext&, const ReduceArgs& args) {
+  copyToOutput(args.input, args.output, args.count * dataTypeSize(args.dtype));
 }
 
-void VoidBackend::scatter(const CallContext&, const algorithms::ScatterArgs& args) {
-  copyIfDistinct(args.output, args.input, args.bytesPerRank);
+void VoidBackend::gather(const CallContext&, const GatherArgs& args) {
+  copyToOutput(args.input, args.output, args.bytesPerRank);
 }
 
-void VoidBackend::allToAll(const CallContext&, const algorithms::AllToAllArgs& args) {
-  copyIfDistinct(args.output, args.input, args.bytesPerRank);
+void VoidBackend::scatter(const CallContext&, const ScatterArgs& args) {
+  copyToOutput(args.input, args.output, args.bytesPerRank);
+}
+
+void VoidBackend::allToAll(const CallContext&, const AllToAllArgs& args) {
+  copyToOutput(args.input, args.output, args.bytesPerRank);
 }
 
 void VoidBackend::send(const CallContext&, const void*, size_t, int peer, int) {

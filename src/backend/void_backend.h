@@ -2,7 +2,10 @@
 // a copy of the inputs where they differ); no connection is opened.
 #pragma once
 
+#include <memory>
+
 #include "backend/backend.h"
+#include "backend/options.h"
 
 namespace chorus::backend {
 
@@ -12,19 +15,23 @@ class VoidBackend : public Backend {
   int rank() const override { return 0; }
   int size() const override { return 1; }
 
-  void allreduce(const CallContext&, const algorithms::AllreduceArgs&) override {}
-  void reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) override;
-  void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) override;
-  void broadcast(const CallContext&, const algorithms::BroadcastArgs&) override {}
-  void reduce(const CallContext& call, const algorithms::ReduceArgs& args) override;
-  void gather(const CallContext& call, const algorithms::GatherArgs& args) override;
-  void scatter(const CallContext& call, const algorithms::ScatterArgs& args) override;
-  void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) override;
+  void allreduce(const CallContext& call, const AllreduceArgs& args) override;
+  void reduceScatter(const CallContext& call, const ReduceScatterArgs& args) override;
+  void allgather(const CallContext& call, const AllgatherArgs& args) override;
+  void broadcast(const CallContext& call, const BroadcastArgs& args) override;
+  void reduce(const CallContext& call, const ReduceArgs& args) override;
+  void gather(const CallContext& call, const GatherArgs& args) override;
+  void scatter(const CallContext& call, const ScatterArgs& args) override;
+  void allToAll(const CallContext& call, const AllToAllArgs& args) override;
   void barrier(const CallContext&) override {}
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
   void abort(std::exception_ptr) noexcept override {}
   void close() noexcept override {}
 };
+
+// The row "void" of the backend table: only for a communicator of one rank (InvalidArgumentError
+// otherwise).
+std::unique_ptr<Backend> createVoidBackend(const BackendOptions& options);
 
 }  // namespace chorus::backend

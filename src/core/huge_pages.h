@@ -8,12 +8,10 @@
 
 #include <cstddef>
 
+#include "chorus/huge_pages.h"  // adviseHugePages, the public part
+
 namespace chorus {
 
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
-
-// Asks for huge pages on the 2 MiB-aligned interior of [data, data + bytes) (nothing if it holds
-// no whole huge page). Call before the buffer is first touched.
-void adviseHugePages(void* data, size_t bytes) noexcept;
 
 }  // namespace chorus

@@ -65,13 +65,13 @@ void StoreCensus::checkAgreement() {
     return;
   }
   if (auto different = findDifferentCall())
-    throw transport::makeMismatchError(names_(rank_), names_(different->first), fingerprint_,
-                                       different->second);
+    throw makeMismatchError(names_(rank_), names_(different->first), fingerprint_,
+                            different->second);
 }
 
-std::optional<std::pair<int, transport::Fingerprint>> StoreCensus::findDifferentCall() {
+std::optional<std::pair<int, Fingerprint>> StoreCensus::findDifferentCall() {
   for (int rank = 0; rank < size_; ++rank) {
-    transport::Fingerprint theirs;
+    Fingerprint theirs;
     try {
       if (rank == rank_ || !store_.check({callKey(rank)}))
         continue;

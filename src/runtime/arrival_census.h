@@ -23,10 +23,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/collective.h"
 #include "core/rank_names.h"
 #include "core/stall_watch.h"
 #include "store/store.h"
-#include "transport/transport.h"
 
 namespace chorus::detail {
 
@@ -40,7 +40,7 @@ class StoreCensus final : public stall::Census {
               int rank,
               int size,
               const RankNames& names,
-              const transport::Fingerprint& fingerprint)
+              const Fingerprint& fingerprint)
       : store_(store),
         scope_(scope),
         rank_(rank),
@@ -58,7 +58,7 @@ class StoreCensus final : public stall::Census {
   std::string callKey(int rank) const;
   std::string callCountKey(bool thisCall) const;
   // The rank whose noted call at this collective differs from this rank's, and its fingerprint.
-  std::optional<std::pair<int, transport::Fingerprint>> findDifferentCall();
+  std::optional<std::pair<int, Fingerprint>> findDifferentCall();
 
   store::Store& store_;
   const std::string& scope_;
@@ -66,7 +66,7 @@ class StoreCensus final : public stall::Census {
   int size_;
   const RankNames& names_;
   uint64_t sequence_;
-  const transport::Fingerprint& fingerprint_;
+  const Fingerprint& fingerprint_;
 };
 
 }  // namespace chorus::detail

@@ -16,7 +16,6 @@
 namespace chorus {
 
 using detail::concat;
-using transport::Collective;
 
 Communicator::Communicator(std::shared_ptr<detail::CommunicatorState> state)
     : state_(std::move(state)) {}
@@ -46,12 +45,12 @@ void Communicator::abort(const std::string& reason, int failedRank) noexcept {
 
 namespace detail {
 
-transport::Fingerprint makeFingerprint(Collective collective,
-                                       size_t count,
-                                       std::optional<DataType> dtype,
-                                       std::optional<ReduceOp> op,
-                                       int root) {
-  transport::Fingerprint fingerprint;
+Fingerprint makeFingerprint(Collective collective,
+                            size_t count,
+                            std::optional<DataType> dtype,
+                            std::optional<ReduceOp> op,
+                            int root) {
+  Fingerprint fingerprint;
   fingerprint.collective = collective;
   fingerprint.count = count;
   fingerprint.root = root;
@@ -140,9 +139,9 @@ Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, Reduc
       }
     }
     if (state.backend().allreduceAverages()) {
-      state.backend().allreduce(call, {buffer, total, work, op});
+      state.backend().allreduce(call, {buffer, buffer, total, work, op});
     } else {
-      state.backend().allreduce(call, {buffer, total, work, detail::wireOp(op)});
+      state.backend().allreduce(call, {buffer, buffer, total, work, detail::wireOp(op)});
       detail::finishAverage(op, work, buffer, total, state.info().size);
     }
     if (!direct) {
@@ -199,7 +198,7 @@ Communicator::WorkPtr Communicator::broadcast(Tensor tensor, int root) {
                                              std::nullopt, root);
   auto& state = *state_;
   return state_->submit(fingerprint, [&state, tensor, root](const backend::CallContext& call) {
-    state.backend().broadcast(call, {tensor.data(), tensor.nbytes(), root});
+    state.backend().broadcast(call, {tensor.data(), tensor.data(), tensor.nbytes(), root});
   });
 }
 

@@ -12,7 +12,6 @@
 namespace chorus {
 
 using detail::concat;
-using transport::Collective;
 
 namespace {
 

@@ -5,15 +5,15 @@
 #include <string_view>
 
 #include "chorus/types.h"
-#include "transport/transport.h"
+#include "core/collective.h"
 
 namespace chorus::detail {
 
-transport::Fingerprint makeFingerprint(transport::Collective collective,
-                                       size_t count,
-                                       std::optional<DataType> dtype,
-                                       std::optional<ReduceOp> op,
-                                       int root);
+Fingerprint makeFingerprint(Collective collective,
+                            size_t count,
+                            std::optional<DataType> dtype,
+                            std::optional<ReduceOp> op,
+                            int root);
 void checkReduction(ReduceOp op, DataType dtype, std::string_view opName, int rank);
 void checkRoot(int root, int size, std::string_view opName, int rank);
 // float32 for float16/bfloat16 (one rounding at the end), else the dtype itself.

@@ -80,8 +80,7 @@ void CommunicatorPool::checkSameOnEveryRank(const RankList& groups) {
   const int size = world_->size();
   std::vector<int64_t> all(size);
   auto& state = CommunicatorAccess::state(*world_);
-  auto fingerprint =
-      makeFingerprint(transport::Collective::kSplit, 1, DataType::kInt64, std::nullopt, -1);
+  auto fingerprint = makeFingerprint(Collective::kSplit, 1, DataType::kInt64, std::nullopt, -1);
   state
       .submit(fingerprint,
               [&state, &hash, &all](const backend::CallContext& call) {

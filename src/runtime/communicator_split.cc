@@ -29,8 +29,7 @@ std::shared_ptr<Communicator> splitCommunicator(Communicator& parent,
   const int p = parent.size();
   std::vector<int64_t> mine = {color, key};
   std::vector<int64_t> all(2 * p);
-  auto fingerprint =
-      makeFingerprint(transport::Collective::kSplit, 2, DataType::kInt64, std::nullopt, -1);
+  auto fingerprint = makeFingerprint(Collective::kSplit, 2, DataType::kInt64, std::nullopt, -1);
   state
       .submit(fingerprint,
               [&state, &mine, &all](const backend::CallContext& call) {

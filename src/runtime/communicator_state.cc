@@ -16,9 +16,7 @@ namespace {
 // A Work whose waiter runs the operation itself when it is next in line (see OperationQueue).
 class QueuedWork : public Work {
  public:
-  QueuedWork(int rank,
-             const transport::Fingerprint& fingerprint,
-             std::weak_ptr<CommunicatorState> state)
+  QueuedWork(int rank, const Fingerprint& fingerprint, std::weak_ptr<CommunicatorState> state)
       : rank_(rank), fingerprint_(fingerprint), state_(std::move(state)) {}
   void setOperation(const OperationQueue::Operation& operation) { operation_ = operation; }
 
@@ -37,7 +35,7 @@ class QueuedWork : public Work {
 
  private:
   const int rank_;
-  const transport::Fingerprint fingerprint_;
+  const Fingerprint fingerprint_;
   std::weak_ptr<CommunicatorState> state_;
   // Weak: the operation holds the Work, and is dropped once it has run.
   std::weak_ptr<std::function<void()>> operation_;
@@ -66,14 +64,14 @@ CommunicatorState::~CommunicatorState() {
   backend_->close();
 }
 
-std::shared_ptr<Work> CommunicatorState::submit(transport::Fingerprint fingerprint, Body body) {
+std::shared_ptr<Work> CommunicatorState::submit(Fingerprint fingerprint, Body body) {
   std::shared_ptr<QueuedWork> work;
   OperationQueue::Operation operation;
   bool runHere = false;
   {
     // Numbering and queueing happen under one lock, so the queue's order is the numbers' order.
     std::lock_guard lock(mutex_);
-    if (fingerprint.collective != transport::Collective::kPointToPoint) {
+    if (fingerprint.collective != Collective::kPointToPoint) {
       fingerprint.sequence = ++collectiveSequence_;
     }
     work = std::make_shared<QueuedWork>(info_.worldRank, fingerprint, weak_from_this());
@@ -94,13 +92,11 @@ namespace {
 thread_local int blockingCallsDepth = 0;
 
 std::string describeFingerprint(const void* fingerprint) {
-  return static_cast<const transport::Fingerprint*>(fingerprint)->describe();
+  return static_cast<const Fingerprint*>(fingerprint)->describe();
 }
 }  // namespace
 
-void CommunicatorState::execute(Work& work,
-                                const transport::Fingerprint& fingerprint,
-                                const Body& body) {
+void CommunicatorState::execute(Work& work, const Fingerprint& fingerprint, const Body& body) {
   std::exception_ptr earlier;
   std::chrono::milliseconds timeout;
   {

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/peers.h"
 #include "backend/backend.h"
 #include "chorus/work.h"
 #include "core/rank_names.h"
 #include "core/thread_annotations.h"
+#include "core/workspace.h"
 #include "runtime/operation_queue.h"
 #include "store/store.h"
 
@@ -62,7 +62,7 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // their fingerprint; point-to-point keeps sequence 0. The body runs on the worker thread with a
   // deadline of now + timeout(); its exception fails the Work and aborts the communicator. The
   // body runs on the worker thread, or on the thread that waits for the Work (runIfNext).
-  std::shared_ptr<Work> submit(transport::Fingerprint fingerprint, Body body);
+  std::shared_ptr<Work> submit(Fingerprint fingerprint, Body body);
 
   void setTimeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const;
@@ -72,11 +72,11 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // Counter of split() calls, identical on every rank.
   uint64_t nextSplitId();
   // Staging memory for the front end (packing, widening); used by the running operation only.
-  algorithms::Workspace& staging() { return staging_; }
+  Workspace& staging() { return staging_; }
   OperationQueue& queue() { return queue_; }
 
  private:
-  void execute(Work& work, const transport::Fingerprint& fingerprint, const Body& body);
+  void execute(Work& work, const Fingerprint& fingerprint, const Body& body);
 
   // The error of an operation or an abort, saying which group it arose in (group_context.h).
   std::exception_ptr inContext(std::exception_ptr error) const noexcept;
@@ -86,7 +86,7 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   const RankNames names_;           // Note [One rank numbering]
   const std::string groupContext_;  // empty for the world
   std::unique_ptr<backend::Backend> backend_;
-  algorithms::Workspace staging_;
+  Workspace staging_;
 
   mutable std::mutex mutex_;
   std::chrono::milliseconds timeout_ CHORUS_GUARDED_BY(mutex_);

@@ -1,4 +1,5 @@
-// Making transports by name. Adding a transport is one folder, one entry here, one build option.
+// Making transports by name. Adding a transport is one folder, one row in registry.cc, one build
+// option.
 #pragma once
 
 #include <memory>
@@ -32,10 +33,12 @@ struct TransportOptions {
   Deadline deadline = Deadline::never();
 };
 
-// "tcp" (any nodes) or "shm" (ranks of one node). Unknown names are InvalidArgumentError listing
-// the known ones. Blocks until every pair of ranks is connected (and, over tcp, authenticated);
-// collective over options.store. With CHORUS_FAULT_DELAY_MS set (tests only), the transport is
-// wrapped in a FaultyTransport that delays each message (faulty::faultFromEnvironment).
+// "tcp" (any nodes), "shm" (ranks of one node) or "mpi" (jobs started by mpirun; the store is not
+// used). Unknown names are InvalidArgumentError listing the ones this build has; "mpi" in a build
+// without MPI is UnsupportedError. Blocks until every pair of ranks is connected (and, over tcp,
+// authenticated); collective over options.store (over MPI for "mpi"). With CHORUS_FAULT_DELAY_MS
+// set (tests only), the transport is wrapped in a FaultyTransport that delays each message
+// (faulty::faultFromEnvironment).
 std::unique_ptr<Transport> createTransport(std::string_view name, const TransportOptions& options);
 
 }  // namespace chorus::transport

@@ -2,8 +2,8 @@
 //
 // A transport connects ranks 0..size()-1 (all pairs). Algorithms post sends and receives of raw
 // bytes and wait for them; they never see sockets or the store. Each folder under src/transport/
-// (tcp/, loopback/, later shm/ and mpi/) implements this interface with the same file names, and
-// passes tests/transport/conformance_test.cc.
+// (tcp/, shm/, mpi/, loopback/, and faulty/, a wrapper for tests) implements this interface with
+// the same file names, and passes the transport conformance suite (tests/transport/).
 //
 // Contract:
 //  - postSend/postRecv register a request and return at once; the caller's Request and buffer must
@@ -20,7 +20,7 @@
 //    their receive is posted are buffered.
 //  - Every message carries its sender's Fingerprint; the receiver compares it with its own and
 //    the byte count with its buffer's. A difference is a MismatchError naming both ranks, the field
-//    and both values. See Note [Collective fingerprint].
+//    and both values. See Note [Collective fingerprint] in core/collective.h.
 //  - wait() drives progress on every connection (so two ranks that send to each other never
 //    deadlock) until the given requests complete. It throws PeerError when a peer died or aborted
 //    (naming it), MismatchError, or TimeoutError at `deadline` (naming the peers of unfinished
@@ -30,8 +30,7 @@
 //    later call throws the first error again (postSend/postRecv too; they may also be where a
 //    failure is first seen, e.g. a receive that matches a mismatched buffered message).
 //  - A peer that closes without saying goodbye (a crash, kill -9) fails the transport as soon as
-//  any
-//    rank notices, even while waiting on someone else. A peer that said goodbye (close()) only
+//    any rank notices, even while waiting on someone else. A peer that said goodbye (close()) only
 //    fails the requests that involve it.
 //  - Threading: one thread at a time may post and wait. abort() may be called from any thread at
 //    any time, including while another thread is inside wait(), which then throws.
@@ -47,68 +46,10 @@
 
 #include "chorus/error.h"
 #include "chorus/types.h"
+#include "core/collective.h"
 #include "core/deadline.h"
 
 namespace chorus::transport {
-
-enum class Collective : uint8_t {
-  kAllreduce,
-  kAllgather,
-  kReduceScatter,
-  kBroadcast,
-  kReduce,
-  kGather,
-  kScatter,
-  kAllToAll,
-  kBarrier,
-  kPointToPoint,
-  kSplit,
-};
-std::string_view toString(Collective collective);
-
-// Note [Collective fingerprint]
-// Every collective is stamped with (sequence number, collective, reduce op, dtype, count, root),
-// and every message it sends carries the stamp in its header. The receiver compares the stamp with
-// its own before touching the payload, so ranks that called different collectives, or the same one
-// with different arguments, get a MismatchError naming the field instead of corrupt data or a hang.
-// The rank that notices aborts the transport, which tells every peer, so every rank raises.
-// Algorithms send at least one (possibly empty) message on every rank for size > 1, even for
-// count 0, so a mismatch is always seen. Cost: 32 bytes per message and one comparison.
-struct Fingerprint {
-  uint64_t sequence = 0;  // the communicator's collective counter (0 for point-to-point)
-  uint64_t count = 0;     // elements (bytes for untyped collectives)
-  int32_t root = -1;      // -1 when the collective has no root
-  Collective collective = Collective::kBarrier;
-  uint8_t reduceOp = kNoReduceOp;  // a chorus::ReduceOp, or kNoReduceOp
-  uint8_t dataType = kNoDataType;  // a chorus::DataType, or kNoDataType
-  uint8_t algorithm = 0;           // row of the collective's algorithm table (0 when untabled)
-
-  static constexpr uint8_t kNoReduceOp = 0xff;
-  static constexpr uint8_t kNoDataType = 0xff;
-
-  // Name of the first field that differs ("collective", "sequence", "reduce_op", "dtype", "count",
-  // "root", "algorithm"), or empty when equal.
-  std::string_view firstDifference(const Fingerprint& other) const;
-  // The value of a field, for messages ("allreduce", "sum", "float32", "1024", ...).
-  std::string fieldValue(std::string_view field) const;
-  // "allreduce #7 (float32 x 1024, sum)".
-  std::string describe() const;
-};
-static_assert(sizeof(Fingerprint) == 24);
-
-// Builds the MismatchError that a receiver raises: `self` is this rank's stamp, `theirs` the
-// peer's.
-MismatchError makeMismatchError(int selfRank,
-                                int peerRank,
-                                const Fingerprint& self,
-                                const Fingerprint& theirs);
-// Builds the MismatchError (field "bytes") a receiver raises when the fingerprints agree but the
-// message has `sentBytes` where the posted receive expects `expectedBytes`.
-MismatchError makeByteCountMismatchError(int selfRank,
-                                         int peerRank,
-                                         const Fingerprint& self,
-                                         uint64_t expectedBytes,
-                                         uint64_t sentBytes);
 
 // The PeerError every transport (and the shm backend) raises when `peerRank` went away without a
 // goodbye: killed, crashed, or exited without closing.

@@ -15,8 +15,6 @@
 namespace chorus::algorithms::testing {
 namespace {
 
-using transport::Collective;
-
 struct Case {
   size_t count;
   size_t segmentBytes;
@@ -40,6 +38,7 @@ TEST_P(AllreduceRows, MatchesClosedForm) {
   std::vector<std::vector<std::string>> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     uint64_t sequence = 0;
     for (const Case& c : kCases) {
       for (const Reduction& reduction : testReductions()) {
@@ -48,9 +47,10 @@ TEST_P(AllreduceRows, MatchesClosedForm) {
         Peers peers(transport,
                     makeFingerprint(++sequence, Collective::kAllreduce, c.count, -1,
                                     reduction.dtype, reduction.op, true),
-                    callDeadline(), workspace);
+                    callDeadline(), workspace, requests);
         peers.setSegmentBytes(c.segmentBytes);
-        algorithm.run(peers, AllreduceArgs{storage.data(), c.count, reduction.dtype, reduction.op});
+        algorithm.run(peers, AllreduceArgs{storage.data(), storage.data(), c.count, reduction.dtype,
+                                           reduction.op});
         auto problem = checkReduction(reduction, size, storage.data(), c.count);
         if (!problem.empty()) {
           failures[rank].push_back("count " + std::to_string(c.count) + ": " + problem);
@@ -81,13 +81,15 @@ TEST_P(AllreduceLarge, OddCountFloat32Sum) {
   std::vector<std::string> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     std::vector<float> data(kCount);
     fillContribution(reduction, rank, data.data(), kCount);
     Peers peers(
         transport,
         makeFingerprint(1, Collective::kAllreduce, kCount, -1, reduction.dtype, reduction.op, true),
-        callDeadline(), workspace);
-    algorithm.run(peers, AllreduceArgs{data.data(), kCount, reduction.dtype, reduction.op});
+        callDeadline(), workspace, requests);
+    algorithm.run(peers,
+                  AllreduceArgs{data.data(), data.data(), kCount, reduction.dtype, reduction.op});
     failures[rank] = checkReduction(reduction, size, data.data(), kCount);
   });
   EXPECT_EQ(describeErrors(errors), "");
@@ -108,6 +110,7 @@ TEST_P(ReduceScatterRows, MatchesClosedFormAndKeepsInput) {
   std::vector<std::vector<std::string>> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     uint64_t sequence = 0;
     for (const Case& c : kCases) {
       for (const Reduction& reduction : testReductions()) {
@@ -120,7 +123,7 @@ TEST_P(ReduceScatterRows, MatchesClosedFormAndKeepsInput) {
         Peers peers(transport,
                     makeFingerprint(++sequence, Collective::kReduceScatter, total, -1,
                                     reduction.dtype, reduction.op, true),
-                    callDeadline(), workspace);
+                    callDeadline(), workspace, requests);
         peers.setSegmentBytes(c.segmentBytes);
         algorithm.run(peers, ReduceScatterArgs{input.data(), output.data(), perRank,
                                                reduction.dtype, reduction.op});

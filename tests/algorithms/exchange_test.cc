@@ -15,8 +15,6 @@
 namespace chorus::algorithms::testing {
 namespace {
 
-using transport::Collective;
-
 class AllgatherRows : public ::testing::TestWithParam<RowAndSize> {};
 
 TEST_P(AllgatherRows, EveryRankGetsEveryBlock) {
@@ -25,6 +23,7 @@ TEST_P(AllgatherRows, EveryRankGetsEveryBlock) {
   std::vector<std::vector<std::string>> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     uint64_t sequence = 0;
     for (bool inPlace : {false, true}) {
       for (const SizeCase& c : kSizeCases) {
@@ -33,7 +32,7 @@ TEST_P(AllgatherRows, EveryRankGetsEveryBlock) {
         uint8_t* input = inPlace ? output.data() + rank * c.count : separate.data();
         fillPattern(input, rank, c.count);
         Peers peers(transport, makeFingerprint(++sequence, Collective::kAllgather, c.count),
-                    callDeadline(), workspace);
+                    callDeadline(), workspace, requests);
         peers.setSegmentBytes(c.segmentBytes);
         algorithm.run(peers, AllgatherArgs{input, output.data(), c.count});
         for (int block = 0; block < size; ++block) {
@@ -65,6 +64,7 @@ TEST_P(AllToAllRows, BlockIGoesToRankI) {
   std::vector<std::vector<std::string>> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     uint64_t sequence = 0;
     for (const SizeCase& c : kSizeCases) {
       std::vector<uint8_t> input(c.count * size);
@@ -73,7 +73,7 @@ TEST_P(AllToAllRows, BlockIGoesToRankI) {
         fillPattern(input.data() + block * c.count, rank * size + block, c.count);
       }
       Peers peers(transport, makeFingerprint(++sequence, Collective::kAllToAll, c.count),
-                  callDeadline(), workspace);
+                  callDeadline(), workspace, requests);
       peers.setSegmentBytes(c.segmentBytes);
       algorithm.run(peers, AllToAllArgs{input.data(), output.data(), c.count});
       for (int block = 0; block < size; ++block) {
@@ -105,10 +105,11 @@ TEST_P(BarrierRows, NobodyLeavesEarly) {
   std::vector<std::vector<std::string>> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     for (int round = 0; round < kRounds; ++round) {
       arrived[round].fetch_add(1);
       Peers peers(transport, makeFingerprint(round + 1, Collective::kBarrier, 0), callDeadline(),
-                  workspace);
+                  workspace, requests);
       algorithm.run(peers, BarrierArgs{});
       const int seen = arrived[round].load();
       if (seen != size) {

@@ -17,8 +17,6 @@
 namespace chorus::algorithms::testing {
 namespace {
 
-using transport::Collective;
-
 // Well under the transport deadline: detection must not wait for a timeout.
 constexpr auto kPrompt = std::chrono::seconds(8);
 
@@ -75,13 +73,15 @@ TEST_P(AllreduceMismatch, CountDiffersOnRankZero) {
       size,
       [&](int rank, transport::Transport& transport) {
         Workspace workspace;
+        RequestPool requests;
         const size_t count = rank == 0 ? 10 : 11;
         std::vector<float> data(count, 1.0f);
         Peers peers(transport,
                     makeFingerprint(1, Collective::kAllreduce, count, -1, DataType::kFloat32,
                                     ReduceOp::kSum, true),
-                    Deadline::after(std::chrono::seconds(10)), workspace);
-        algorithm.run(peers, AllreduceArgs{data.data(), count, DataType::kFloat32, ReduceOp::kSum});
+                    Deadline::after(std::chrono::seconds(10)), workspace, requests);
+        algorithm.run(peers, AllreduceArgs{data.data(), data.data(), count, DataType::kFloat32,
+                                           ReduceOp::kSum});
       },
       kPrompt);
   expectMismatchOnEveryRank(errors);
@@ -106,10 +106,11 @@ void expectRootMismatchCaught(std::span<const AlgorithmInfo<Args>> table,
           size,
           [&](int rank, transport::Transport& transport) {
             Workspace workspace;
+            RequestPool requests;
             const int root = rank == 0 ? 0 : 1;
             std::vector<double> input(64 * size, 1.0), output(64 * size, 0.0);
             Peers peers(transport, makeFingerprint(1, collective, 64, root),
-                        Deadline::after(std::chrono::seconds(10)), workspace);
+                        Deadline::after(std::chrono::seconds(10)), workspace, requests);
             algorithm.run(peers, makeArgs(input.data(), output.data(), root));
           },
           kPrompt, &transportFailures);
@@ -121,7 +122,7 @@ void expectRootMismatchCaught(std::span<const AlgorithmInfo<Args>> table,
 TEST(RootMismatch, Broadcast) {
   expectRootMismatchCaught(broadcastAlgorithms(), Collective::kBroadcast,
                            [](double*, double* output, int root) {
-                             return BroadcastArgs{output, 64, root};
+                             return BroadcastArgs{output, output, 64, root};
                            });
 }
 
@@ -154,18 +155,19 @@ TEST(CollectiveMismatch, BarrierAgainstAllreduce) {
         4,
         [&](int rank, transport::Transport& transport) {
           Workspace workspace;
+          RequestPool requests;
           std::vector<float> data(100, 1.0f);
           if (rank == 0) {
             Peers peers(transport, makeFingerprint(1, Collective::kBarrier, 0),
-                        Deadline::after(std::chrono::seconds(10)), workspace);
+                        Deadline::after(std::chrono::seconds(10)), workspace, requests);
             barrierAlgorithms()[0].run(peers, BarrierArgs{});
           } else {
             Peers peers(transport,
                         makeFingerprint(1, Collective::kAllreduce, 100, -1, DataType::kFloat32,
                                         ReduceOp::kSum, true),
-                        Deadline::after(std::chrono::seconds(10)), workspace);
-            allreduce.run(peers,
-                          AllreduceArgs{data.data(), 100, DataType::kFloat32, ReduceOp::kSum});
+                        Deadline::after(std::chrono::seconds(10)), workspace, requests);
+            allreduce.run(peers, AllreduceArgs{data.data(), data.data(), 100, DataType::kFloat32,
+                                               ReduceOp::kSum});
           }
         },
         kPrompt);
@@ -183,13 +185,15 @@ TEST(LocalError, FailsEveryRankInsteadOfHanging) {
         3,
         [&](int rank, transport::Transport& transport) {
           Workspace workspace;
+          RequestPool requests;
           std::vector<float> data(1000, 1.0f);
           Peers peers(transport,
                       makeFingerprint(1, Collective::kAllreduce, data.size(), -1,
                                       DataType::kFloat32, ReduceOp::kSum, true),
-                      Deadline::after(std::chrono::seconds(10)), workspace);
+                      Deadline::after(std::chrono::seconds(10)), workspace, requests);
           const ReduceOp op = rank == 1 ? ReduceOp::kBand : ReduceOp::kSum;
-          algorithm.run(peers, AllreduceArgs{data.data(), data.size(), DataType::kFloat32, op});
+          algorithm.run(
+              peers, AllreduceArgs{data.data(), data.data(), data.size(), DataType::kFloat32, op});
         },
         kPrompt);
     for (size_t rank = 0; rank < errors.size(); ++rank) {

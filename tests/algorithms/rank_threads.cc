@@ -59,14 +59,14 @@ std::string describeErrors(const std::vector<std::exception_ptr>& errors) {
   return out.str();
 }
 
-transport::Fingerprint makeFingerprint(uint64_t sequence,
-                                       transport::Collective collective,
-                                       uint64_t count,
-                                       int root,
-                                       DataType dtype,
-                                       ReduceOp op,
-                                       bool typed) {
-  transport::Fingerprint fingerprint;
+Fingerprint makeFingerprint(uint64_t sequence,
+                            Collective collective,
+                            uint64_t count,
+                            int root,
+                            DataType dtype,
+                            ReduceOp op,
+                            bool typed) {
+  Fingerprint fingerprint;
   fingerprint.sequence = sequence;
   fingerprint.collective = collective;
   fingerprint.count = count;

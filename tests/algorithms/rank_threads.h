@@ -31,13 +31,13 @@ std::vector<std::exception_ptr> runRanks(
 std::string describeErrors(const std::vector<std::exception_ptr>& errors);
 
 // A fingerprint for a test call. count is elements (bytes for untyped collectives).
-transport::Fingerprint makeFingerprint(uint64_t sequence,
-                                       transport::Collective collective,
-                                       uint64_t count,
-                                       int root = -1,
-                                       DataType dtype = DataType::kUInt8,
-                                       ReduceOp op = ReduceOp::kSum,
-                                       bool typed = false);
+Fingerprint makeFingerprint(uint64_t sequence,
+                            Collective collective,
+                            uint64_t count,
+                            int root = -1,
+                            DataType dtype = DataType::kUInt8,
+                            ReduceOp op = ReduceOp::kSum,
+                            bool typed = false);
 
 // Message sizes every data-moving row runs with: empty, tiny, odd, and (with small segments) many
 // uneven segments. `count` is bytes, or elements where the collective is typed.

@@ -14,8 +14,6 @@
 namespace chorus::algorithms::testing {
 namespace {
 
-using transport::Collective;
-
 std::string where(int root, size_t count) {
   return "root " + std::to_string(root) + ", size " + std::to_string(count) + ": ";
 }
@@ -28,6 +26,7 @@ TEST_P(BroadcastRows, EveryRankGetsRootData) {
   std::vector<std::vector<std::string>> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     uint64_t sequence = 0;
     for (int root : testRoots(size)) {
       for (const SizeCase& c : kSizeCases) {
@@ -35,9 +34,9 @@ TEST_P(BroadcastRows, EveryRankGetsRootData) {
         if (rank == root)
           fillPattern(data.data(), root, c.count);
         Peers peers(transport, makeFingerprint(++sequence, Collective::kBroadcast, c.count, root),
-                    callDeadline(), workspace);
+                    callDeadline(), workspace, requests);
         peers.setSegmentBytes(c.segmentBytes);
-        algorithm.run(peers, BroadcastArgs{data.data(), c.count, root});
+        algorithm.run(peers, BroadcastArgs{data.data(), data.data(), c.count, root});
         auto problem = checkPattern(data.data(), root, c.count);
         if (!problem.empty())
           failures[rank].push_back(where(root, c.count) + problem);
@@ -61,12 +60,13 @@ TEST(BroadcastLarge, SeveralDefaultSegments) {
     std::vector<std::vector<std::string>> failures(kSize);
     auto errors = runRanks(kSize, [&](int rank, transport::Transport& transport) {
       Workspace workspace;
+      RequestPool requests;
       std::vector<uint8_t> data(kBytes, 0);
       if (rank == 2)
         fillPattern(data.data(), 2, kBytes);
       Peers peers(transport, makeFingerprint(1, Collective::kBroadcast, kBytes, 2), callDeadline(),
-                  workspace);
-      algorithm.run(peers, BroadcastArgs{data.data(), kBytes, 2});
+                  workspace, requests);
+      algorithm.run(peers, BroadcastArgs{data.data(), data.data(), kBytes, 2});
       auto problem = checkPattern(data.data(), 2, kBytes);
       if (!problem.empty())
         failures[rank].push_back(problem);
@@ -84,6 +84,7 @@ TEST_P(ReduceRows, RootGetsClosedFormInputsUnchanged) {
   std::vector<std::vector<std::string>> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     uint64_t sequence = 0;
     for (int root : testRoots(size)) {
       for (const SizeCase& c : kSizeCases) {
@@ -98,7 +99,7 @@ TEST_P(ReduceRows, RootGetsClosedFormInputsUnchanged) {
           Peers peers(transport,
                       makeFingerprint(++sequence, Collective::kReduce, c.count, root,
                                       reduction.dtype, reduction.op, true),
-                      callDeadline(), workspace);
+                      callDeadline(), workspace, requests);
           peers.setSegmentBytes(c.segmentBytes);
           algorithm.run(
               peers, ReduceArgs{input.data(), out, c.count, reduction.dtype, reduction.op, root});
@@ -140,6 +141,7 @@ TEST_P(GatherRows, RootGetsBlocksInRankOrder) {
   std::vector<std::vector<std::string>> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     uint64_t sequence = 0;
     for (int root : testRoots(size)) {
       for (const SizeCase& c : kSizeCases) {
@@ -147,7 +149,7 @@ TEST_P(GatherRows, RootGetsBlocksInRankOrder) {
         fillPattern(input.data(), rank, c.count);
         std::vector<uint8_t> output(rank == root ? c.count * size : 0, 0xee);
         Peers peers(transport, makeFingerprint(++sequence, Collective::kGather, c.count, root),
-                    callDeadline(), workspace);
+                    callDeadline(), workspace, requests);
         peers.setSegmentBytes(c.segmentBytes);
         algorithm.run(
             peers, GatherArgs{input.data(), rank == root ? output.data() : nullptr, c.count, root});
@@ -178,6 +180,7 @@ TEST_P(ScatterRows, EveryRankGetsItsBlock) {
   std::vector<std::vector<std::string>> failures(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
     Workspace workspace;
+    RequestPool requests;
     uint64_t sequence = 0;
     for (int root : testRoots(size)) {
       for (const SizeCase& c : kSizeCases) {
@@ -187,7 +190,7 @@ TEST_P(ScatterRows, EveryRankGetsItsBlock) {
         }
         std::vector<uint8_t> output(c.count, 0xee);
         Peers peers(transport, makeFingerprint(++sequence, Collective::kScatter, c.count, root),
-                    callDeadline(), workspace);
+                    callDeadline(), workspace, requests);
         peers.setSegmentBytes(c.segmentBytes);
         algorithm.run(peers, ScatterArgs{rank == root ? input.data() : nullptr, output.data(),
                                          c.count, root});

@@ -37,7 +37,7 @@ class ScopedEnv {
 constexpr const char* kAllreduceEnv = "CHORUS_ALLREDUCE_ALGO";
 
 AllreduceArgs allreduceOfBytes(size_t bytes) {
-  return AllreduceArgs{nullptr, bytes / 4, DataType::kFloat32, ReduceOp::kSum};
+  return AllreduceArgs{nullptr, nullptr, bytes / 4, DataType::kFloat32, ReduceOp::kSum};
 }
 
 std::string_view chosen(const AllreduceArgs& args, int size = 8) {
@@ -57,11 +57,11 @@ TEST(Selection, AllreduceDefaultDependsOnSize) {
 }
 
 TEST(Selection, BroadcastAndReduceDefaultsDependOnSize) {
-  EXPECT_EQ(selectAlgorithm(broadcastAlgorithms(), BroadcastArgs{nullptr, 1000, 0}, 8,
+  EXPECT_EQ(selectAlgorithm(broadcastAlgorithms(), BroadcastArgs{nullptr, nullptr, 1000, 0}, 8,
                             "CHORUS_TEST_UNSET_ALGO")
                 .name,
             "binomial_tree");
-  EXPECT_EQ(selectAlgorithm(broadcastAlgorithms(), BroadcastArgs{nullptr, 16 << 20, 0}, 8,
+  EXPECT_EQ(selectAlgorithm(broadcastAlgorithms(), BroadcastArgs{nullptr, nullptr, 16 << 20, 0}, 8,
                             "CHORUS_TEST_UNSET_ALGO")
                 .name,
             "pipelined_chain");
@@ -74,7 +74,7 @@ TEST(Selection, BroadcastAndReduceDefaultsDependOnSize) {
   // Few ranks: the tree at every size (measured; docs/algorithms.md).
   EXPECT_EQ(selectAlgorithm(reduceAlgorithms(), large, 2, "CHORUS_TEST_UNSET_ALGO").name,
             "binomial_tree");
-  EXPECT_EQ(selectAlgorithm(broadcastAlgorithms(), BroadcastArgs{nullptr, 16 << 20, 0}, 4,
+  EXPECT_EQ(selectAlgorithm(broadcastAlgorithms(), BroadcastArgs{nullptr, nullptr, 16 << 20, 0}, 4,
                             "CHORUS_TEST_UNSET_ALGO")
                 .name,
             "binomial_tree");
@@ -138,7 +138,7 @@ TEST(Selection, EveryCollectiveHonoursItsVariable) {
       "CHORUS_REDUCE_SCATTER_ALGO");
   expectEveryRowCanBeForced(allgatherAlgorithms(), AllgatherArgs{nullptr, nullptr, 4},
                             "CHORUS_ALLGATHER_ALGO");
-  expectEveryRowCanBeForced(broadcastAlgorithms(), BroadcastArgs{nullptr, 4, 0},
+  expectEveryRowCanBeForced(broadcastAlgorithms(), BroadcastArgs{nullptr, nullptr, 4, 0},
                             "CHORUS_BROADCAST_ALGO");
   expectEveryRowCanBeForced(reduceAlgorithms(),
                             ReduceArgs{nullptr, nullptr, 4, DataType::kInt32, ReduceOp::kSum, 0},

@@ -8,7 +8,7 @@
 //
 // Segments: a chunk of n elements is cut into max(1, ceil(n / segmentElements)) even pieces. An
 // empty chunk still has one (empty) segment, so every ring step sends at least one message even for
-// count 0 (See Note [Collective fingerprint] in transport/transport.h).
+// count 0 (See Note [Collective fingerprint] in core/collective.h).
 #pragma once
 
 #include <algorithm>

@@ -105,15 +105,18 @@ void HierarchicalBackend::amongLeaders(Step&& step) {
   }
 }
 
-void HierarchicalBackend::allreduce(const CallContext& call,
-                                    const algorithms::AllreduceArgs& args) {
+void HierarchicalBackend::allreduce(const CallContext& call, const AllreduceArgs& args) {
   guarded([&] {
-    onNode([&](Backend& local) {
-      local.reduce(call, {args.data, args.data, args.count, args.dtype, args.op, 0});
-    });
-    amongLeaders([&](Backend& leaders) { leaders.allreduce(call, args); });
+    // In place on the output from here: a rank alone on its node has no node step to copy it.
     const size_t bytes = args.count * dataTypeSize(args.dtype);
-    onNode([&](Backend& local) { local.broadcast(call, {args.data, bytes, 0}); });
+    copyToOutput(args.input, args.output, bytes);
+    onNode([&](Backend& local) {
+      local.reduce(call, {args.output, args.output, args.count, args.dtype, args.op, 0});
+    });
+    amongLeaders([&](Backend& leaders) {
+      leaders.allreduce(call, {args.output, args.output, args.count, args.dtype, args.op});
+    });
+    onNode([&](Backend& local) { local.broadcast(call, {args.output, args.output, bytes, 0}); });
   });
 }
 
@@ -135,34 +138,31 @@ void HierarchicalBackend::viaFlat(const CallContext& call,
   });
 }
 
-void HierarchicalBackend::reduceScatter(const CallContext& call,
-                                        const algorithms::ReduceScatterArgs& args) {
+void HierarchicalBackend::reduceScatter(const CallContext& call, const ReduceScatterArgs& args) {
   viaFlat(call, &Backend::reduceScatter, args);
 }
 
-void HierarchicalBackend::allgather(const CallContext& call,
-                                    const algorithms::AllgatherArgs& args) {
+void HierarchicalBackend::allgather(const CallContext& call, const AllgatherArgs& args) {
   viaFlat(call, &Backend::allgather, args);
 }
 
-void HierarchicalBackend::broadcast(const CallContext& call,
-                                    const algorithms::BroadcastArgs& args) {
+void HierarchicalBackend::broadcast(const CallContext& call, const BroadcastArgs& args) {
   viaFlat(call, &Backend::broadcast, args);
 }
 
-void HierarchicalBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
+void HierarchicalBackend::reduce(const CallContext& call, const ReduceArgs& args) {
   viaFlat(call, &Backend::reduce, args);
 }
 
-void HierarchicalBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
+void HierarchicalBackend::gather(const CallContext& call, const GatherArgs& args) {
   viaFlat(call, &Backend::gather, args);
 }
 
-void HierarchicalBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
+void HierarchicalBackend::scatter(const CallContext& call, const ScatterArgs& args) {
   viaFlat(call, &Backend::scatter, args);
 }
 
-void HierarchicalBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
+void HierarchicalBackend::allToAll(const CallContext& call, const AllToAllArgs& args) {
   viaFlat(call, &Backend::allToAll, args);
 }
 

@@ -39,9 +39,15 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/options.h"
 #include "core/rank_names.h"
 
 namespace chorus::backend::hierarchical {
+
+// The row "hierarchical" of the backend table: needs options.nodeIds for every member. Every rank
+// makes the flat backend first, then its node's, then (leaders) the leaders', so no setup waits on
+// a rank busy with a later one.
+std::unique_ptr<Backend> createHierarchicalBackend(const BackendOptions& options);
 
 // Where one rank sits among the nodes of its communicator.
 struct NodeLayout {
@@ -73,14 +79,14 @@ class HierarchicalBackend : public Backend {
   int rank() const override { return flat_->rank(); }
   int size() const override { return flat_->size(); }
 
-  void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) override;
-  void reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) override;
-  void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) override;
-  void broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) override;
-  void reduce(const CallContext& call, const algorithms::ReduceArgs& args) override;
-  void gather(const CallContext& call, const algorithms::GatherArgs& args) override;
-  void scatter(const CallContext& call, const algorithms::ScatterArgs& args) override;
-  void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) override;
+  void allreduce(const CallContext& call, const AllreduceArgs& args) override;
+  void reduceScatter(const CallContext& call, const ReduceScatterArgs& args) override;
+  void allgather(const CallContext& call, const AllgatherArgs& args) override;
+  void broadcast(const CallContext& call, const BroadcastArgs& args) override;
+  void reduce(const CallContext& call, const ReduceArgs& args) override;
+  void gather(const CallContext& call, const GatherArgs& args) override;
+  void scatter(const CallContext& call, const ScatterArgs& args) override;
+  void allToAll(const CallContext& call, const AllToAllArgs& args) override;
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;

@@ -13,6 +13,7 @@
 #include "connector/mpi_environment.h"
 #include "core/check.h"
 #include "core/stall_watch.h"
+#include "transport/transport.h"
 
 namespace chorus::backend::mpi {
 namespace {
@@ -80,7 +81,7 @@ bool fitsInt(size_t n) { return n <= static_cast<size_t>(INT_MAX); }
 constexpr int kFingerprintWords = 7;
 using FingerprintWords = std::array<int64_t, kFingerprintWords>;
 
-FingerprintWords toWords(const transport::Fingerprint& f) {
+FingerprintWords toWords(const Fingerprint& f) {
   return {static_cast<int64_t>(f.sequence),
           static_cast<int64_t>(f.count),
           f.root,
@@ -90,12 +91,12 @@ FingerprintWords toWords(const transport::Fingerprint& f) {
           f.algorithm};
 }
 
-transport::Fingerprint fromWords(const int64_t* words) {
-  transport::Fingerprint f;
+Fingerprint fromWords(const int64_t* words) {
+  Fingerprint f;
   f.sequence = static_cast<uint64_t>(words[0]);
   f.count = static_cast<uint64_t>(words[1]);
   f.root = static_cast<int32_t>(words[2]);
-  f.collective = static_cast<transport::Collective>(words[3]);
+  f.collective = static_cast<Collective>(words[3]);
   f.reduceOp = static_cast<uint8_t>(words[4]);
   f.dataType = static_cast<uint8_t>(words[5]);
   f.algorithm = static_cast<uint8_t>(words[6]);
@@ -235,7 +236,7 @@ void MpiBackend::checkFingerprints(const CallContext& call) {
       peer = rank;
   }
   CHORUS_ASSERT(peer >= 0);
-  auto error = std::make_exception_ptr(transport::makeMismatchError(
+  auto error = std::make_exception_ptr(makeMismatchError(
       names_(rank_), names_(peer), call.fingerprint, fromWords(&all[peer * kFingerprintWords])));
   abort(error);
   std::rethrow_exception(error);
@@ -253,17 +254,18 @@ Backend& MpiBackend::fallback(const char* what) {
   return *fallback_;
 }
 
-void MpiBackend::allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) {
+void MpiBackend::allreduce(const CallContext& call, const AllreduceArgs& args) {
   checkFingerprints(call);
   if (!native(args.dtype, args.op, args.count))
     return fallback("allreduce").allreduce(call, args);
   run(call, "MPI_Iallreduce", -1, [&](MPI_Request* request) {
-    return MPI_Iallreduce(MPI_IN_PLACE, args.data, asInt(args.count), mpiType(args.dtype),
-                          mpiOp(args.op, args.dtype), comm_, request);
+    return MPI_Iallreduce(args.inPlace() ? MPI_IN_PLACE : args.input, args.output,
+                          asInt(args.count), mpiType(args.dtype), mpiOp(args.op, args.dtype), comm_,
+                          request);
   });
 }
 
-void MpiBackend::reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) {
+void MpiBackend::reduceScatter(const CallContext& call, const ReduceScatterArgs& args) {
   checkFingerprints(call);
   if (!native(args.dtype, args.op, args.countPerRank * size_))
     return fallback("reduce_scatter").reduceScatter(call, args);
@@ -274,7 +276,7 @@ void MpiBackend::reduceScatter(const CallContext& call, const algorithms::Reduce
   });
 }
 
-void MpiBackend::allgather(const CallContext& call, const algorithms::AllgatherArgs& args) {
+void MpiBackend::allgather(const CallContext& call, const AllgatherArgs& args) {
   checkFingerprints(call);
   if (!fitsInt(args.bytesPerRank * size_))
     return fallback("allgather").allgather(call, args);
@@ -286,16 +288,18 @@ void MpiBackend::allgather(const CallContext& call, const algorithms::AllgatherA
   });
 }
 
-void MpiBackend::broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) {
+void MpiBackend::broadcast(const CallContext& call, const BroadcastArgs& args) {
   checkFingerprints(call);
   if (!fitsInt(args.bytes))
     return fallback("broadcast").broadcast(call, args);
+  if (rank_ == args.root)
+    copyToOutput(args.input, args.output, args.bytes);
   run(call, "MPI_Ibcast", -1, [&](MPI_Request* request) {
-    return MPI_Ibcast(args.data, asInt(args.bytes), MPI_BYTE, args.root, comm_, request);
+    return MPI_Ibcast(args.output, asInt(args.bytes), MPI_BYTE, args.root, comm_, request);
   });
 }
 
-void MpiBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
+void MpiBackend::reduce(const CallContext& call, const ReduceArgs& args) {
   checkFingerprints(call);
   if (!native(args.dtype, args.op, args.count))
     return fallback("reduce").reduce(call, args);
@@ -305,7 +309,7 @@ void MpiBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& a
   });
 }
 
-void MpiBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
+void MpiBackend::gather(const CallContext& call, const GatherArgs& args) {
   checkFingerprints(call);
   if (!fitsInt(args.bytesPerRank * size_))
     return fallback("gather").gather(call, args);
@@ -315,7 +319,7 @@ void MpiBackend::gather(const CallContext& call, const algorithms::GatherArgs& a
   });
 }
 
-void MpiBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
+void MpiBackend::scatter(const CallContext& call, const ScatterArgs& args) {
   checkFingerprints(call);
   if (!fitsInt(args.bytesPerRank * size_))
     return fallback("scatter").scatter(call, args);
@@ -325,7 +329,7 @@ void MpiBackend::scatter(const CallContext& call, const algorithms::ScatterArgs&
   });
 }
 
-void MpiBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
+void MpiBackend::allToAll(const CallContext& call, const AllToAllArgs& args) {
   checkFingerprints(call);
   if (!fitsInt(args.bytesPerRank * size_))
     return fallback("all_to_all").allToAll(call, args);

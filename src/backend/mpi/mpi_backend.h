@@ -22,7 +22,7 @@
 //  - After a timeout the MPI request cannot be cancelled: the backend is failed and the buffers
 //    of that operation may still be written by MPI later.
 //  - Creating a group's communicator (MPI_Comm_create_group) has no deadline of its own; it runs
-//    right after the split's allgather, which has one (see mpi_comm.h).
+//    right after the split's allgather, which has one (see connector/mpi_comm.h).
 //
 // Only compiled when CHORUS_WITH_MPI is on.
 #pragma once
@@ -62,14 +62,14 @@ class MpiBackend : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) override;
-  void reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) override;
-  void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) override;
-  void broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) override;
-  void reduce(const CallContext& call, const algorithms::ReduceArgs& args) override;
-  void gather(const CallContext& call, const algorithms::GatherArgs& args) override;
-  void scatter(const CallContext& call, const algorithms::ScatterArgs& args) override;
-  void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) override;
+  void allreduce(const CallContext& call, const AllreduceArgs& args) override;
+  void reduceScatter(const CallContext& call, const ReduceScatterArgs& args) override;
+  void allgather(const CallContext& call, const AllgatherArgs& args) override;
+  void broadcast(const CallContext& call, const BroadcastArgs& args) override;
+  void reduce(const CallContext& call, const ReduceArgs& args) override;
+  void gather(const CallContext& call, const GatherArgs& args) override;
+  void scatter(const CallContext& call, const ScatterArgs& args) override;
+  void allToAll(const CallContext& call, const AllToAllArgs& args) override;
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;

@@ -4,9 +4,28 @@
 
 #include <cstring>
 
+#include "backend/algorithmic_backend.h"
 #include "core/check.h"
+#include "store/prefix_store.h"
 
 namespace chorus::backend::shm {
+
+std::unique_ptr<Backend> createShmBackend(const BackendOptions& options) {
+  const transport::TransportOptions transportOptions = transportOptionsOf(options, "shm");
+  CHORUS_CHECK_ARG(options.oneNode, "rank ", transportOptions.names(options.rank),
+                   ": backend 'shm' needs every member of the communicator on one node, but this "
+                   "communicator spans several nodes; use backend 'auto', 'hierarchical' or 'tcp'");
+  return createShmBackend(transportOptions);
+}
+
+std::unique_ptr<Backend> createShmBackend(const transport::TransportOptions& options) {
+  auto group =
+      std::make_unique<ShmGroup>(options.rank, options.size, options.names,
+                                 std::make_shared<store::PrefixStore>("native", options.store),
+                                 options.scope, options.deadline);
+  auto fallback = std::make_unique<AlgorithmicBackend>(transport::createTransport("shm", options));
+  return std::make_unique<ShmBackend>(std::move(group), std::move(fallback));
+}
 
 ShmBackend::ShmBackend(std::unique_ptr<ShmGroup> group, std::unique_ptr<Backend> fallback)
     : group_(std::move(group)),
@@ -24,21 +43,17 @@ ShmBackend::~ShmBackend() { close(); }
 
 uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t bytes) {
   const uint64_t sequence = ++sequence_;
-#ifndef CHORUS_MEASURE_WITHOUT_MISMATCH_CHECK
   group_->setFingerprint(sequence, call.fingerprint);
-#endif
   if (bytes > 0)
     std::memcpy(group_->smallSlot(rank(), sequence), data, bytes);
   group_->publish(Step::kArrived, sequence);
   group_->waitAll(Step::kArrived, sequence, call.deadline);
-#ifndef CHORUS_MEASURE_WITHOUT_MISMATCH_CHECK  // see src/backend/CMakeLists.txt
   for (int peer = 0; peer < size(); ++peer) {
-    const transport::Fingerprint theirs = group_->fingerprint(peer, sequence);
+    const Fingerprint theirs = group_->fingerprint(peer, sequence);
     if (peer != rank() && !call.fingerprint.firstDifference(theirs).empty())
-      throw transport::makeMismatchError(group_->names()(rank()), group_->names()(peer),
-                                         call.fingerprint, theirs);
+      throw makeMismatchError(group_->names()(rank()), group_->names()(peer), call.fingerprint,
+                              theirs);
   }
-#endif
   return sequence;
 }
 

@@ -26,9 +26,17 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/options.h"
 #include "backend/shm/shm_group.h"
 
 namespace chorus::backend::shm {
+
+// The row "shm" of the backend table: every member on one node (InvalidArgumentError otherwise).
+std::unique_ptr<Backend> createShmBackend(const BackendOptions& options);
+// The shm backend among the ranks `options` describes (also the hierarchical backend's node step):
+// native collectives over a ShmGroup, send/recv over chorus's algorithms on the shm transport.
+// The group's store keys live apart from the transport's.
+std::unique_ptr<Backend> createShmBackend(const transport::TransportOptions& options);
 
 class ShmBackend : public Backend {
  public:
@@ -40,14 +48,14 @@ class ShmBackend : public Backend {
   int rank() const override { return group_->rank(); }
   int size() const override { return group_->size(); }
 
-  void allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) override;
-  void reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) override;
-  void allgather(const CallContext& call, const algorithms::AllgatherArgs& args) override;
-  void broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) override;
-  void reduce(const CallContext& call, const algorithms::ReduceArgs& args) override;
-  void gather(const CallContext& call, const algorithms::GatherArgs& args) override;
-  void scatter(const CallContext& call, const algorithms::ScatterArgs& args) override;
-  void allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) override;
+  void allreduce(const CallContext& call, const AllreduceArgs& args) override;
+  void reduceScatter(const CallContext& call, const ReduceScatterArgs& args) override;
+  void allgather(const CallContext& call, const AllgatherArgs& args) override;
+  void broadcast(const CallContext& call, const BroadcastArgs& args) override;
+  void reduce(const CallContext& call, const ReduceArgs& args) override;
+  void gather(const CallContext& call, const GatherArgs& args) override;
+  void scatter(const CallContext& call, const ScatterArgs& args) override;
+  void allToAll(const CallContext& call, const AllToAllArgs& args) override;
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;

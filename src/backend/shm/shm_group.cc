@@ -56,7 +56,7 @@ struct alignas(kCacheLine) Counter {
 
 struct ControlBlock {
   Counter steps[static_cast<int>(Step::kCount)];
-  alignas(kCacheLine) transport::Fingerprint fingerprints[2];  // by sequence parity
+  alignas(kCacheLine) Fingerprint fingerprints[2];  // by sequence parity
   alignas(kCacheLine) std::atomic<uint32_t> state{kOpen};
   pid_t pid = 0;
   // For the direct-read probe: `probe` holds kProbeValue, at `probeAddress` in the owner's memory.
@@ -203,11 +203,11 @@ std::byte* ShmGroup::chunkSlot(int rank, uint64_t parity) const {
   return chunkSlotIn(segments_[rank], parity);
 }
 
-void ShmGroup::setFingerprint(uint64_t sequence, const transport::Fingerprint& fingerprint) {
+void ShmGroup::setFingerprint(uint64_t sequence, const Fingerprint& fingerprint) {
   block(rank_).fingerprints[sequence & 1] = fingerprint;
 }
 
-transport::Fingerprint ShmGroup::fingerprint(int rank, uint64_t sequence) const {
+Fingerprint ShmGroup::fingerprint(int rank, uint64_t sequence) const {
   return block(rank).fingerprints[sequence & 1];
 }
 

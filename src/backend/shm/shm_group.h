@@ -80,8 +80,8 @@ class ShmGroup {
 
   // This rank's fingerprint for collective number `sequence` (1, 2, ...), read by peers once it
   // has arrived; and a peer's.
-  void setFingerprint(uint64_t sequence, const transport::Fingerprint& fingerprint);
-  transport::Fingerprint fingerprint(int rank, uint64_t sequence) const;
+  void setFingerprint(uint64_t sequence, const Fingerprint& fingerprint);
+  Fingerprint fingerprint(int rank, uint64_t sequence) const;
 
   // Stores this rank's counter of `step` (release) and wakes sleeping waiters.
   void publish(Step step, uint64_t value);

@@ -139,28 +139,30 @@ void ShmBackend::scatterBlocks(
       });
 }
 
-void ShmBackend::allgather(const CallContext& call, const algorithms::AllgatherArgs& args) {
+void ShmBackend::allgather(const CallContext& call, const AllgatherArgs& args) {
   guarded([&] { gatherBlocks(call, args.input, args.output, args.bytesPerRank, kEveryRank); });
 }
 
-void ShmBackend::gather(const CallContext& call, const algorithms::GatherArgs& args) {
+void ShmBackend::gather(const CallContext& call, const GatherArgs& args) {
   guarded([&] { gatherBlocks(call, args.input, args.output, args.bytesPerRank, args.root); });
 }
 
-void ShmBackend::allToAll(const CallContext& call, const algorithms::AllToAllArgs& args) {
+void ShmBackend::allToAll(const CallContext& call, const AllToAllArgs& args) {
   guarded([&] { scatterBlocks(call, args.input, args.output, args.bytesPerRank, kEveryRank); });
 }
 
-void ShmBackend::scatter(const CallContext& call, const algorithms::ScatterArgs& args) {
+void ShmBackend::scatter(const CallContext& call, const ScatterArgs& args) {
   guarded([&] { scatterBlocks(call, args.input, args.output, args.bytesPerRank, args.root); });
 }
 
 // The root's bytes go to every rank: one writer, every rank reads it.
-void ShmBackend::broadcast(const CallContext& call, const algorithms::BroadcastArgs& args) {
+void ShmBackend::broadcast(const CallContext& call, const BroadcastArgs& args) {
   guarded([&] {
-    auto* data = static_cast<std::byte*>(args.data);
+    auto* data = static_cast<std::byte*>(args.output);
     const int root = args.root;
     const bool isRoot = rank() == root;
+    if (isRoot)
+      copyToOutput(args.input, args.output, args.bytes);
     if (args.bytes <= ShmGroup::kSmallSlotBytes) {
       const uint64_t sequence = arrive(call, data, isRoot ? args.bytes : 0);
       if (!isRoot)

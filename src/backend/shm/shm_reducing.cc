@@ -41,25 +41,25 @@ std::pair<size_t, size_t> sliceOf(size_t count, int parts, int index) {
 
 }  // namespace
 
-void ShmBackend::allreduce(const CallContext& call, const algorithms::AllreduceArgs& args) {
+void ShmBackend::allreduce(const CallContext& call, const AllreduceArgs& args) {
   guarded([&] {
     const size_t bytes = args.count * dataTypeSize(args.dtype);
     if (bytes > ShmGroup::kSmallSlotBytes) {
       arrive(call);
-      reduceChunked(call, args.data, args.data, args.count, args.dtype, args.op, kEveryRank);
+      reduceChunked(call, args.input, args.output, args.count, args.dtype, args.op, kEveryRank);
       return;
     }
-    const uint64_t sequence = arrive(call, args.data, bytes);
+    const uint64_t sequence = arrive(call, args.input, bytes);
     if (args.count == 0)
       return;
     for (int q = 0; q < size(); ++q) sources_[q] = group_->smallSlot(q, sequence);
-    kernels::reduceMany(args.op, args.dtype, args.data, sources_, args.count);
+    kernels::reduceMany(args.op, args.dtype, args.output, sources_, args.count);
     if (args.op == ReduceOp::kAvg)
-      kernels::divideBy(args.dtype, args.data, args.count, size());
+      kernels::divideBy(args.dtype, args.output, args.count, size());
   });
 }
 
-void ShmBackend::reduce(const CallContext& call, const algorithms::ReduceArgs& args) {
+void ShmBackend::reduce(const CallContext& call, const ReduceArgs& args) {
   guarded([&] {
     const size_t bytes = args.count * dataTypeSize(args.dtype);
     if (bytes > ShmGroup::kSmallSlotBytes) {
@@ -118,7 +118,7 @@ void ShmBackend::reduceChunked(const CallContext& call,
       });
 }
 
-void ShmBackend::reduceScatter(const CallContext& call, const algorithms::ReduceScatterArgs& args) {
+void ShmBackend::reduceScatter(const CallContext& call, const ReduceScatterArgs& args) {
   guarded([&] {
     const size_t elementSize = dataTypeSize(args.dtype);
     const size_t blockBytes = args.countPerRank * elementSize;

@@ -1,17 +1,17 @@
-#include "backend/mpi/mpi_comm.h"
+// The MPI communicator of a chorus communicator: see mpi_comm.h.
+#include "connector/mpi_comm.h"
 
 #include <functional>
 
-#include "backend/mpi/mpi_error.h"
 #include "connector/mpi_environment.h"
 #include "core/check.h"
 
-namespace chorus::backend::mpi {
+namespace chorus::connector {
 
 MPI_Comm createMpiComm(const std::vector<int>& worldRanks,
                        const std::string& scope,
                        Deadline deadline) {
-  connector::ensureMpiInitialized();
+  ensureMpiInitialized();
   int worldRank = 0;
   int worldSize = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
@@ -21,8 +21,8 @@ MPI_Comm createMpiComm(const std::vector<int>& worldRanks,
   MPI_Comm comm = MPI_COMM_NULL;
   if (wholeWorld) {
     MPI_Request request = MPI_REQUEST_NULL;
-    checkMpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request), "MPI_Comm_idup", worldRank);
-    connector::waitMpiRequest(
+    checkMpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request), "MPI_Comm_idup");
+    waitMpiRequest(
         request, deadline,
         detail::concat("rank ", worldRank,
                        " (this process) timed out creating the world communicator: some rank of "
@@ -37,10 +37,10 @@ MPI_Comm createMpiComm(const std::vector<int>& worldRanks,
     const int code = MPI_Comm_create_group(MPI_COMM_WORLD, members, tag, &comm);
     MPI_Group_free(&members);
     MPI_Group_free(&world);
-    checkMpi(code, "MPI_Comm_create_group", worldRank);
+    checkMpi(code, "MPI_Comm_create_group");
   }
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   return comm;
 }
 
-}  // namespace chorus::backend::mpi
+}  // namespace chorus::connector

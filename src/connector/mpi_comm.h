@@ -1,4 +1,6 @@
-// The MPI communicator behind a chorus communicator of the MPI backends.
+// The MPI communicator behind a chorus communicator over MPI (the MPI transport, the MPI backend):
+// how its members find each other when the job was started by mpirun. Only compiled when
+// CHORUS_WITH_MPI is on.
 #pragma once
 
 #include <mpi.h>
@@ -8,7 +10,7 @@
 
 #include "core/deadline.h"
 
-namespace chorus::backend::mpi {
+namespace chorus::connector {
 
 // Makes the MPI communicator of a chorus communicator whose members have world ranks `worldRanks`
 // (in communicator rank order), with MPI_ERRORS_RETURN set. The whole world in rank order is a
@@ -23,4 +25,4 @@ MPI_Comm createMpiComm(const std::vector<int>& worldRanks,
                        const std::string& scope,
                        Deadline deadline);
 
-}  // namespace chorus::backend::mpi
+}  // namespace chorus::connector

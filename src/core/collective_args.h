@@ -1,23 +1,29 @@
-// The arguments of each collective as algorithms and backends see them: flat, contiguous buffers of
-// one dtype, already validated by the communicator front end (src/runtime/).
+// The arguments of each collective as backends and algorithms see them: flat, contiguous buffers
+// of one dtype, already validated by the communicator front end (src/runtime/). Every collective
+// names its input and its output; allreduce and broadcast run in place when they are the same
+// buffer.
 //
-// Conventions: counts are in elements, `bytes` in bytes. Inputs are never modified unless the
-// collective is in place (allreduce, broadcast). ReduceOp is never kAvg here (the front end sums
-// and divides), and float16 / bfloat16 reductions arrive already widened to float32 when the front
-// end wants a single rounding.
+// Conventions: counts are in elements, `bytes` in bytes. An input is never modified unless it is
+// also the output. ReduceOp is kAvg only where the backend said it averages itself
+// (Backend::allreduceAverages; otherwise the front end sums and divides), and float16 / bfloat16
+// reductions arrive already widened to float32 when the front end wants a single rounding.
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 
 #include "chorus/types.h"
 
-namespace chorus::algorithms {
+namespace chorus {
 
 struct AllreduceArgs {
-  void* data;  // in place
+  const void* input;  // count elements; may be output (in place)
+  void* output;       // count elements: the reduction over every rank
   size_t count;
   DataType dtype;
   ReduceOp op;
+
+  bool inPlace() const { return input == output; }
 };
 
 struct ReduceScatterArgs {
@@ -35,9 +41,12 @@ struct AllgatherArgs {
 };
 
 struct BroadcastArgs {
-  void* data;
+  const void* input;  // bytes on root; ignored elsewhere; may be output (in place)
+  void* output;       // bytes: the root's input, on every rank (the root's too)
   size_t bytes;
   int root;
+
+  bool inPlace() const { return input == output; }
 };
 
 struct ReduceArgs {
@@ -71,4 +80,11 @@ struct AllToAllArgs {
 
 struct BarrierArgs {};
 
-}  // namespace chorus::algorithms
+// For engines that work in place: copies `bytes` of input into output unless they are one buffer
+// (overlap allowed).
+inline void copyToOutput(const void* input, void* output, size_t bytes) {
+  if (input != output && bytes != 0)
+    std::memmove(output, input, bytes);
+}
+
+}  // namespace chorus
