@@ -6,59 +6,14 @@
 #include <climits>
 #include <string_view>
 
+#include "backend/mpi/mpi_types.h"
 #include "chorus/error.h"
 
 namespace chorus::bench {
 namespace {
 
-// The MPI type of `dtype`, or MPI_DATATYPE_NULL when MPI has none.
-MPI_Datatype mpiType(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat32:
-      return MPI_FLOAT;
-    case DataType::kFloat64:
-      return MPI_DOUBLE;
-    case DataType::kInt8:
-      return MPI_INT8_T;
-    case DataType::kUInt8:
-      return MPI_UINT8_T;
-    case DataType::kInt32:
-      return MPI_INT32_T;
-    case DataType::kInt64:
-      return MPI_INT64_T;
-    case DataType::kBool:
-      return MPI_C_BOOL;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return MPI_DATATYPE_NULL;
-  }
-  return MPI_DATATYPE_NULL;
-}
-
-// The MPI op of `op` on `dtype`, or MPI_OP_NULL when MPI has none. On bool chorus's sum and max
-// are "or", prod and min "and" (chorus/types.h); MPI defines only the logical ops on MPI_C_BOOL.
-MPI_Op mpiOp(ReduceOp op, DataType dtype) {
-  const bool logical = dtype == DataType::kBool;
-  switch (op) {
-    case ReduceOp::kSum:
-      return logical ? MPI_LOR : MPI_SUM;
-    case ReduceOp::kProd:
-      return logical ? MPI_LAND : MPI_PROD;
-    case ReduceOp::kMin:
-      return logical ? MPI_LAND : MPI_MIN;
-    case ReduceOp::kMax:
-      return logical ? MPI_LOR : MPI_MAX;
-    case ReduceOp::kBand:
-      return logical ? MPI_LAND : MPI_BAND;
-    case ReduceOp::kBor:
-      return logical ? MPI_LOR : MPI_BOR;
-    case ReduceOp::kBxor:
-      return logical ? MPI_LXOR : MPI_BXOR;
-    case ReduceOp::kAvg:
-      return MPI_OP_NULL;
-  }
-  return MPI_OP_NULL;
-}
+using backend::mpi::mpiOp;
+using backend::mpi::mpiType;
 
 void checkMpi(int code, const char* function, const Call& call) {
   if (code == MPI_SUCCESS) {

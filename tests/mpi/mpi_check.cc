@@ -1,5 +1,5 @@
 // A real multi-process check of chorus under mpirun (see CMakeLists.txt), for what
-// collectives_check does not cover: the MPI backend's fallbacks (float16, bfloat16, bool), bitwise
+// collectives_check does not cover: the MPI backend's fallbacks (float16, bfloat16), bool, bitwise
 // ops, point-to-point with tags, split and rank_list groups, and coexistence with a program that
 // owns MPI itself.
 //
@@ -65,7 +65,7 @@ void checkFallbacks(chorus::Communicator& comm) {
   std::vector<uint16_t> bf(3, bfloatOf(1));
   comm.allreduce(Tensor(bf.data(), DataType::kBFloat16, {3}))->wait();
   check(bf == std::vector<uint16_t>(3, bfloatOf(p)), "bfloat16 allreduce", r);
-  // bool: MPI's sum is not "or", so the MPI backend falls back (sum is or, min is and).
+  // bool: chorus's sum is "or" and min is "and" (MPI_LOR and MPI_LAND on MPI_C_BOOL).
   std::vector<uint8_t> anyOf(3, r == 0 ? 1 : 0);
   comm.allreduce(Tensor(anyOf.data(), DataType::kBool, {3}))->wait();
   check(anyOf == std::vector<uint8_t>(3, 1), "bool sum allreduce", r);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/mpi/mpi_error.h"
+#include "backend/mpi/mpi_types.h"
 #include "connector/mpi_environment.h"
 #include "core/check.h"
 #include "core/stall_watch.h"
@@ -17,54 +18,6 @@
 
 namespace chorus::backend::mpi {
 namespace {
-
-// The MPI type of `dtype`, or MPI_DATATYPE_NULL where the fallback must run (float16, bfloat16
-// and bool reductions).
-MPI_Datatype mpiType(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat32:
-      return MPI_FLOAT;
-    case DataType::kFloat64:
-      return MPI_DOUBLE;
-    case DataType::kInt8:
-      return MPI_INT8_T;
-    case DataType::kUInt8:
-      return MPI_UINT8_T;
-    case DataType::kInt32:
-      return MPI_INT32_T;
-    case DataType::kInt64:
-      return MPI_INT64_T;
-    default:
-      return MPI_DATATYPE_NULL;
-  }
-}
-
-bool isInteger(DataType dtype) {
-  return dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt32 ||
-         dtype == DataType::kInt64;
-}
-
-// The MPI operator of `op` on `dtype`, or MPI_OP_NULL where the fallback must run.
-MPI_Op mpiOp(ReduceOp op, DataType dtype) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return MPI_SUM;
-    case ReduceOp::kProd:
-      return MPI_PROD;
-    case ReduceOp::kMin:
-      return MPI_MIN;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-    case ReduceOp::kBand:
-      return isInteger(dtype) ? MPI_BAND : MPI_OP_NULL;
-    case ReduceOp::kBor:
-      return isInteger(dtype) ? MPI_BOR : MPI_OP_NULL;
-    case ReduceOp::kBxor:
-      return isInteger(dtype) ? MPI_BXOR : MPI_OP_NULL;
-    default:
-      return MPI_OP_NULL;
-  }
-}
 
 bool native(DataType dtype, ReduceOp op, size_t count) {
   return mpiType(dtype) != MPI_DATATYPE_NULL && mpiOp(op, dtype) != MPI_OP_NULL &&

@@ -5,8 +5,9 @@
 // call's deadline (there is no blocking MPI call with a timeout).
 //
 // What MPI cannot do natively falls back to chorus's algorithms (backend::AlgorithmicBackend) over
-// the MPI transport (src/transport/mpi/): float16 and bfloat16 reductions, reductions of bool,
-// bitwise ops on floating types, and counts above INT_MAX. (avg never arrives here: the front end
+// the MPI transport (src/transport/mpi/): float16 and bfloat16 reductions, bitwise ops on floating
+// types, and counts above INT_MAX (the mapping is mpi_types.h; bool reduces natively with MPI's
+// logical ops). (avg never arrives here: the front end
 // sums and divides.) The fallback's transport is made when the backend is, so every rank makes it
 // at the same point.
 //
