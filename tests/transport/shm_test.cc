@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/shared_memory.h"
 #include "store/file_store.h"
 #include "transport/shm/transport.h"
 #include "transport_group.h"
@@ -61,7 +62,7 @@ void expectAllOk(const std::vector<std::exception_ptr>& errors) {
 }
 
 // Names in /dev/shm that start with `segmentPrefix` (this process's by default).
-std::vector<std::string> leftoverNames(std::string segmentPrefix = shm::shmSegmentPrefix()) {
+std::vector<std::string> leftoverNames(std::string segmentPrefix = detail::shmSegmentPrefix()) {
   std::string prefix = segmentPrefix.substr(1);  // without the leading '/'
   std::vector<std::string> names;
   DIR* dir = ::opendir("/dev/shm");
@@ -172,11 +173,11 @@ TEST(ShmTransport, SegmentPrefixFollowsTheJobId) {
   const char* saved = std::getenv("CHORUS_JOB_ID");
   std::string before = saved ? saved : "";
   ::setenv("CHORUS_JOB_ID", "1f2e3d", 1);
-  EXPECT_EQ(shm::shmSegmentPrefix(), "/chorus-1f2e3d-");
+  EXPECT_EQ(detail::shmSegmentPrefix(), "/chorus-1f2e3d-");
   ::setenv("CHORUS_JOB_ID", "../etc", 1);
-  EXPECT_THROW(shm::shmSegmentPrefix(), InvalidArgumentError);
+  EXPECT_THROW(detail::shmSegmentPrefix(), InvalidArgumentError);
   ::unsetenv("CHORUS_JOB_ID");
-  EXPECT_EQ(shm::shmSegmentPrefix(), "/chorus-p" + std::to_string(::getpid()) + "-");
+  EXPECT_EQ(detail::shmSegmentPrefix(), "/chorus-p" + std::to_string(::getpid()) + "-");
   if (saved != nullptr)
     ::setenv("CHORUS_JOB_ID", before.c_str(), 1);
 }

@@ -15,9 +15,9 @@
 #include "core/check.h"
 #include "core/env.h"
 #include "core/error_codec.h"
+#include "core/shared_memory.h"
 #include "core/stall_watch.h"
-#include "transport/shm/shared_mapping.h"
-#include "transport/shm/transport.h"
+#include "transport/transport.h"
 
 namespace chorus::backend::shm {
 namespace {
@@ -72,9 +72,9 @@ struct ControlBlock {
 
 namespace {
 
-using transport::shm::futexWait;
-using transport::shm::futexWakeAll;
-using transport::shm::SharedMapping;
+using detail::futexWait;
+using detail::futexWakeAll;
+using detail::SharedMapping;
 
 // A rank's segment: its ControlBlock (page-aligned), two small slots, two chunk slots.
 constexpr size_t kControlBytes = (sizeof(ControlBlock) + 4095) / 4096 * 4096;
@@ -104,7 +104,7 @@ ShmGroup::ShmGroup(int rank,
       spinPasses_(spinPassesFor(size)),
       segments_(size) {
   const std::string name =
-      detail::concat(transport::shm::shmSegmentPrefix(), "native",
+      detail::concat(detail::shmSegmentPrefix(), "native",
                      std::hash<std::string>{}(scope) % 1000000007, "-r", rank, "-", ::getpid());
   segments_[rank] = SharedMapping::create(name, kSegmentBytes, rank);
   if (!segments_[rank].valid()) {

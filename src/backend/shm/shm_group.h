@@ -8,8 +8,8 @@
 // through the communicator's store, and unlinked as soon as every rank has mapped every segment,
 // so no name is left in /dev/shm after setup, even if a rank is later killed (chorusrun also
 // removes /dev/shm/chorus-<CHORUS_JOB_ID>-* after the job, for the short setup window). Segments
-// are transport::shm::SharedMappings: allocated up front and pre-faulted, no faults on the hot
-// path.
+// are SharedMappings (core/shared_memory.h): allocated up front and pre-faulted, no faults on the
+// hot path.
 //
 // Direct reads: where the kernel allows it (probed at setup on every pair; the result is agreed by
 // all ranks), a rank may also copy straight out of a peer's private memory with process_vm_readv
@@ -39,8 +39,8 @@
 #include "core/deadline.h"
 #include "core/process_watch.h"
 #include "core/rank_names.h"
+#include "core/shared_memory.h"
 #include "store/store.h"
-#include "transport/shm/shared_mapping.h"
 #include "transport/transport.h"
 
 namespace chorus::backend::shm {
@@ -127,8 +127,8 @@ class ShmGroup {
   int size_;
   detail::RankNames names_;  // Note [One rank numbering]
   int spinPasses_;           // passes a wait spins before it yields (0 with more ranks than cores)
-  std::vector<transport::shm::SharedMapping> segments_;  // by rank
-  std::vector<ProcessWatch> peerProcesses_;              // by rank (empty for this one)
+  std::vector<detail::SharedMapping> segments_;  // by rank
+  std::vector<ProcessWatch> peerProcesses_;      // by rank (empty for this one)
   bool closed_ = false;
   bool directReads_ = false;
 };

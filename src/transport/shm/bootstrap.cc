@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/shared_memory.h"
 #include "transport/shm/transport.h"
 
 namespace chorus::transport::shm {
@@ -25,7 +26,7 @@ std::string randomSuffix() {
 
 // Creates this rank's segment under a fresh name (retrying the unlikely collision).
 Segment createOwn(const TransportOptions& options) {
-  std::string prefix = shmSegmentPrefix();
+  std::string prefix = detail::shmSegmentPrefix();
   for (int attempt = 1; attempt <= kNameAttempts; ++attempt) {
     std::string name = detail::concat(prefix, "r", options.rank, "-", randomSuffix());
     Segment segment = Segment::create(name, options.rank, options.size);

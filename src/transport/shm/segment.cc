@@ -3,7 +3,7 @@
 // Layout: SegmentHeader, then for each other rank (by rank, skipping the owner) a RingControl
 // page followed by that ring's bytes. The whole size is rounded up to 2 MiB so MADV_HUGEPAGE can
 // back it with huge pages where the kernel allows it for shared memory; mapping, allocation and
-// pre-faulting are SharedMapping's (shared_mapping.h).
+// pre-faulting are SharedMapping's (core/shared_memory.h).
 //
 // Note [Doorbell]
 // The owner, before sleeping: sleeping = 1; seen = doorbell; look for work; FUTEX_WAIT(doorbell,
@@ -23,6 +23,11 @@
 #include "core/check.h"
 
 namespace chorus::transport::shm {
+
+using detail::futexWait;
+using detail::futexWakeAll;
+using detail::SharedMapping;
+
 namespace {
 
 constexpr size_t kPage = 4096;

@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/shared_memory.h"
 #include "transport/shm/ring.h"
-#include "transport/shm/shared_mapping.h"
 
 namespace chorus::transport::shm {
 
@@ -85,7 +85,7 @@ class Segment {
  private:
   static size_t bytesFor(int size, uint32_t ringBytes);
 
-  SharedMapping mapping_;
+  detail::SharedMapping mapping_;
   int rank_ = -1;
   int size_ = 0;
   std::string name_;

@@ -660,20 +660,6 @@ void ShmTransport::crash() noexcept {
 
 }  // namespace
 
-std::string shmSegmentPrefix() {
-  const char* job = std::getenv("CHORUS_JOB_ID");
-  if (job == nullptr || *job == '\0')
-    return detail::concat("/chorus-p", ::getpid(), "-");
-  std::string id(job);
-  bool plain = std::all_of(id.begin(), id.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  });
-  CHORUS_CHECK_ARG(plain && id.size() < 200, "CHORUS_JOB_ID='", id,
-                   "' cannot be part of a shared-memory name: use letters, digits and '_' only "
-                   "(chorusrun sets a hex id)");
-  return "/chorus-" + id + "-";
-}
-
 std::unique_ptr<Transport> createShmTransport(const TransportOptions& options) {
   auto segments = connectSegments(options);
   return std::make_unique<ShmTransport>(options.rank, options.size, options.names,

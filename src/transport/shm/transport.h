@@ -5,7 +5,6 @@
 #pragma once
 
 #include <memory>
-#include <string>
 
 #include "transport/registry.h"
 #include "transport/transport.h"
@@ -17,12 +16,6 @@ namespace chorus::transport::shm {
 // options.deadline naming the ranks that did not arrive. After it returns no segment name is left
 // in /dev/shm (see shm/bootstrap.h).
 std::unique_ptr<Transport> createShmTransport(const TransportOptions& options);
-
-// The start of every segment name: "/chorus-<job>-" where <job> is $CHORUS_JOB_ID (set by
-// chorusrun, which removes /dev/shm/chorus-<job>-* after the job), or "p<pid>" of this process
-// without it. InvalidArgumentError when $CHORUS_JOB_ID holds characters other than letters, digits
-// and '_'.
-std::string shmSegmentPrefix();
 
 // Test hook: leaves without goodbye, as a killed process would (marks this rank's segment crashed;
 // peers fail with PeerError naming it). Later calls on `transport` throw.

@@ -1,5 +1,5 @@
-// SharedMapping and the futex calls (see shared_mapping.h).
-#include "transport/shm/shared_mapping.h"
+// Shared memory between processes: see shared_memory.h.
+#include "core/shared_memory.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -8,13 +8,16 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
 #include "core/check.h"
 
-namespace chorus::transport::shm {
+namespace chorus::detail {
 namespace {
 
 constexpr size_t kPage = 4096;
@@ -120,4 +123,18 @@ void futexWakeAll(std::atomic<uint32_t>& word) noexcept {
             0);
 }
 
-}  // namespace chorus::transport::shm
+std::string shmSegmentPrefix() {
+  const char* job = std::getenv("CHORUS_JOB_ID");
+  if (job == nullptr || *job == '\0')
+    return detail::concat("/chorus-p", ::getpid(), "-");
+  std::string id(job);
+  bool plain = std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+  CHORUS_CHECK_ARG(plain && id.size() < 200, "CHORUS_JOB_ID='", id,
+                   "' cannot be part of a shared-memory name: use letters, digits and '_' only "
+                   "(chorusrun sets a hex id)");
+  return "/chorus-" + id + "-";
+}
+
+}  // namespace chorus::detail

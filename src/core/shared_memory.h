@@ -1,6 +1,7 @@
-// SharedMapping: one POSIX shared-memory object mapped into this process, and the futex calls on
-// words inside such memory. The shm transport's segments (segment.h) and the shm backend's group
-// (backend/shm/shm_group.h) are both built on it.
+// Shared memory between the processes of one node: SharedMapping (one POSIX shared-memory object
+// mapped into this process), the futex calls on words inside such memory, and the prefix of every
+// shared-memory name chorus makes. The shm transport's segments (transport/shm/segment.h) and the
+// shm backend's group (backend/shm/shm_group.h) are both built on them.
 //
 // Creation reserves the memory with posix_fallocate, not ftruncate, so a full /dev/shm is an error
 // naming the object and the fix (docker: --shm-size; CHORUS_BACKEND=tcp), not a SIGBUS on first
@@ -15,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-namespace chorus::transport::shm {
+namespace chorus::detail {
 
 class SharedMapping {
  public:
@@ -49,4 +50,9 @@ void futexWait(std::atomic<uint32_t>& word,
 // Wakes every waiter on `word`. Never throws.
 void futexWakeAll(std::atomic<uint32_t>& word) noexcept;
 
-}  // namespace chorus::transport::shm
+// "/chorus-<CHORUS_JOB_ID>-" (chorusrun sets a hex id, and removes /dev/shm/chorus-<id>-* after
+// the job), or "/chorus-p<pid>-" outside chorusrun. InvalidArgumentError for a CHORUS_JOB_ID that
+// cannot be part of a name (letters, digits and '_' only).
+std::string shmSegmentPrefix();
+
+}  // namespace chorus::detail
