@@ -29,6 +29,7 @@ bool someNodeShared(const BackendOptions& options) {
 }
 bool withStore(const BackendOptions& options) { return options.store != nullptr; }
 
+// The rows, in the order "auto" tries them.
 constexpr BackendInfo kBackends[] = {
     {"void", "one rank: every collective is the identity", always, oneRank, createVoidBackend},
     {"mpi", "native MPI collectives (jobs started by mpirun)", mpi::available, noStore,
@@ -68,8 +69,6 @@ const BackendInfo& automaticRow(const BackendOptions& options) {
 }
 
 }  // namespace
-
-std::span<const BackendInfo> backendTable() { return kBackends; }
 
 std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
   const auto named = std::find_if(std::begin(kBackends), std::end(kBackends),

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <memory>
-#include <span>
 #include <string_view>
 
 #include "backend/backend.h"
@@ -24,9 +23,6 @@ struct BackendInfo {
   bool (*automatic)(const BackendOptions& options);
   std::unique_ptr<Backend> (*create)(const BackendOptions& options);
 };
-
-// The rows, in the order "auto" tries them.
-std::span<const BackendInfo> backendTable();
 
 // The backend options.name names ("auto": the table's rule). A communicator of one rank gets the
 // void backend whatever the name (no connection is needed). An unknown name is
