@@ -1,0 +1,65 @@
+// The backend table's error paths (backend/factory.h): what createBackend says for a name it does
+// not know, a backend that cannot serve the communicator, and a job without the store a backend
+// needs. No connection is made: each case fails before any transport is created.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backend/factory.h"
+#include "chorus/error.h"
+
+namespace chorus {
+namespace {
+
+backend::BackendOptions twoRanks(const std::string& name) {
+  backend::BackendOptions options;
+  options.name = name;
+  options.size = 2;
+  options.worldRanks = {0, 1};
+  return options;
+}
+
+TEST(BackendTable, AnUnknownNameListsTheBackendsOfThisBuild) {
+  try {
+    backend::createBackend(twoRanks("carrier-pigeon"));
+    FAIL() << "an unknown backend was accepted";
+  } catch (const InvalidArgumentError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("unknown backend 'carrier-pigeon'"), std::string::npos) << message;
+    for (const char* name : {"auto", "void", "shm", "hierarchical", "tcp"})
+      EXPECT_NE(message.find(name), std::string::npos) << name << " missing from: " << message;
+  }
+}
+
+TEST(BackendTable, AnUnknownNameIsAnErrorEvenForOneRank) {
+  backend::BackendOptions options = twoRanks("carrier-pigeon");
+  options.size = 1;
+  EXPECT_THROW(backend::createBackend(options), InvalidArgumentError);
+}
+
+TEST(BackendTable, VoidServesOnlyOneRank) {
+  try {
+    backend::createBackend(twoRanks("void"));
+    FAIL() << "backend void was made for 2 ranks";
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_NE(std::string(error.what()).find("only communicators of size 1"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(BackendTable, StoreBackendsSayTheJobHasNoStore) {
+  for (const char* name : {"tcp", "shm", "hierarchical"}) {
+    try {
+      backend::createBackend(twoRanks(name));
+      FAIL() << "backend " << name << " was made without a store";
+    } catch (const UnsupportedError& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(std::string("backend '") + name + "' needs a rendezvous store"),
+                std::string::npos)
+          << message;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace chorus
