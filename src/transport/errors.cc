@@ -1,11 +1,12 @@
-// The errors every transport raises the same way: a peer that vanished, a deadline that passed.
-// Declared in transport.h.
+// The errors every transport raises the same way. See errors.h.
+#include "transport/errors.h"
+
 #include <algorithm>
 #include <string>
 
 #include "core/check.h"
+#include "core/error_codec.h"
 #include "core/stall_watch.h"
-#include "transport/transport.h"
 
 namespace chorus::transport {
 
@@ -32,6 +33,63 @@ TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers) {
                      "CHORUS_TIMEOUT if ",
                      one ? "it is" : "they are", " only slow)"),
       peers);
+}
+
+PeerError makeClosedPeerError(int selfRank, int peerRank, bool isSend) {
+  return PeerError(detail::concat("rank ", selfRank, " (this process): rank ", peerRank,
+                                  " has closed its communicator, so a ",
+                                  isSend ? "send to" : "receive from", " it cannot complete"),
+                   peerRank);
+}
+
+Error makeTransportClosedError(int selfRank) {
+  return Error(detail::concat("rank ", selfRank,
+                              " (this process): this transport is closed; create a new "
+                              "communicator to keep communicating"));
+}
+
+Error makeCrashedForTestingError(int selfRank) {
+  return Error(
+      detail::concat("rank ", selfRank, " (this process): this transport crashed (test hook)"));
+}
+
+InternalError makeAbortedError(int selfRank) {
+  return InternalError(detail::concat("rank ", selfRank, " (this process): aborted"));
+}
+
+std::exception_ptr decodeAbortNotice(int selfRank,
+                                     int peerRank,
+                                     const std::vector<uint8_t>& notice) {
+  return detail::decodeError(
+      notice,
+      detail::concat("rank ", selfRank, " (this process): aborted because rank ", peerRank,
+                     " reported: "),
+      peerRank);
+}
+
+std::exception_ptr findMismatch(int selfRank,
+                                int peerRank,
+                                const Fingerprint& expected,
+                                uint64_t expectedBytes,
+                                const Fingerprint& sent,
+                                uint64_t sentBytes) {
+  if (!expected.firstDifference(sent).empty())
+    return std::make_exception_ptr(makeMismatchError(selfRank, peerRank, expected, sent));
+  if (sentBytes != expectedBytes) {
+    return std::make_exception_ptr(
+        makeByteCountMismatchError(selfRank, peerRank, expected, expectedBytes, sentBytes));
+  }
+  return nullptr;
+}
+
+void checkMatch(int selfRank,
+                int peerRank,
+                const Fingerprint& expected,
+                uint64_t expectedBytes,
+                const Fingerprint& sent,
+                uint64_t sentBytes) {
+  if (auto mismatch = findMismatch(selfRank, peerRank, expected, expectedBytes, sent, sentBytes))
+    std::rethrow_exception(mismatch);
 }
 
 }  // namespace chorus::transport

@@ -1,20 +1,34 @@
-// OpPool: the sends and receives a transport has in flight, with storage reused across calls so
-// the hot path allocates nothing once warm; and checkPost, the argument checks every postSend /
-// postRecv makes (Transport contract in transport.h).
+// Op storage: PostedOp, what every transport records of a posted send or receive; OpPool, the ops
+// a transport has in flight, with storage reused across calls so the hot path allocates nothing
+// once warm; and checkPost, the argument checks every postSend / postRecv makes (Transport
+// contract in transport.h).
 //
-// An Op is the transport's own record of one posted Request; it must have a member
-// `Request* request`. Ops have stable addresses from acquire() until release(). Few are in flight
+// A transport's op type derives from PostedOp and adds how it moves the bytes (bytes moved so
+// far, MPI requests). Ops have stable addresses from acquire() until release(). Few are in flight
 // at a time, so lookups are linear. Not thread-safe: the transport's lock guards it.
 #pragma once
 
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
+
+// One posted send or receive, as the caller gave it.
+struct PostedOp {
+  Request* request = nullptr;
+  bool isSend = false;
+  bool complete = false;  // its bytes have all moved (a send may complete before the peer has them)
+  int peer = -1;
+  uint64_t tag = 0;
+  Fingerprint fingerprint;
+  char* data = nullptr;
+  size_t bytes = 0;
+};
 
 // The checks of a post by rank `rank` of `size` to `peer` (InvalidArgumentError naming what is
 // wrong): another rank, a buffer unless empty, and a request not already pending.
@@ -30,10 +44,21 @@ inline void checkPost(int rank, int size, int peer, const void* data, size_t byt
 
 template <typename Op>
 class OpPool {
+  static_assert(std::is_base_of_v<PostedOp, Op>);
+
  public:
   // Checks a post of `request` to `peer` by rank `rank` of `size` (checkPost), then returns a
-  // recycled op, now active, for the caller to fill in. Sets request.peer and clears request.done.
-  Op& acquire(int rank, int size, int peer, const void* data, size_t bytes, Request& request) {
+  // recycled op, now active, whose PostedOp part describes the post (not complete); the fields the
+  // transport adds keep their last values, for it to reset. Sets request.peer, clears request.done.
+  Op& acquire(int rank,
+              int size,
+              bool isSend,
+              int peer,
+              uint64_t tag,
+              const Fingerprint& fingerprint,
+              void* data,
+              size_t bytes,
+              Request& request) {
     checkPost(rank, size, peer, data, bytes, find(&request) != nullptr);
     if (free_.empty()) {
       storage_.push_back(std::make_unique<Op>());
@@ -42,6 +67,8 @@ class OpPool {
     Op* op = free_.back();
     free_.pop_back();
     active_.push_back(op);
+    static_cast<PostedOp&>(*op) =
+        PostedOp{&request, isSend, false, peer, tag, fingerprint, static_cast<char*>(data), bytes};
     request.peer = peer;
     request.done = false;
     return *op;

@@ -3,7 +3,10 @@
 // A transport connects ranks 0..size()-1 (all pairs). Algorithms post sends and receives of raw
 // bytes and wait for them; they never see sockets or the store. Each folder under src/transport/
 // (tcp/, shm/, mpi/, loopback/, and faulty/, a wrapper for tests) implements this interface with
-// the same file names, and passes the transport conformance suite (tests/transport/).
+// the same file names, and passes the transport conformance suite (tests/transport/). What does
+// not depend on how bytes move is written once: the wait loop, the failure latch, abort() and
+// close() in core.h (TransportCore, which tcp, shm and mpi derive from), posted ops in op_pool.h,
+// the matching of receives to messages in matching.h, and the standard errors in errors.h.
 //
 // Contract:
 //  - postSend/postRecv register a request and return at once; the caller's Request and buffer must
@@ -48,16 +51,9 @@
 #include "chorus/types.h"
 #include "core/collective.h"
 #include "core/deadline.h"
+#include "transport/errors.h"
 
 namespace chorus::transport {
-
-// The PeerError every transport (and the shm backend) raises when `peerRank` went away without a
-// goodbye: killed, crashed, or exited without closing.
-PeerError makeCrashedPeerError(int selfRank, int peerRank);
-
-// The TimeoutError a transport raises at a deadline, naming the peers of unfinished requests
-// (sorted, without repeats) in the message and in missingRanks().
-TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers);
 
 // Tags at or above this value are reserved for collectives; point-to-point tags are below it.
 inline constexpr uint64_t kCollectiveTag = uint64_t{1} << 62;

@@ -8,6 +8,10 @@
 // propagation and goodbye behave as the contract in transport.h says, so tests of algorithms see
 // what they would see over TCP. Waiters sleep on a condition variable; nothing spins.
 //
+// Its ranks share one lock and fail one another, so it does not derive from the transport core
+// (transport/core.h); it uses the same pieces: ops (op_pool.h), matching (matching.h) and the
+// standard errors (errors.h).
+//
 // Cost: one copy per message (two when it arrives before its receive), all under one group lock.
 // Limits: for tests only; memory for unexpected messages is unbounded.
 #include "transport/loopback/transport.h"
@@ -15,54 +19,41 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <mutex>
-#include <set>
-#include <utility>
 #include <vector>
 
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "transport/matching.h"
 #include "transport/op_pool.h"
 
 namespace chorus::transport::loopback {
 namespace {
 
-using Key = std::pair<int, uint64_t>;  // (peer, tag)
+struct Op : PostedOp {};
 
 struct Message {
+  uint64_t messageTag = 0;
   Fingerprint fingerprint;
   std::vector<uint8_t> payload;
   const Request* send = nullptr;  // the sender's request, completed when a receive matches
-};
-
-struct Op {
-  Request* request = nullptr;
-  bool isSend = false;
-  int peer = -1;
-  uint64_t tag = 0;
-  Fingerprint fingerprint;
-  void* data = nullptr;
-  size_t bytes = 0;
-  bool complete = false;
+  uint64_t tag() const { return messageTag; }
 };
 
 enum class State { kOpen, kClosed, kCrashed };
 
 struct Endpoint {
+  explicit Endpoint(int size) : matching(size) {}
+
   std::condition_variable changed;
   State state = State::kOpen;
   std::exception_ptr failure;
-  // Posted and not yet returned by wait(); few at a time, so searched linearly.
-  std::vector<std::unique_ptr<Op>> ops;
-  std::map<Key, std::deque<Op*>> postedRecvs;
-  std::map<Key, std::deque<Message>> unexpected;
+  OpPool<Op> ops;                                   // posted and not yet returned by wait()
+  std::vector<PeerMatching<Op, Message>> matching;  // by sender
 
   void dropRequests() {
-    ops.clear();
-    postedRecvs.clear();
-    unexpected.clear();
+    ops.releaseAll();
+    for (auto& peer : matching) peer.clear();
   }
 };
 
@@ -89,8 +80,8 @@ class LoopbackTransport final : public Transport {
                 size_t bytes,
                 Request& request) override {
     std::lock_guard<std::mutex> lock(group_->mutex);
-    Op& op = addOp(peer, tag, fingerprint, const_cast<void*>(data), bytes, request);
-    op.isSend = true;
+    Op& op =
+        addOp(/*isSend=*/true, peer, tag, fingerprint, const_cast<void*>(data), bytes, request);
     Endpoint& to = endpoint(peer);
     if (to.state != State::kOpen)
       return;  // wait() reports the goodbye
@@ -98,10 +89,7 @@ class LoopbackTransport final : public Transport {
       op.complete = true;
       return;  // it told us (or will); nothing reads the message
     }
-    auto found = to.postedRecvs.find({rank_, tag});
-    if (found != to.postedRecvs.end() && !found->second.empty()) {
-      Op* recv = found->second.front();
-      found->second.pop_front();
+    if (Op* recv = to.matching[rank_].takeReceive(tag)) {
       op.complete = true;
       matchLocked(peer, *recv, rank_, fingerprint, data, bytes);
       return;
@@ -109,8 +97,8 @@ class LoopbackTransport final : public Transport {
     const auto* begin = static_cast<const uint8_t*>(data);
     const bool eager = group_->completion == SendCompletion::kWhenBuffered;
     op.complete = eager;
-    to.unexpected[{rank_, tag}].push_back(
-        Message{fingerprint, {begin, begin + bytes}, eager ? nullptr : &request});
+    to.matching[rank_].bufferMessage() =
+        Message{tag, fingerprint, {begin, begin + bytes}, eager ? nullptr : &request};
   }
 
   void postRecv(int peer,
@@ -120,18 +108,17 @@ class LoopbackTransport final : public Transport {
                 size_t bytes,
                 Request& request) override {
     std::lock_guard<std::mutex> lock(group_->mutex);
-    Op& op = addOp(peer, tag, fingerprint, data, bytes, request);
-    Endpoint& self = endpoint(rank_);
-    auto found = self.unexpected.find({peer, tag});
-    if (found != self.unexpected.end() && !found->second.empty()) {
-      Message message = std::move(found->second.front());
-      found->second.pop_front();
+    Op& op = addOp(/*isSend=*/false, peer, tag, fingerprint, data, bytes, request);
+    auto& matching = endpoint(rank_).matching[peer];
+    if (Message* found = matching.findMessage(tag)) {
+      Message message = std::move(*found);
+      matching.removeMessage(found);
       completeSendLocked(peer, message.send);
       matchLocked(rank_, op, peer, message.fingerprint, message.payload.data(),
                   message.payload.size());
       return;
     }
-    self.postedRecvs[{peer, tag}].push_back(&op);
+    matching.addReceive(&op);
   }
 
   void wait(std::span<Request* const> requests, Deadline deadline) override {
@@ -150,14 +137,9 @@ class LoopbackTransport final : public Transport {
         if (op->complete)
           continue;
         if (endpoint(op->peer).state != State::kOpen) {
-          failLocked(
-              rank_,
-              std::make_exception_ptr(PeerError(
-                  detail::concat("rank ", rank_, " (this process): rank ", op->peer,
-                                 " has closed its communicator, so a ",
-                                 op->isSend ? "send to" : "receive from", " it cannot complete"),
-                  op->peer)),
-              /*propagate=*/true);
+          failLocked(rank_,
+                     std::make_exception_ptr(makeClosedPeerError(rank_, op->peer, op->isSend)),
+                     /*propagate=*/true);
           throwIfFailedLocked();
         }
         waitingOn.push_back(op->peer);
@@ -179,10 +161,8 @@ class LoopbackTransport final : public Transport {
   }
 
   void abort(std::exception_ptr reason) noexcept override {
-    if (!reason) {
-      reason = std::make_exception_ptr(
-          InternalError(detail::concat("rank ", rank_, " (this process): aborted")));
-    }
+    if (!reason)
+      reason = std::make_exception_ptr(makeAbortedError(rank_));
     std::lock_guard<std::mutex> lock(group_->mutex);
     failLocked(rank_, reason, /*propagate=*/true);
   }
@@ -237,47 +217,25 @@ class LoopbackTransport final : public Transport {
   }
 
   Op* findOp(const Request* request) const { return findOp(rank_, request); }
-  Op* findOp(int rank, const Request* request) const {
-    for (const auto& op : endpoint(rank).ops) {
-      if (op->request == request)
-        return op.get();
-    }
-    return nullptr;
-  }
+  Op* findOp(int rank, const Request* request) const { return endpoint(rank).ops.find(request); }
 
-  Op& addOp(int peer,
+  Op& addOp(bool isSend,
+            int peer,
             uint64_t tag,
             const Fingerprint& fingerprint,
             void* data,
             size_t bytes,
             Request& request) {
     throwIfFailedLocked();
-    checkPost(rank_, size_, peer, data, bytes, findOp(&request) != nullptr);
-    request.peer = peer;
-    request.done = false;
-    auto op = std::make_unique<Op>();
-    op->request = &request;
-    op->peer = peer;
-    op->tag = tag;
-    op->fingerprint = fingerprint;
-    op->data = data;
-    op->bytes = bytes;
-    auto& ops = endpoint(rank_).ops;
-    ops.push_back(std::move(op));
-    return *ops.back();
+    return endpoint(rank_).ops.acquire(rank_, size_, isSend, peer, tag, fingerprint, data, bytes,
+                                       request);
   }
 
   // Delivers a message from `from` to the receive `recv` posted on `to`.
   void matchLocked(
       int to, Op& recv, int from, const Fingerprint& theirs, const void* data, size_t bytes) {
-    if (!recv.fingerprint.firstDifference(theirs).empty()) {
-      auto error = makeMismatchError(to, from, recv.fingerprint, theirs);
-      failLocked(to, std::make_exception_ptr(error), true);
-      return;
-    }
-    if (bytes != recv.bytes) {
-      auto error = makeByteCountMismatchError(to, from, recv.fingerprint, recv.bytes, bytes);
-      failLocked(to, std::make_exception_ptr(error), true);
+    if (auto mismatch = findMismatch(to, from, recv.fingerprint, recv.bytes, theirs, bytes)) {
+      failLocked(to, mismatch, /*propagate=*/true);
       return;
     }
     if (bytes > 0)
@@ -288,8 +246,11 @@ class LoopbackTransport final : public Transport {
 
   void finishLocked(std::span<Request* const> requests) {
     auto& ops = endpoint(rank_).ops;
-    for (Request* request : requests) request->done = true;
-    std::erase_if(ops, [](const std::unique_ptr<Op>& op) { return op->request->done; });
+    for (Request* request : requests) {
+      if (Op* op = ops.find(request))
+        ops.release(op);
+      request->done = true;
+    }
   }
 
   // Fails endpoint `rank` with `error` (if it has not failed yet) and, when `propagate`, tells
@@ -309,9 +270,7 @@ class LoopbackTransport final : public Transport {
         if (peer == rank || endpoint(peer).state != State::kOpen || endpoint(peer).failure) {
           continue;
         }
-        auto prefix = detail::concat("rank ", peer, " (this process): aborted because rank ", rank,
-                                     " reported: ");
-        failLocked(peer, detail::decodeError(encoded, prefix, rank), /*propagate=*/false);
+        failLocked(peer, decodeAbortNotice(peer, rank, encoded), /*propagate=*/false);
       }
     } catch (...) {
       for (int peer = 0; peer < size_; ++peer) {
@@ -326,12 +285,8 @@ class LoopbackTransport final : public Transport {
   void leaveLocked() noexcept {
     Endpoint& self = endpoint(rank_);
     self.dropRequests();
-    if (!self.failure) {
-      self.failure = std::make_exception_ptr(
-          Error(detail::concat("rank ", rank_,
-                               " (this process): this transport is closed; create a new "
-                               "communicator to keep communicating")));
-    }
+    if (!self.failure)
+      self.failure = std::make_exception_ptr(makeTransportClosedError(rank_));
     for (int peer = 0; peer < size_; ++peer) endpoint(peer).changed.notify_all();
   }
 
@@ -346,7 +301,8 @@ std::vector<std::unique_ptr<Transport>> createLoopbackGroup(int size, SendComple
   CHORUS_CHECK_ARG(size >= 1, "a loopback group needs at least one rank, not ", size);
   auto group = std::make_shared<Group>();
   group->completion = completion;
-  for (int rank = 0; rank < size; ++rank) group->endpoints.push_back(std::make_unique<Endpoint>());
+  for (int rank = 0; rank < size; ++rank)
+    group->endpoints.push_back(std::make_unique<Endpoint>(size));
   std::vector<std::unique_ptr<Transport>> transports;
   for (int rank = 0; rank < size; ++rank) {
     transports.push_back(std::make_unique<LoopbackTransport>(group, rank));

@@ -1,4 +1,7 @@
-// The MPI transport: every chorus message is a header (magic, bytes, chorus tag, Fingerprint) and
+// The MPI transport. This file is only how bytes move; posting, the wait loop, the failure latch
+// and abort() are the transport core's (transport/core.h), which calls the hooks here.
+//
+// Every chorus message is a header (magic, bytes, chorus tag, Fingerprint) and
 // its payload, sent with MPI_Isend on a private duplicate of the caller's communicator. Payloads
 // up to kInlineBytes travel inside the header's message (one MPI message); larger ones follow it as
 // separate messages of at most kChunkBytes on the same (peer, MPI tag), which MPI's non-overtaking
@@ -50,7 +53,7 @@
 #include "core/check.h"
 #include "core/error_codec.h"
 #include "core/stall_watch.h"
-#include "transport/op_pool.h"
+#include "transport/core.h"
 
 namespace chorus::transport::mpi {
 namespace {
@@ -108,18 +111,13 @@ void checkMpi(int code, const char* call, int rank, int peer = -1) {
   throw InternalError(message + "; this is a bug in chorus or the MPI library, please report it");
 }
 
-enum class Stage : uint8_t { kQueued, kHeader, kPayload, kDone };
+// Where an incomplete op is: a receive queued behind another on its (peer, MPI tag), waiting for
+// its header, or (both sends and receives) waiting for its MPI requests.
+enum class Stage : uint8_t { kQueued, kHeader, kPayload };
 
-struct Op {
-  Request* request = nullptr;
-  bool isSend = false;
+struct Op : PostedOp {
   Stage stage = Stage::kQueued;
-  int peer = -1;
   int mpiTag = 0;
-  uint64_t tag = 0;
-  Fingerprint fingerprint;
-  char* data = nullptr;
-  size_t bytes = 0;
   std::vector<MPI_Request> mpiRequests;  // sends: header + chunks; receives: header, then chunks
   std::vector<char> buffer;              // the header message (with an inline payload)
 };
@@ -189,85 +187,65 @@ struct ControlSend {
   MPI_Request request = MPI_REQUEST_NULL;
 };
 
-class MpiTransport final : public Transport {
+class MpiTransport final : public TransportCore<Op> {
  public:
-  MpiTransport(MPI_Comm comm, detail::RankNames names, Deadline deadline);
+  // Takes over `comm`, a duplicate made for this transport.
+  MpiTransport(MPI_Comm comm, detail::RankNames names);
   ~MpiTransport() override { close(); }
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   std::string_view name() const override { return "mpi"; }
 
-  void postSend(int peer,
-                uint64_t tag,
-                const Fingerprint& fingerprint,
-                const void* data,
-                size_t bytes,
-                Request& request) override;
-  void postRecv(int peer,
-                uint64_t tag,
-                const Fingerprint& fingerprint,
-                void* data,
-                size_t bytes,
-                Request& request) override;
-  void wait(std::span<Request* const> requests, Deadline deadline) override;
-  void abort(std::exception_ptr reason) noexcept override;
-  void close() noexcept override;
-  std::exception_ptr failure() const override;
-
  private:
-  [[noreturn]] void rethrowFailure() const { std::rethrow_exception(failure_); }
-  Op& addOp(int peer,
-            uint64_t tag,
-            const Fingerprint& fingerprint,
-            void* data,
-            size_t bytes,
-            Request& request);
-  void duplicate(MPI_Comm comm, Deadline deadline);
+  void checkTag(uint64_t tag) const override { (void)mpiTagFor(tag); }
+  void startSend(Op& op) override;
+  void startRecv(Op& op) override;
+  void progress() override;
+  bool peerLeft(int peer) const override;
+  void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
+  void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
+  void sayGoodbye() noexcept override;
+
   int mpiTagFor(uint64_t tag) const;
   void postHeaderRecv(Op& op);
   void onHeader(Op& op, const MPI_Status& status);
-  void progress();
   void progressOp(Op& op);
   void pollControl();
-  bool allComplete(std::span<Op* const> ops, std::vector<int>& waitingOn);
   void sendNotice(int peer, uint8_t kind, const std::vector<uint8_t>& body) noexcept;
   void drainControlSends(Deadline deadline) noexcept;
   void cancelPending() noexcept;
-  void failLocked(std::exception_ptr error, bool tellPeers) noexcept;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  detail::RankNames names_;  // Note [One rank numbering]
-  int rank_ = 0;
-  int size_ = 1;
   int tagUb_ = 32767;
-
-  mutable std::mutex mutex_;
-  std::exception_ptr failure_;
-  bool closed_ = false;
-  std::vector<std::optional<Clock::time_point>> goodbyeAt_;  // by rank: when its goodbye came
-  OpPool<Op> ops_;
+  std::vector<std::optional<Clock::time_point>> goodbyeAt_;    // by rank: when its goodbye came
   std::map<std::pair<int, int>, std::deque<Op*>> recvQueues_;  // (peer, MPI tag) -> receives
   std::vector<ControlSend> controlSends_;
-  std::vector<Op*> waitOps_;  // scratch for wait()
 };
 
-// comm_ = a duplicate of `comm`, made with MPI_Comm_idup so that it can give up at `deadline`.
-// A non-blocking collective cannot be cancelled, so on timeout the request and the handle it will
-// write are left to MPI (leaked), and later collectives on `comm` from this rank are unsafe.
-void MpiTransport::duplicate(MPI_Comm comm, Deadline deadline) {
-  int rank = -1;
+int commRank(MPI_Comm comm) {
+  int rank = 0;
   MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+int commSize(MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return size;
+}
+
+// A duplicate of `comm`, made with MPI_Comm_idup so that it can give up at `deadline`. A
+// non-blocking collective cannot be cancelled, so on timeout the request and the handle it will
+// write are left to MPI (leaked), and later collectives on `comm` from this rank are unsafe.
+MPI_Comm duplicate(MPI_Comm comm, Deadline deadline) {
+  int rank = commRank(comm);
   auto result = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
   auto request = std::make_unique<MPI_Request>(MPI_REQUEST_NULL);
   checkMpi(MPI_Comm_idup(comm, result.get(), request.get()), "MPI_Comm_idup", rank);
   while (true) {
     int done = 0;
     checkMpi(MPI_Test(request.get(), &done, MPI_STATUS_IGNORE), "MPI_Test (MPI_Comm_idup)", rank);
-    if (done) {
-      comm_ = *result;
-      return;
-    }
+    if (done)
+      return *result;
     if (deadline.expired()) {
       (void)result.release();
       (void)request.release();
@@ -281,115 +259,63 @@ void MpiTransport::duplicate(MPI_Comm comm, Deadline deadline) {
   }
 }
 
-MpiTransport::MpiTransport(MPI_Comm comm, detail::RankNames names, Deadline deadline)
-    : names_(std::move(names)) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized || mpiFinalized()) {
-    throw UnsupportedError(
-        "the MPI transport needs MPI to be initialized (and not finalized); start the program "
-        "with mpirun and let chorus's MPI connector initialize MPI, or call MPI_Init_thread first");
-  }
-  sweepRetired();
-  duplicate(comm, deadline);
+MpiTransport::MpiTransport(MPI_Comm comm, detail::RankNames names)
+    : TransportCore(commRank(comm), commSize(comm), std::move(names)), comm_(comm) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
   int* tagUb = nullptr;
   int flag = 0;
   if (MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tagUb, &flag) == MPI_SUCCESS && flag && tagUb)
     tagUb_ = *tagUb;
-  goodbyeAt_.resize(size_);
+  goodbyeAt_.resize(size());
 }
 
 int MpiTransport::mpiTagFor(uint64_t tag) const {
   if (tag >= kCollectiveTag) {
-    CHORUS_CHECK_ARG(tag - kCollectiveTag < kCollectiveMpiTags, "rank ", names_(rank_),
+    CHORUS_CHECK_ARG(tag - kCollectiveTag < kCollectiveMpiTags, "rank ", worldRank(rank()),
                      " (this process): collective tag ", tag, " is beyond the MPI transport's ",
                      kCollectiveMpiTags, " collective tags");
     return kFirstCollectiveMpiTag + static_cast<int>(tag - kCollectiveTag);
   }
   uint64_t limit = static_cast<uint64_t>(tagUb_ - kFirstUserMpiTag);
-  CHORUS_CHECK_ARG(tag <= limit, "rank ", names_(rank_), " (this process): tag ", tag,
+  CHORUS_CHECK_ARG(tag <= limit, "rank ", worldRank(rank()), " (this process): tag ", tag,
                    " is too large for the MPI transport, whose tags go up to ", limit,
                    " (MPI_TAG_UB - ", kFirstUserMpiTag, "); use a smaller tag");
   return static_cast<int>(tag) + kFirstUserMpiTag;
 }
 
-Op& MpiTransport::addOp(int peer,
-                        uint64_t tag,
-                        const Fingerprint& fingerprint,
-                        void* data,
-                        size_t bytes,
-                        Request& request) {
-  if (failure_)
-    rethrowFailure();
-  const int mpiTag = mpiTagFor(tag);
-  Op& op = ops_.acquire(rank_, size_, peer, data, bytes, request);
-  op.request = &request;
-  op.isSend = false;
-  op.stage = Stage::kQueued;
-  op.peer = peer;
-  op.mpiTag = mpiTag;
-  op.tag = tag;
-  op.fingerprint = fingerprint;
-  op.data = static_cast<char*>(data);
-  op.bytes = bytes;
-  op.mpiRequests.clear();
-  return op;
-}
-
-void MpiTransport::postSend(int peer,
-                            uint64_t tag,
-                            const Fingerprint& fingerprint,
-                            const void* data,
-                            size_t bytes,
-                            Request& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Op& op = addOp(peer, tag, fingerprint, const_cast<void*>(data), bytes, request);
-  op.isSend = true;
+void MpiTransport::startSend(Op& op) {
+  op.mpiTag = mpiTagFor(op.tag);
   op.stage = Stage::kPayload;
-  try {
-    bool inlined = bytes <= kInlineBytes;
-    Header header{kMagic, 0, bytes, tag, fingerprint};
-    op.buffer.resize(sizeof(Header) + (inlined ? bytes : 0));
-    std::memcpy(op.buffer.data(), &header, sizeof(Header));
-    if (inlined && bytes > 0)
-      std::memcpy(op.buffer.data() + sizeof(Header), data, bytes);
+  op.mpiRequests.clear();
+  const size_t bytes = op.bytes;
+  const int peer = op.peer;
+  bool inlined = bytes <= kInlineBytes;
+  Header header{kMagic, 0, bytes, op.tag, op.fingerprint};
+  op.buffer.resize(sizeof(Header) + (inlined ? bytes : 0));
+  std::memcpy(op.buffer.data(), &header, sizeof(Header));
+  if (inlined && bytes > 0)
+    std::memcpy(op.buffer.data() + sizeof(Header), op.data, bytes);
+  op.mpiRequests.push_back(MPI_REQUEST_NULL);
+  checkMpi(MPI_Isend(op.buffer.data(), static_cast<int>(op.buffer.size()), MPI_BYTE, peer,
+                     op.mpiTag, comm_, &op.mpiRequests.back()),
+           "MPI_Isend", worldRank(rank()), worldRank(peer));
+  for (size_t offset = 0; !inlined && offset < bytes; offset += kChunkBytes) {
+    int length = static_cast<int>(std::min(kChunkBytes, bytes - offset));
     op.mpiRequests.push_back(MPI_REQUEST_NULL);
-    checkMpi(MPI_Isend(op.buffer.data(), static_cast<int>(op.buffer.size()), MPI_BYTE, peer,
-                       op.mpiTag, comm_, &op.mpiRequests.back()),
-             "MPI_Isend", names_(rank_), names_(peer));
-    for (size_t offset = 0; !inlined && offset < bytes; offset += kChunkBytes) {
-      int length = static_cast<int>(std::min(kChunkBytes, bytes - offset));
-      op.mpiRequests.push_back(MPI_REQUEST_NULL);
-      checkMpi(MPI_Isend(op.data + offset, length, MPI_BYTE, peer, op.mpiTag, comm_,
-                         &op.mpiRequests.back()),
-               "MPI_Isend", names_(rank_), names_(peer));
-    }
-  } catch (...) {
-    failLocked(std::current_exception(), /*tellPeers=*/true);
-    rethrowFailure();
+    checkMpi(MPI_Isend(op.data + offset, length, MPI_BYTE, peer, op.mpiTag, comm_,
+                       &op.mpiRequests.back()),
+             "MPI_Isend", worldRank(rank()), worldRank(peer));
   }
 }
 
-void MpiTransport::postRecv(int peer,
-                            uint64_t tag,
-                            const Fingerprint& fingerprint,
-                            void* data,
-                            size_t bytes,
-                            Request& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Op& op = addOp(peer, tag, fingerprint, data, bytes, request);
-  try {
-    auto& queue = recvQueues_[{peer, op.mpiTag}];
-    queue.push_back(&op);
-    if (queue.size() == 1)
-      postHeaderRecv(op);
-  } catch (...) {
-    failLocked(std::current_exception(), /*tellPeers=*/true);
-    rethrowFailure();
-  }
+void MpiTransport::startRecv(Op& op) {
+  op.mpiTag = mpiTagFor(op.tag);
+  op.stage = Stage::kQueued;
+  op.mpiRequests.clear();
+  auto& queue = recvQueues_[{op.peer, op.mpiTag}];
+  queue.push_back(&op);
+  if (queue.size() == 1)
+    postHeaderRecv(op);
 }
 
 void MpiTransport::postHeaderRecv(Op& op) {
@@ -398,7 +324,7 @@ void MpiTransport::postHeaderRecv(Op& op) {
   op.mpiRequests.assign(1, MPI_REQUEST_NULL);
   checkMpi(MPI_Irecv(op.buffer.data(), static_cast<int>(op.buffer.size()), MPI_BYTE, op.peer,
                      op.mpiTag, comm_, &op.mpiRequests[0]),
-           "MPI_Irecv", names_(rank_), names_(op.peer));
+           "MPI_Irecv", worldRank(rank()), worldRank(op.peer));
 }
 
 // The head receive of (peer, MPI tag) got its header: check it, post the payload, then the next
@@ -409,25 +335,27 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
   Header header;
   if (static_cast<size_t>(received) < sizeof(Header) ||
       (std::memcpy(&header, op.buffer.data(), sizeof(Header)), header.magic != kMagic)) {
-    throw PeerError(detail::concat("rank ", names_(rank_),
+    throw PeerError(detail::concat("rank ", worldRank(rank()),
                                    " (this process): received a malformed message "
                                    "from rank ",
-                                   names_(op.peer), "; is it running the same chorus version?"),
-                    names_(op.peer));
+                                   worldRank(op.peer), "; is it running the same chorus version?"),
+                    worldRank(op.peer));
   }
   if (!header.fingerprint.firstDifference(op.fingerprint).empty())
-    throw makeMismatchError(names_(rank_), names_(op.peer), op.fingerprint, header.fingerprint);
+    throw makeMismatchError(worldRank(rank()), worldRank(op.peer), op.fingerprint,
+                            header.fingerprint);
   if (header.tag != op.tag) {
-    throw MismatchError(detail::concat("rank ", names_(rank_),
-                                       " (this process): expected a message with "
-                                       "tag ",
-                                       op.tag, " from rank ", names_(op.peer), " but it sent tag ",
-                                       header.tag, " (during ", op.fingerprint.describe(), ")"),
-                        "tag", {names_(rank_), names_(op.peer)});
+    throw MismatchError(
+        detail::concat("rank ", worldRank(rank()),
+                       " (this process): expected a message with "
+                       "tag ",
+                       op.tag, " from rank ", worldRank(op.peer), " but it sent tag ", header.tag,
+                       " (during ", op.fingerprint.describe(), ")"),
+        "tag", {worldRank(rank()), worldRank(op.peer)});
   }
   if (header.bytes != op.bytes)
-    throw makeByteCountMismatchError(names_(rank_), names_(op.peer), op.fingerprint, op.bytes,
-                                     header.bytes);
+    throw makeByteCountMismatchError(worldRank(rank()), worldRank(op.peer), op.fingerprint,
+                                     op.bytes, header.bytes);
   auto& queue = recvQueues_[{op.peer, op.mpiTag}];
   CHORUS_ASSERT(!queue.empty() && queue.front() == &op);
   queue.pop_front();
@@ -436,7 +364,7 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
     CHORUS_ASSERT(static_cast<size_t>(received) == sizeof(Header) + op.bytes);
     if (op.bytes > 0)
       std::memcpy(op.data, op.buffer.data() + sizeof(Header), op.bytes);
-    op.stage = Stage::kDone;
+    op.complete = true;
   } else {
     op.stage = Stage::kPayload;
     for (size_t offset = 0; offset < op.bytes; offset += kChunkBytes) {
@@ -444,7 +372,7 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
       op.mpiRequests.push_back(MPI_REQUEST_NULL);
       checkMpi(MPI_Irecv(op.data + offset, length, MPI_BYTE, op.peer, op.mpiTag, comm_,
                          &op.mpiRequests.back()),
-               "MPI_Irecv", names_(rank_), names_(op.peer));
+               "MPI_Irecv", worldRank(rank()), worldRank(op.peer));
     }
   }
   if (queue.empty())
@@ -454,28 +382,30 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
 }
 
 void MpiTransport::progressOp(Op& op) {
+  if (op.complete)
+    return;
   if (op.stage == Stage::kHeader) {
     int flag = 0;
     MPI_Status status;
-    checkMpi(MPI_Test(&op.mpiRequests[0], &flag, &status), "MPI_Test", names_(rank_),
-             names_(op.peer));
+    checkMpi(MPI_Test(&op.mpiRequests[0], &flag, &status), "MPI_Test", worldRank(rank()),
+             worldRank(op.peer));
     if (flag)
       onHeader(op, status);
   }
-  if (op.stage == Stage::kPayload) {
+  if (op.stage == Stage::kPayload && !op.complete) {
     int flag = 0;
     checkMpi(MPI_Testall(static_cast<int>(op.mpiRequests.size()), op.mpiRequests.data(), &flag,
                          MPI_STATUSES_IGNORE),
-             "MPI_Testall", names_(rank_), names_(op.peer));
+             "MPI_Testall", worldRank(rank()), worldRank(op.peer));
     if (flag)
-      op.stage = Stage::kDone;
+      op.complete = true;
   }
 }
 
 void MpiTransport::progress() {
   pollControl();
   // onHeader() may move another op from kQueued to kHeader; it is tested on the next pass.
-  for (size_t i = 0; i < ops_.active().size(); ++i) progressOp(*ops_.active()[i]);
+  for (size_t i = 0; i < ops().active().size(); ++i) progressOp(*ops().active()[i]);
 }
 
 // Reads every control notice that has arrived: a goodbye marks its sender, an abort fails this
@@ -485,7 +415,7 @@ void MpiTransport::pollControl() {
     int flag = 0;
     MPI_Status status;
     checkMpi(MPI_Iprobe(MPI_ANY_SOURCE, kControlTag, comm_, &flag, &status), "MPI_Iprobe",
-             names_(rank_));
+             worldRank(rank()));
     if (!flag)
       return;
     int count = 0;
@@ -493,75 +423,27 @@ void MpiTransport::pollControl() {
     std::vector<uint8_t> notice(static_cast<size_t>(count));
     int peer = status.MPI_SOURCE;
     checkMpi(MPI_Recv(notice.data(), count, MPI_BYTE, peer, kControlTag, comm_, MPI_STATUS_IGNORE),
-             "MPI_Recv", names_(rank_), names_(peer));
+             "MPI_Recv", worldRank(rank()), worldRank(peer));
     if (!notice.empty() && notice[0] == kGoodbyeNotice) {
       goodbyeAt_[peer] = Clock::now();
       continue;
     }
     std::vector<uint8_t> encoded(notice.begin() + (notice.empty() ? 0 : 1), notice.end());
-    auto prefix = detail::concat("rank ", names_(rank_), " (this process): aborted because rank ",
-                                 names_(peer), " reported: ");
-    failLocked(detail::decodeError(encoded, prefix, names_(peer)), /*tellPeers=*/false);
+    fail(decodeAbortNotice(worldRank(rank()), worldRank(peer), encoded), /*tellPeers=*/false);
     rethrowFailure();
   }
 }
 
-// True when every op is done; otherwise fills waitingOn with the peers still owing something.
-// Throws PeerError for an op that still waits on a peer that said goodbye a while ago.
-bool MpiTransport::allComplete(std::span<Op* const> ops, std::vector<int>& waitingOn) {
-  waitingOn.clear();
-  for (Op* op : ops) {
-    if (op == nullptr || op->stage == Stage::kDone)
-      continue;
-    const auto& goodbye = goodbyeAt_[op->peer];
-    if (goodbye && Clock::now() - *goodbye >= kGoodbyeGrace) {
-      throw PeerError(
-          detail::concat("rank ", names_(rank_), " (this process): rank ", names_(op->peer),
-                         " has closed its communicator, so a ",
-                         op->isSend ? "send to" : "receive from", " it cannot complete"),
-          names_(op->peer));
-    }
-    waitingOn.push_back(names_(op->peer));
-  }
-  return waitingOn.empty();
+// A peer that said goodbye a while ago: messages it sent before leaving have landed by now.
+bool MpiTransport::peerLeft(int peer) const {
+  const auto& goodbye = goodbyeAt_[peer];
+  return goodbye && Clock::now() - *goodbye >= kGoodbyeGrace;
 }
 
-void MpiTransport::wait(std::span<Request* const> requests, Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (failure_)
-    rethrowFailure();
-  waitOps_.clear();
-  for (Request* request : requests) {
-    Op* op = ops_.find(request);
-    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", names_(rank_),
-                     " (this process): wait() was given a request that was never posted");
-    waitOps_.push_back(op);
-  }
-  std::vector<int> waitingOn;
-  try {
-    while (true) {
-      progress();
-      if (allComplete(waitOps_, waitingOn))
-        break;
-      if (deadline.expired())
-        throw makeTimeoutError(names_(rank_), waitingOn);
-      if (Clock::now() >= stall::nextCheckAt())
-        stall::onStalled(waitingOn);
-      lock.unlock();
-      sched_yield();
-      lock.lock();
-      if (failure_)
-        rethrowFailure();  // abort() from another thread
-    }
-  } catch (...) {
-    failLocked(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
-    rethrowFailure();
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    requests[i]->done = true;
-    if (waitOps_[i] != nullptr)
-      ops_.release(waitOps_[i]);
-  }
+void MpiTransport::idle(Deadline /*deadline*/, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  sched_yield();
+  lock.lock();
 }
 
 void MpiTransport::sendNotice(int peer, uint8_t kind, const std::vector<uint8_t>& body) noexcept {
@@ -622,7 +504,7 @@ void dropFinished(std::vector<MPI_Request*>& requests) {
 // What is left is freed, and its op (whose buffer MPI may still use) deliberately leaked.
 void MpiTransport::cancelPending() noexcept {
   std::vector<MPI_Request*> receives, leftover;
-  for (Op* op : ops_.active()) {
+  for (Op* op : ops().active()) {
     for (MPI_Request& request : op->mpiRequests) {
       if (request == MPI_REQUEST_NULL)
         continue;
@@ -640,7 +522,7 @@ void MpiTransport::cancelPending() noexcept {
   dropFinished(leftover);
   leftover.insert(leftover.end(), receives.begin(), receives.end());
   for (MPI_Request* request : leftover) MPI_Request_free(request);
-  ops_.releaseAll([&leftover](const Op& op) {
+  ops().releaseAll([&leftover](const Op& op) {
     return std::any_of(leftover.begin(), leftover.end(), [&op](MPI_Request* request) {
       return request >= op.mpiRequests.data() &&
              request < op.mpiRequests.data() + op.mpiRequests.size();
@@ -649,10 +531,7 @@ void MpiTransport::cancelPending() noexcept {
   recvQueues_.clear();
 }
 
-void MpiTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept {
-  if (failure_)
-    return;
-  failure_ = error;
+void MpiTransport::onFailure(std::exception_ptr error, bool tellPeers) noexcept {
   if (comm_ == MPI_COMM_NULL || mpiFinalized())
     return;
   cancelPending();
@@ -664,42 +543,24 @@ void MpiTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept
   } catch (...) {
     return;  // the peers then time out
   }
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && !goodbyeAt_[peer])
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer != rank() && !goodbyeAt_[peer])
       sendNotice(peer, kAbortNotice, notice);
   }
 }
 
-void MpiTransport::abort(std::exception_ptr reason) noexcept {
-  if (!reason) {
-    reason = std::make_exception_ptr(
-        InternalError(detail::concat("rank ", names_(rank_), " (this process): aborted")));
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  failLocked(reason, /*tellPeers=*/true);
-}
-
-void MpiTransport::close() noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (closed_)
-    return;
-  closed_ = true;
-  failLocked(std::make_exception_ptr(
-                 Error(detail::concat("rank ", names_(rank_),
-                                      " (this process): this transport is closed; create a new "
-                                      "communicator to keep communicating"))),
-             /*tellPeers=*/false);
+void MpiTransport::sayGoodbye() noexcept {
   if (comm_ == MPI_COMM_NULL || mpiFinalized())
     return;  // too late to talk to MPI; the duplicate went with MPI_Finalize
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && !goodbyeAt_[peer])
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer != rank() && !goodbyeAt_[peer])
       sendNotice(peer, kGoodbyeNotice, {});
   }
   drainControlSends(Deadline::after(kGoodbyeTimeout));
   // See Note [Retiring an MPI communicator].
   try {
-    Retired entry{comm_, std::vector<bool>(size_)};
-    for (int peer = 0; peer < size_; ++peer) entry.gone[peer] = peer == rank_ || goodbyeAt_[peer];
+    Retired entry{comm_, std::vector<bool>(size())};
+    for (int peer = 0; peer < size(); ++peer) entry.gone[peer] = peer == rank() || goodbyeAt_[peer];
     std::lock_guard<std::mutex> retiredLock(retiredMutex());
     retiredComms().push_back(std::move(entry));
   } catch (...) {
@@ -709,17 +570,20 @@ void MpiTransport::close() noexcept {
   sweepRetired();
 }
 
-std::exception_ptr MpiTransport::failure() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return failure_;
-}
-
 }  // namespace
 
 std::unique_ptr<Transport> createMpiTransport(MPI_Comm comm,
                                               Deadline deadline,
                                               detail::RankNames names) {
-  return std::make_unique<MpiTransport>(comm, std::move(names), deadline);
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized || mpiFinalized()) {
+    throw UnsupportedError(
+        "the MPI transport needs MPI to be initialized (and not finalized); start the program "
+        "with mpirun and let chorus's MPI connector initialize MPI, or call MPI_Init_thread first");
+  }
+  sweepRetired();
+  return std::make_unique<MpiTransport>(duplicate(comm, deadline), std::move(names));
 }
 
 }  // namespace chorus::transport::mpi

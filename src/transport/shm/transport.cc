@@ -1,4 +1,7 @@
 // The shared-memory transport. See transport.h; the contract is in src/transport/transport.h.
+// This file is only how bytes move; posting, the wait loop, the failure latch and abort() are the
+// transport core's (transport/core.h), which calls the hooks here; receives meet their messages
+// through transport/matching.h.
 //
 // Design: every rank owns one segment (shm/segment.h) holding its control words and one inbound
 // ring per peer (shm/ring.h); shm/bootstrap.h maps them all and removes every name, so after setup
@@ -40,15 +43,14 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <list>
 #include <memory>
 #include <mutex>
 
 #include "core/check.h"
 #include "core/error_codec.h"
 #include "core/process_watch.h"
-#include "core/stall_watch.h"
-#include "transport/op_pool.h"
+#include "transport/core.h"
+#include "transport/matching.h"
 #include "transport/shm/bootstrap.h"
 
 namespace chorus::transport::shm {
@@ -89,15 +91,7 @@ struct MessageHeader {
 };
 static_assert(sizeof(MessageHeader) == 48);
 
-struct Op {
-  Request* request = nullptr;
-  bool isSend = false;
-  bool complete = false;
-  int peer = -1;
-  uint64_t tag = 0;
-  Fingerprint fingerprint;
-  char* data = nullptr;
-  size_t bytes = 0;
+struct Op : PostedOp {
   size_t moved = 0;  // payload bytes written to (send) or read from (receive) the ring
   bool headerSent = false;
 };
@@ -108,6 +102,7 @@ struct Unexpected {
   std::unique_ptr<char[]> data;
   uint64_t received = 0;
   bool complete() const { return received == header.bytes; }
+  uint64_t tag() const { return header.tag; }
 };
 
 // The message streaming in from one peer: into a posted receive or into an Unexpected buffer.
@@ -121,52 +116,33 @@ struct Incoming {
 
 // Everything this rank keeps about one peer.
 struct Link {
-  Ring outbound;                     // in the peer's segment: this rank writes
-  Ring inbound;                      // in this rank's segment: the peer writes
-  std::vector<Op*> sends;            // in posting order; the front one is streaming
-  std::vector<Op*> recvs;            // posted, not yet matched, in posting order
-  std::list<Unexpected> unexpected;  // in arrival order
+  Ring outbound;           // in the peer's segment: this rank writes
+  Ring inbound;            // in this rank's segment: the peer writes
+  std::vector<Op*> sends;  // in posting order; the front one is streaming
+  PeerMatching<Op, Unexpected> matching;
   Incoming incoming;
   bool left = false;  // said goodbye and everything it sent has been read
 };
 
-class ShmTransport final : public Transport {
+class ShmTransport final : public TransportCore<Op> {
  public:
   ShmTransport(int rank, int size, detail::RankNames names, std::vector<Segment> segments);
   ~ShmTransport() override { close(); }
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   std::string_view name() const override { return "shm"; }
 
-  void postSend(int peer,
-                uint64_t tag,
-                const Fingerprint& fingerprint,
-                const void* data,
-                size_t bytes,
-                Request& request) override;
-  void postRecv(int peer,
-                uint64_t tag,
-                const Fingerprint& fingerprint,
-                void* data,
-                size_t bytes,
-                Request& request) override;
-  void wait(std::span<Request* const> requests, Deadline deadline) override;
-  void abort(std::exception_ptr reason) noexcept override;
-  void close() noexcept override;
-  std::exception_ptr failure() const override;
-
-  void crash() noexcept;
-
  private:
-  [[noreturn]] void rethrowFailure() const { std::rethrow_exception(failure_); }
-  Op& addOp(int peer,
-            uint64_t tag,
-            const Fingerprint& fingerprint,
-            void* data,
-            size_t bytes,
-            Request& request);
-  void checkMatch(const Op& op, const MessageHeader& header) const;
+  void startSend(Op& op) override;
+  void startRecv(Op& op) override;
+  void beginWait() override;
+  void progress() override { moved_ = progressAll(); }
+  bool peerLeft(int peer) const override { return links_[peer].left; }
+  void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
+  void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
+  void wakeWaiter() noexcept override;
+  void sayGoodbye() noexcept override;
+  void vanish() noexcept override;
+
   void matchUnexpected(Link& link, Op& op);
   bool progressAll();
   bool progressPeer(int peer);
@@ -176,42 +152,26 @@ class ShmTransport final : public Transport {
   void finishIncoming(Link& link);
   void checkPeerState(int peer, PeerState state);
   void checkPeersAlive();
-  bool allComplete(std::span<Op* const> ops);
   void sleep(Deadline deadline, std::unique_lock<std::mutex>& lock);
   void ringAll() noexcept;
-  void failLocked(std::exception_ptr error, bool tellPeers) noexcept;
   void publishState(PeerState state) noexcept;
-  SegmentHeader& own() const { return segments_[rank_].header(); }
+  SegmentHeader& own() const { return segments_[rank()].header(); }
 
-  const int rank_;
-  const int size_;
-  const detail::RankNames names_;            // Note [One rank numbering]
-  std::vector<Segment> segments_;            // by rank; this rank's own at rank_
+  std::vector<Segment> segments_;            // by rank; this rank's own at rank()
   std::vector<Link> links_;                  // by rank; this rank's slot unused
   std::vector<ProcessWatch> peerProcesses_;  // by rank; this rank's slot unused
 
-  mutable std::mutex mutex_;
-  std::exception_ptr failure_;
-  bool closed_ = false;
-  // abort() from another thread: the waiter sees the flag within one pass and fails with it.
-  std::atomic<bool> abortWanted_{false};
-  std::mutex abortMutex_;
-  std::exception_ptr abortReason_;
-
-  OpPool<Op> ops_;
-  std::vector<Op*> waitOps_;    // scratch for wait()
-  std::vector<int> waitingOn_;  // scratch for wait()
+  // The state of one wait(), between the passes of its loop (Note [Spinning]).
+  bool moved_ = false;  // the last pass moved bytes
+  Clock::time_point spinUntil_;
+  Clock::time_point nextLivenessCheck_;
 };
 
 ShmTransport::ShmTransport(int rank,
                            int size,
                            detail::RankNames names,
                            std::vector<Segment> segments)
-    : rank_(rank),
-      size_(size),
-      names_(std::move(names)),
-      segments_(std::move(segments)),
-      links_(size) {
+    : TransportCore(rank, size, std::move(names)), segments_(std::move(segments)), links_(size) {
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank)
       continue;
@@ -225,95 +185,47 @@ ShmTransport::ShmTransport(int rank,
   }
 }
 
-Op& ShmTransport::addOp(int peer,
-                        uint64_t tag,
-                        const Fingerprint& fingerprint,
-                        void* data,
-                        size_t bytes,
-                        Request& request) {
-  if (failure_)
-    rethrowFailure();
-  Op& op = ops_.acquire(rank_, size_, peer, data, bytes, request);
-  op = Op{};
-  op.request = &request;
-  op.peer = peer;
-  op.tag = tag;
-  op.fingerprint = fingerprint;
-  op.data = static_cast<char*>(data);
-  op.bytes = bytes;
-  return op;
-}
-
-void ShmTransport::postSend(int peer,
-                            uint64_t tag,
-                            const Fingerprint& fingerprint,
-                            const void* data,
-                            size_t bytes,
-                            Request& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Op& op = addOp(peer, tag, fingerprint, const_cast<void*>(data), bytes, request);
-  op.isSend = true;
-  Link& link = links_[peer];
+void ShmTransport::startSend(Op& op) {
+  op.moved = 0;
+  op.headerSent = false;
+  Link& link = links_[op.peer];
   link.sends.push_back(&op);
-  try {
-    if (link.sends.size() == 1 && !link.left && writeSends(link))
-      segments_[peer].ringDoorbell();
-  } catch (...) {
-    failLocked(std::current_exception(), /*tellPeers=*/true);
-    rethrowFailure();
-  }
+  if (link.sends.size() == 1 && !link.left && writeSends(link))
+    segments_[op.peer].ringDoorbell();
 }
 
-void ShmTransport::postRecv(int peer,
-                            uint64_t tag,
-                            const Fingerprint& fingerprint,
-                            void* data,
-                            size_t bytes,
-                            Request& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Op& op = addOp(peer, tag, fingerprint, data, bytes, request);
-  try {
-    matchUnexpected(links_[peer], op);
-  } catch (...) {
-    failLocked(std::current_exception(), /*tellPeers=*/true);
-    rethrowFailure();
-  }
-}
-
-void ShmTransport::checkMatch(const Op& op, const MessageHeader& header) const {
-  if (!op.fingerprint.firstDifference(header.fingerprint).empty())
-    throw makeMismatchError(names_(rank_), names_(op.peer), op.fingerprint, header.fingerprint);
-  if (header.bytes != op.bytes)
-    throw makeByteCountMismatchError(names_(rank_), names_(op.peer), op.fingerprint, op.bytes,
-                                     header.bytes);
+void ShmTransport::startRecv(Op& op) {
+  op.moved = 0;
+  op.headerSent = false;
+  matchUnexpected(links_[op.peer], op);
 }
 
 // A new receive takes the first buffered message of its tag (complete, or still streaming in:
 // then the rest goes straight to the receive's buffer), else waits in link.recvs.
 void ShmTransport::matchUnexpected(Link& link, Op& op) {
-  auto it = std::find_if(link.unexpected.begin(), link.unexpected.end(),
-                         [&](const Unexpected& message) { return message.header.tag == op.tag; });
-  if (it == link.unexpected.end()) {
-    link.recvs.push_back(&op);
+  Unexpected* message = link.matching.findMessage(op.tag);
+  if (message == nullptr) {
+    link.matching.addReceive(&op);
     return;
   }
-  checkMatch(op, it->header);
+  checkMatch(worldRank(rank()), worldRank(op.peer), op.fingerprint, op.bytes,
+             message->header.fingerprint, message->header.bytes);
   if (op.bytes > 0)
-    std::memcpy(op.data, it->data.get(), it->received);
-  op.moved = it->received;
-  if (it->complete()) {
+    std::memcpy(op.data, message->data.get(), message->received);
+  op.moved = message->received;
+  if (message->complete()) {
     op.complete = true;
   } else {
     link.incoming.buffer = nullptr;  // it is the message streaming in now
     link.incoming.op = &op;
   }
-  link.unexpected.erase(it);
+  link.matching.removeMessage(message);
 }
 
 bool ShmTransport::progressAll() {
   bool moved = false;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && progressPeer(peer))
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer != rank() && progressPeer(peer))
       moved = true;
   }
   return moved;
@@ -343,17 +255,15 @@ bool ShmTransport::progressPeer(int peer) {
 
 void ShmTransport::checkPeerState(int peer, PeerState state) {
   if (state == PeerState::kCrashed) {
-    failLocked(std::make_exception_ptr(makeCrashedPeerError(names_(rank_), names_(peer))),
-               /*tellPeers=*/false);
+    fail(std::make_exception_ptr(makeCrashedPeerError(worldRank(rank()), worldRank(peer))),
+         /*tellPeers=*/false);
     rethrowFailure();
   }
   if (state == PeerState::kAborted) {
     const SegmentHeader& header = segments_[peer].header();
     uint32_t bytes = std::min<uint32_t>(header.abortBytes, SegmentHeader::kAbortCapacity);
     std::vector<uint8_t> notice(header.abortNotice, header.abortNotice + bytes);
-    auto prefix = detail::concat("rank ", names_(rank_), " (this process): aborted because rank ",
-                                 names_(peer), " reported: ");
-    failLocked(detail::decodeError(notice, prefix, names_(peer)), /*tellPeers=*/false);
+    fail(decodeAbortNotice(worldRank(rank()), worldRank(peer), notice), /*tellPeers=*/false);
     rethrowFailure();
   }
 }
@@ -410,11 +320,10 @@ bool ShmTransport::readIncoming(int peer, Link& link) {
       ring.take(&header, sizeof(header));
       read = true;
       if (header.magic != MessageHeader::kMagic) {
-        throw PeerError(detail::concat("rank ", names_(rank_),
-                                       " (this process): the shared-memory ring "
-                                       "from rank ",
-                                       names_(peer), " holds garbage (bad message magic)"),
-                        names_(peer));
+        throw PeerError(detail::concat("rank ", worldRank(rank()),
+                                       " (this process): the shared-memory ring from rank ",
+                                       worldRank(peer), " holds garbage (bad message magic)"),
+                        worldRank(peer));
       }
       startIncoming(link, header);
       available -= sizeof(header);
@@ -442,15 +351,13 @@ bool ShmTransport::readIncoming(int peer, Link& link) {
 void ShmTransport::startIncoming(Link& link, const MessageHeader& header) {
   Incoming& incoming = link.incoming;
   incoming = Incoming{true, header, 0, nullptr, nullptr};
-  auto it = std::find_if(link.recvs.begin(), link.recvs.end(),
-                         [&](const Op* op) { return op->tag == header.tag; });
-  if (it != link.recvs.end()) {
-    checkMatch(**it, header);  // before touching the payload
-    incoming.op = *it;
-    link.recvs.erase(it);
+  if (Op* op = link.matching.takeReceive(header.tag)) {
+    checkMatch(worldRank(rank()), worldRank(op->peer), op->fingerprint, op->bytes,
+               header.fingerprint, header.bytes);  // before touching the payload
+    incoming.op = op;
     return;
   }
-  Unexpected& message = link.unexpected.emplace_back();
+  Unexpected& message = link.matching.bufferMessage();
   message.header = header;
   message.data.reset(new char[std::max<uint64_t>(header.bytes, 1)]);
   incoming.buffer = &message;
@@ -466,98 +373,48 @@ void ShmTransport::finishIncoming(Link& link) {
 }
 
 void ShmTransport::checkPeersAlive() {
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_ || links_[peer].left)
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank() || links_[peer].left)
       continue;
     if (peerProcesses_[peer].gone()) {
-      failLocked(std::make_exception_ptr(makeCrashedPeerError(names_(rank_), names_(peer))),
-                 /*tellPeers=*/false);
+      fail(std::make_exception_ptr(makeCrashedPeerError(worldRank(rank()), worldRank(peer))),
+           /*tellPeers=*/false);
       rethrowFailure();
     }
   }
 }
 
-// True when every op is complete; otherwise fills waitingOn_ with the peers still owing something.
-// Throws PeerError when an op waits on a peer that said goodbye.
-bool ShmTransport::allComplete(std::span<Op* const> ops) {
-  waitingOn_.clear();
-  for (Op* op : ops) {
-    if (op == nullptr || op->complete)
-      continue;
-    if (links_[op->peer].left) {
-      throw PeerError(
-          detail::concat("rank ", names_(rank_), " (this process): rank ", names_(op->peer),
-                         " has closed its communicator, so a ",
-                         op->isSend ? "send to" : "receive from", " it cannot complete"),
-          names_(op->peer));
-    }
-    waitingOn_.push_back(names_(op->peer));
-  }
-  return waitingOn_.empty();
+void ShmTransport::beginWait() {
+  auto now = Clock::now();
+  moved_ = false;
+  spinUntil_ = now + kSpin;
+  nextLivenessCheck_ = now + kSlice;
 }
 
-void ShmTransport::wait(std::span<Request* const> requests, Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (failure_)
-    rethrowFailure();
-  waitOps_.clear();
-  for (Request* request : requests) {
-    Op* op = ops_.find(request);
-    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", names_(rank_),
-                     " (this process): wait() was given a request that was never posted");
-    waitOps_.push_back(op);
+// Checks every kSlice that the peers still live, then spins, yields or sleeps (Note [Spinning]).
+void ShmTransport::idle(Deadline deadline, std::unique_lock<std::mutex>& lock) {
+  auto now = Clock::now();
+  if (now >= nextLivenessCheck_) {
+    checkPeersAlive();
+    nextLivenessCheck_ = now + kSlice;
   }
-  try {
-    auto now = Clock::now();
-    auto spinUntil = now + kSpin;
-    auto nextLivenessCheck = now + kSlice;
-    while (true) {
-      if (abortWanted_.load(std::memory_order_acquire)) {
-        std::lock_guard<std::mutex> abortLock(abortMutex_);
-        failLocked(abortReason_, /*tellPeers=*/true);
-        rethrowFailure();
-      }
-      bool moved = progressAll();
-      if (allComplete(waitOps_))
-        break;
-      now = Clock::now();
-      if (now >= deadline.at())
-        throw makeTimeoutError(names_(rank_), waitingOn_);
-      if (now >= stall::nextCheckAt())
-        stall::onStalled(waitingOn_);
-      if (now >= nextLivenessCheck) {
-        checkPeersAlive();
-        nextLivenessCheck = now + kSlice;
-      }
-      if (moved) {
-        spinUntil = now + kSpin;
-      } else if (now < spinUntil - kSpin + kPauseSpin) {
-        cpuRelax();
-      } else if (now < spinUntil) {
-        ::sched_yield();  // lets a peer that shares this core run (Note [Spinning])
-      } else {
-        sleep(deadline, lock);
-        if (failure_)
-          rethrowFailure();  // abort() from another thread
-      }
-    }
-  } catch (...) {
-    failLocked(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
-    rethrowFailure();
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    requests[i]->done = true;
-    if (waitOps_[i] != nullptr)
-      ops_.release(waitOps_[i]);
+  if (moved_) {
+    spinUntil_ = now + kSpin;
+  } else if (now < spinUntil_ - kSpin + kPauseSpin) {
+    cpuRelax();
+  } else if (now < spinUntil_) {
+    ::sched_yield();  // lets a peer that shares this core run (Note [Spinning])
+  } else {
+    sleep(deadline, lock);
   }
 }
 
 // Sleeps on this rank's doorbell until a peer rings it, abort() does, or a slice passes. Drops
 // the lock meanwhile, so abort() from another thread can get in.
 void ShmTransport::sleep(Deadline deadline, std::unique_lock<std::mutex>& lock) {
-  const Segment& self = segments_[rank_];
+  const Segment& self = segments_[rank()];
   uint32_t seen = self.prepareToSleep();
-  if (abortWanted_.load(std::memory_order_acquire) || progressAll()) {
+  if (abortRequested() || progressAll()) {
     self.stayAwake();
     return;
   }
@@ -572,8 +429,8 @@ void ShmTransport::sleep(Deadline deadline, std::unique_lock<std::mutex>& lock) 
 }
 
 void ShmTransport::ringAll() noexcept {
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_)
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer != rank())
       segments_[peer].ringDoorbell();
   }
 }
@@ -585,17 +442,13 @@ void ShmTransport::publishState(PeerState state) noexcept {
   ringAll();
 }
 
-void ShmTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept {
-  if (failure_)
-    return;
-  failure_ = error;
-  ops_.releaseAll();
+void ShmTransport::onFailure(std::exception_ptr error, bool tellPeers) noexcept {
   for (Link& link : links_) {
     link.sends.clear();
-    link.recvs.clear();
+    link.matching.dropReceives();
     link.incoming.op = nullptr;
   }
-  if (tellPeers && size_ > 1) {
+  if (tellPeers && size() > 1) {
     try {
       std::vector<uint8_t> notice = detail::encodeError(error);
       size_t bytes = std::min(notice.size(), SegmentHeader::kAbortCapacity);
@@ -606,56 +459,23 @@ void ShmTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept
       // Cannot describe the error: the peers will see this rank leave instead.
     }
   }
-  if (size_ > 1)
-    segments_[rank_].ringDoorbell();  // wakes this rank's own waiter (abort() from another thread)
+  if (size() > 1)
+    segments_[rank()].ringDoorbell();  // wakes this rank's own waiter (abort() from another thread)
 }
 
-void ShmTransport::abort(std::exception_ptr reason) noexcept {
-  if (!reason) {
-    reason = std::make_exception_ptr(
-        InternalError(detail::concat("rank ", names_(rank_), " (this process): aborted")));
-  }
-  {
-    std::lock_guard<std::mutex> abortLock(abortMutex_);
-    if (!abortReason_)
-      abortReason_ = reason;
-  }
-  abortWanted_.store(true, std::memory_order_release);
-  if (size_ > 1)
-    segments_[rank_].ringDoorbell();
-  std::lock_guard<std::mutex> lock(mutex_);
-  failLocked(reason, /*tellPeers=*/true);
+void ShmTransport::wakeWaiter() noexcept {
+  if (size() > 1)
+    segments_[rank()].ringDoorbell();
 }
 
-void ShmTransport::close() noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (closed_)
-    return;
-  closed_ = true;
-  failLocked(std::make_exception_ptr(
-                 Error(detail::concat("rank ", names_(rank_),
-                                      " (this process): this transport is closed; create a new "
-                                      "communicator to keep communicating"))),
-             /*tellPeers=*/false);
-  if (size_ > 1)
+void ShmTransport::sayGoodbye() noexcept {
+  if (size() > 1)
     publishState(PeerState::kGoodbye);  // after the last bytes written; kept if aborted
 }
 
-std::exception_ptr ShmTransport::failure() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return failure_;
-}
-
-void ShmTransport::crash() noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (closed_)
-    return;
-  closed_ = true;
-  if (size_ > 1)
+void ShmTransport::vanish() noexcept {
+  if (size() > 1)
     publishState(PeerState::kCrashed);
-  failLocked(std::make_exception_ptr(Error(detail::concat(
-                 "rank ", names_(rank_), " (this process): this transport crashed (test hook)"))),
-             /*tellPeers=*/false);
 }
 
 }  // namespace

@@ -70,37 +70,28 @@ Connection::Event Connection::send(Op& op) {
   return idle ? writeSome() : Event::kNone;
 }
 
-void Connection::checkMatch(const Op& op, const FrameHeader& header) const {
-  if (!op.fingerprint.firstDifference(header.fingerprint).empty()) {
-    throw makeMismatchError(selfName_, peerName_, op.fingerprint, header.fingerprint);
-  }
-  if (header.bytes != op.bytes) {
-    throw makeByteCountMismatchError(selfName_, peerName_, op.fingerprint, op.bytes, header.bytes);
-  }
-}
-
 void Connection::recv(Op& op) {
-  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
-    if (it->header.tag != op.tag)
-      continue;
-    checkMatch(op, it->header);
-    if (it->complete) {
-      if (op.bytes > 0)
-        std::memcpy(op.data, it->payload.get(), op.bytes);
-      op.complete = true;
-    } else {
-      // It is the frame being read now: take what came, and let the rest stream into op's buffer.
-      size_t got = op.bytes - remaining_;
-      if (got > 0)
-        std::memcpy(op.data, it->payload.get(), got);
-      sink_ = Sink::kUser;
-      recvOp_ = &op;
-      dest_ = op.data + got;
-    }
-    unexpected_.erase(it);
+  Unexpected* message = matching_.findMessage(op.tag);
+  if (message == nullptr) {
+    matching_.addReceive(&op);
     return;
   }
-  posted_.push_back(&op);
+  checkMatch(selfName_, peerName_, op.fingerprint, op.bytes, message->header.fingerprint,
+             message->header.bytes);
+  if (message->complete) {
+    if (op.bytes > 0)
+      std::memcpy(op.data, message->payload.get(), op.bytes);
+    op.complete = true;
+  } else {
+    // It is the frame being read now: take what came, and let the rest stream into op's buffer.
+    size_t got = op.bytes - remaining_;
+    if (got > 0)
+      std::memcpy(op.data, message->payload.get(), got);
+    sink_ = Sink::kUser;
+    recvOp_ = &op;
+    dest_ = op.data + got;
+  }
+  matching_.removeMessage(message);
 }
 
 void Connection::queueControl(FrameKind kind, std::vector<uint8_t> payload) {
@@ -131,7 +122,7 @@ Connection::Event Connection::readSome() {
     size_t want = direct ? remaining_ : kInBufferBytes;
     if (direct && sink_ == Sink::kUnexpected) {
       growUnexpected(kDirectReadMin);
-      const Unexpected& message = unexpected_.back();
+      const Unexpected& message = matching_.newestMessage();
       want = std::min(want, message.capacity - (message.header.bytes - remaining_));
     }
     char* target = direct ? dest_ : inBuffer_.get();
@@ -213,22 +204,18 @@ Connection::Event Connection::onHeader() {
     throw malformed(detail::concat("magic ", header.magic));
   switch (header.kind) {
     case FrameKind::kData: {
-      auto it = std::find_if(posted_.begin(), posted_.end(),
-                             [&header](const Op* op) { return op->tag == header.tag; });
-      if (it != posted_.end()) {
-        checkMatch(**it, header);
+      if (Op* op = matching_.takeReceive(header.tag)) {
+        checkMatch(selfName_, peerName_, op->fingerprint, op->bytes, header.fingerprint,
+                   header.bytes);
         sink_ = Sink::kUser;
-        recvOp_ = *it;
+        recvOp_ = op;
         dest_ = recvOp_->data;
-        posted_.erase(it);
         break;
       }
       if (header.bytes > kMaxUnexpectedBytes) {
         throw malformed(detail::concat("a message of ", header.bytes, " bytes"));
       }
-      Unexpected message;
-      message.header = header;
-      unexpected_.push_back(std::move(message));
+      matching_.bufferMessage().header = header;
       sink_ = Sink::kUnexpected;
       remaining_ = header.bytes;
       growUnexpected(std::min<uint64_t>(header.bytes, kFirstUnexpectedBytes));
@@ -256,7 +243,7 @@ Connection::Event Connection::onHeader() {
 }
 
 void Connection::growUnexpected(size_t more) {
-  Unexpected& message = unexpected_.back();
+  Unexpected& message = matching_.newestMessage();
   size_t got = message.header.bytes - remaining_;
   if (message.payload != nullptr && got + more <= message.capacity)
     return;
@@ -286,7 +273,7 @@ Connection::Event Connection::finishPayload() {
       recvOp_ = nullptr;
       return Event::kNone;
     case Sink::kUnexpected:
-      unexpected_.back().complete = true;
+      matching_.newestMessage().complete = true;
       return Event::kNone;
     case Sink::kAbort:
       return Event::kAbort;
@@ -370,7 +357,7 @@ void Connection::accept(size_t bytes) {
 
 void Connection::dropRequests() {
   dropped_ = true;
-  posted_.clear();
+  matching_.dropReceives();
   recvOp_ = nullptr;
   std::deque<OutFrame> kept;
   for (OutFrame& frame : out_) {

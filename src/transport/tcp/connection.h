@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "core/net/socket.h"
+#include "transport/matching.h"
+#include "transport/op_pool.h"
 #include "transport/transport.h"
 
 namespace chorus::transport::tcp {
@@ -39,16 +41,7 @@ inline constexpr uint64_t kMaxUnexpectedBytes = uint64_t{1} << 40;
 inline constexpr uint64_t kMaxAbortBytes = uint64_t{1} << 20;
 
 // A posted send or receive, owned by the transport while pending.
-struct Op {
-  Request* request = nullptr;
-  bool isSend = false;
-  bool complete = false;
-  int peer = -1;
-  uint64_t tag = 0;
-  Fingerprint fingerprint;
-  char* data = nullptr;
-  size_t bytes = 0;
-};
+struct Op : PostedOp {};
 
 class Connection {
  public:
@@ -105,9 +98,9 @@ class Connection {
     std::unique_ptr<char[]> payload;  // grows as bytes arrive, up to header.bytes
     size_t capacity = 0;
     bool complete = false;
+    uint64_t tag() const { return header.tag; }
   };
 
-  void checkMatch(const Op& op, const FrameHeader& header) const;
   Event consumeBuffered();
   Event onHeader();
   Event finishPayload();
@@ -127,9 +120,8 @@ class Connection {
   // Outgoing frames in order; the front one may be partly written.
   std::deque<OutFrame> out_;
 
-  // Incoming: receives waiting for a message, messages waiting for a receive (both in order).
-  std::vector<Op*> posted_;
-  std::deque<Unexpected> unexpected_;
+  // Incoming: receives waiting for a message, messages waiting for a receive.
+  PeerMatching<Op, Unexpected> matching_;
   // The frame being read: its header, then `remaining` payload bytes into `dest`.
   FrameHeader inHeader_;
   size_t headerGot_ = 0;

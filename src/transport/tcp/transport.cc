@@ -3,6 +3,9 @@
 // waits moves every connection's bytes, so ranks that send to each other never deadlock, and a
 // peer that dies is noticed while waiting on anyone.
 //
+// This file is only how bytes move; posting, the wait loop, the failure latch and abort() are the
+// transport core's (transport/core.h), which calls the hooks here.
+//
 // Failure (see the contract in transport.h): the first error is kept; pending requests are
 // forgotten (half-written frames are finished with zeros so the stream stays parsable); the error
 // is sent to every live peer in an abort frame, ahead of this rank's goodbye, also when it came in
@@ -21,14 +24,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <mutex>
 
 #include "core/check.h"
 #include "core/error_codec.h"
-#include "core/stall_watch.h"
-#include "transport/op_pool.h"
+#include "transport/core.h"
 #include "transport/tcp/bootstrap.h"
 #include "transport/tcp/connection.h"
 
@@ -40,76 +41,38 @@ constexpr int kMaxEvents = 64;
 // close() gives the goodbye frames this long to leave.
 constexpr std::chrono::milliseconds kGoodbyeTimeout{1000};
 
-class TcpTransport final : public Transport {
+class TcpTransport final : public TransportCore<Op> {
  public:
   TcpTransport(int rank, int size, detail::RankNames names, std::vector<net::Socket> sockets);
   ~TcpTransport() override { close(); }
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   std::string_view name() const override { return "tcp"; }
 
-  void postSend(int peer,
-                uint64_t tag,
-                const Fingerprint& fingerprint,
-                const void* data,
-                size_t bytes,
-                Request& request) override;
-  void postRecv(int peer,
-                uint64_t tag,
-                const Fingerprint& fingerprint,
-                void* data,
-                size_t bytes,
-                Request& request) override;
-  void wait(std::span<Request* const> requests, Deadline deadline) override;
-  void abort(std::exception_ptr reason) noexcept override;
-  void close() noexcept override;
-  std::exception_ptr failure() const override;
-
-  // Test hook: close every socket without goodbye, as a killed process would.
-  void crash() noexcept;
-
  private:
-  [[noreturn]] void rethrowFailure() const { std::rethrow_exception(failure_); }
-  Op& addOp(int peer,
-            uint64_t tag,
-            const Fingerprint& fingerprint,
-            void* data,
-            size_t bytes,
-            Request& request);
-  bool allComplete(std::span<Op* const> ops);
+  void startSend(Op& op) override;
+  void startRecv(Op& op) override;
+  bool peerLeft(int peer) const override;
+  void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
+  void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
+  void sayGoodbye() noexcept override;
+  void vanish() noexcept override;
+
   void dispatch(const epoll_event& event);
   void handle(Connection& connection, Connection::Event event);
   void updateInterest(Connection& connection);
-  void failLocked(std::exception_ptr error, bool tellPeers) noexcept;
   void closeFds() noexcept;
 
-  const int rank_;
-  const int size_;
-  const detail::RankNames names_;                         // Note [One rank numbering]
   std::vector<std::unique_ptr<Connection>> connections_;  // by rank; null for this rank
   std::vector<bool> writeInterest_;
   int epollFd_ = -1;
   int wakeFd_ = -1;
-
-  mutable std::mutex mutex_;
-  std::exception_ptr failure_;
-  bool closed_ = false;
-  // Ops are pooled so the hot path does not allocate; pending ones are few, searched linearly.
-  OpPool<Op> ops_;
-  std::vector<Op*> waitOps_;    // scratch for wait()
-  std::vector<int> waitingOn_;  // scratch for wait()
 };
 
 TcpTransport::TcpTransport(int rank,
                            int size,
                            detail::RankNames names,
                            std::vector<net::Socket> sockets)
-    : rank_(rank),
-      size_(size),
-      names_(std::move(names)),
-      connections_(size),
-      writeInterest_(size, false) {
+    : TransportCore(rank, size, std::move(names)), connections_(size), writeInterest_(size, false) {
   epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
   CHORUS_SYSCHECK(epollFd_);
   wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -126,8 +89,8 @@ TcpTransport::TcpTransport(int rank,
     for (int peer = 0; peer < size; ++peer) {
       if (peer == rank)
         continue;
-      connections_[peer] =
-          std::make_unique<Connection>(peer, names_(rank), names_(peer), std::move(sockets[peer]));
+      connections_[peer] = std::make_unique<Connection>(peer, worldRank(rank), worldRank(peer),
+                                                        std::move(sockets[peer]));
       event.events = EPOLLIN;
       event.data.u32 = static_cast<uint32_t>(peer);
       CHORUS_SYSCHECK(::epoll_ctl(epollFd_, EPOLL_CTL_ADD, connections_[peer]->fd(), &event));
@@ -146,113 +109,30 @@ void TcpTransport::closeFds() noexcept {
   epollFd_ = wakeFd_ = -1;
 }
 
-Op& TcpTransport::addOp(int peer,
-                        uint64_t tag,
-                        const Fingerprint& fingerprint,
-                        void* data,
-                        size_t bytes,
-                        Request& request) {
-  if (failure_)
-    rethrowFailure();
-  Op* op = &ops_.acquire(rank_, size_, peer, data, bytes, request);
-  *op = Op{&request, false, false, peer, tag, fingerprint, static_cast<char*>(data), bytes};
-  return *op;
+void TcpTransport::startSend(Op& op) {
+  Connection& connection = *connections_[op.peer];
+  handle(connection, connection.send(op));
+  updateInterest(connection);
 }
 
-void TcpTransport::postSend(int peer,
-                            uint64_t tag,
-                            const Fingerprint& fingerprint,
-                            const void* data,
-                            size_t bytes,
-                            Request& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Op& op = addOp(peer, tag, fingerprint, const_cast<void*>(data), bytes, request);
-  op.isSend = true;
-  try {
-    Connection& connection = *connections_[peer];
-    handle(connection, connection.send(op));
-    updateInterest(connection);
-  } catch (...) {
-    failLocked(std::current_exception(), /*tellPeers=*/true);
-    rethrowFailure();
-  }
+void TcpTransport::startRecv(Op& op) { connections_[op.peer]->recv(op); }
+
+bool TcpTransport::peerLeft(int peer) const {
+  auto state = connections_[peer]->state();
+  return state == Connection::State::kSaidGoodbye || state == Connection::State::kClosed;
 }
 
-void TcpTransport::postRecv(int peer,
-                            uint64_t tag,
-                            const Fingerprint& fingerprint,
-                            void* data,
-                            size_t bytes,
-                            Request& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Op& op = addOp(peer, tag, fingerprint, data, bytes, request);
-  try {
-    connections_[peer]->recv(op);
-  } catch (...) {
-    failLocked(std::current_exception(), /*tellPeers=*/true);
-    rethrowFailure();
-  }
-}
-
-// True when every op is complete; otherwise fills waitingOn_ with the peers still owing something
-// (their world ranks, for the stall report and the TimeoutError).
-// Throws PeerError when an op waits on a peer that said goodbye.
-bool TcpTransport::allComplete(std::span<Op* const> ops) {
-  waitingOn_.clear();
-  for (Op* op : ops) {
-    if (op == nullptr || op->complete)
-      continue;
-    auto state = connections_[op->peer]->state();
-    if (state == Connection::State::kSaidGoodbye || state == Connection::State::kClosed) {
-      throw PeerError(
-          detail::concat("rank ", names_(rank_), " (this process): rank ", names_(op->peer),
-                         " has closed its communicator, so a ",
-                         op->isSend ? "send to" : "receive from", " it cannot complete"),
-          names_(op->peer));
-    }
-    waitingOn_.push_back(names_(op->peer));
-  }
-  return waitingOn_.empty();
-}
-
-void TcpTransport::wait(std::span<Request* const> requests, Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (failure_)
-    rethrowFailure();
-  waitOps_.clear();
-  for (Request* request : requests) {
-    Op* op = ops_.find(request);
-    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", names_(rank_),
-                     " (this process): wait() was given a request that was never posted");
-    waitOps_.push_back(op);
-  }
-  try {
-    while (!allComplete(waitOps_)) {
-      if (deadline.expired())
-        throw makeTimeoutError(names_(rank_), waitingOn_);
-      if (Clock::now() >= stall::nextCheckAt())
-        stall::onStalled(waitingOn_);
-      epoll_event events[kMaxEvents];
-      lock.unlock();
-      int count =
-          ::epoll_wait(epollFd_, events, kMaxEvents, stall::wakeBy(deadline).pollTimeoutMs());
-      int error = errno;
-      lock.lock();
-      if (failure_)
-        rethrowFailure();  // abort() from another thread
-      if (count < 0 && error != EINTR)
-        detail::throwSystemError("epoll_wait", error, __FILE__, __LINE__);
-      for (int i = 0; i < count; ++i) dispatch(events[i]);
-    }
-  } catch (...) {
-    failLocked(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
-    rethrowFailure();
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    requests[i]->done = true;
-    if (waitOps_[i] != nullptr)
-      ops_.release(waitOps_[i]);
-  }
+// One epoll_wait with the lock dropped, then the events it brought.
+void TcpTransport::idle(Deadline deadline, std::unique_lock<std::mutex>& lock) {
+  epoll_event events[kMaxEvents];
+  lock.unlock();
+  int count = ::epoll_wait(epollFd_, events, kMaxEvents, stall::wakeBy(deadline).pollTimeoutMs());
+  int error = errno;
+  lock.lock();
+  throwIfFailed();  // abort() from another thread
+  if (count < 0 && error != EINTR)
+    detail::throwSystemError("epoll_wait", error, __FILE__, __LINE__);
+  for (int i = 0; i < count; ++i) dispatch(events[i]);
 }
 
 void TcpTransport::dispatch(const epoll_event& event) {
@@ -284,16 +164,13 @@ void TcpTransport::handle(Connection& connection, Connection::Event event) {
       connection.closeNow();
       return;
     case Connection::Event::kCrashed:
-      failLocked(std::make_exception_ptr(makeCrashedPeerError(names_(rank_), names_(peer))),
-                 /*tellPeers=*/true);  // a peer that hears this rank's goodbye first learns why
+      fail(std::make_exception_ptr(makeCrashedPeerError(worldRank(rank()), worldRank(peer))),
+           /*tellPeers=*/true);  // a peer that hears this rank's goodbye first learns why
       rethrowFailure();
-    case Connection::Event::kAbort: {
-      auto prefix = detail::concat("rank ", names_(rank_), " (this process): aborted because rank ",
-                                   names_(peer), " reported: ");
-      failLocked(detail::decodeError(connection.takeAbortPayload(), prefix, names_(peer)),
-                 /*tellPeers=*/true);  // as for a crash: see the top of this file
+    case Connection::Event::kAbort:
+      fail(decodeAbortNotice(worldRank(rank()), worldRank(peer), connection.takeAbortPayload()),
+           /*tellPeers=*/true);  // as for a crash: see the top of this file
       rethrowFailure();
-    }
   }
 }
 
@@ -311,11 +188,7 @@ void TcpTransport::updateInterest(Connection& connection) {
   writeInterest_[peer] = want;
 }
 
-void TcpTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept {
-  if (failure_)
-    return;
-  failure_ = error;
-  ops_.releaseAll();
+void TcpTransport::onFailure(std::exception_ptr error, bool tellPeers) noexcept {
   std::vector<uint8_t> notice;
   try {
     if (tellPeers)
@@ -331,7 +204,7 @@ void TcpTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept
       continue;
     try {
       connection->queueControl(FrameKind::kAbort, notice);
-      connection->writeSome();  // best effort; close() flushes the rest
+      connection->writeSome();  // best effort; sayGoodbye() flushes the rest
     } catch (...) {
     }
   }
@@ -341,25 +214,7 @@ void TcpTransport::failLocked(std::exception_ptr error, bool tellPeers) noexcept
   }
 }
 
-void TcpTransport::abort(std::exception_ptr reason) noexcept {
-  if (!reason) {
-    reason = std::make_exception_ptr(
-        InternalError(detail::concat("rank ", names_(rank_), " (this process): aborted")));
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  failLocked(reason, /*tellPeers=*/true);
-}
-
-void TcpTransport::close() noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (closed_)
-    return;
-  closed_ = true;
-  failLocked(std::make_exception_ptr(
-                 Error(detail::concat("rank ", names_(rank_),
-                                      " (this process): this transport is closed; create a new "
-                                      "communicator to keep communicating"))),
-             /*tellPeers=*/false);
+void TcpTransport::sayGoodbye() noexcept {
   Deadline deadline = Deadline::after(kGoodbyeTimeout);
   for (auto& connection : connections_) {
     if (connection && connection->state() == Connection::State::kOpen) {
@@ -376,23 +231,11 @@ void TcpTransport::close() noexcept {
   closeFds();
 }
 
-std::exception_ptr TcpTransport::failure() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return failure_;
-}
-
-void TcpTransport::crash() noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (closed_)
-    return;
-  closed_ = true;
+void TcpTransport::vanish() noexcept {
   for (auto& connection : connections_) {
     if (connection)
       connection->closeNow();
   }
-  failLocked(std::make_exception_ptr(Error(detail::concat(
-                 "rank ", names_(rank_), " (this process): this transport crashed (test hook)"))),
-             /*tellPeers=*/false);
   closeFds();
 }
 

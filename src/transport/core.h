@@ -1,0 +1,269 @@
+// TransportCore: the part of the Transport contract (transport.h) that does not depend on how
+// bytes move, written once. A transport derives from TransportCore<Op> and supplies only the
+// hooks below; the core owns the lock, the posted ops (OpPool), the wait loop, the failure latch,
+// abort() from another thread, close() and the standard errors (errors.h). The tcp, shm and mpi
+// transports are built on it; the loopback transport, whose ranks share one lock and fail one
+// another, uses the same pieces (ops, matching, errors) without it.
+//
+// How the core drives the hooks:
+//  - postSend/postRecv: with the lock held, throw the failure if failed, checkTag(), register the
+//    op (checkPost's argument checks), then startSend(op) / startRecv(op). An error there fails the
+//    transport (peers are told) and is thrown.
+//  - wait(): with the lock held, beginWait(), then loop: take up an abort() from another thread;
+//    progress(); done when every op is complete; an incomplete op whose peer has left
+//    (peerLeft(peer)) is a PeerError; past the deadline a TimeoutError naming the peers still
+//    owing; the stall watch (core/stall_watch.h); then idle(), which waits a while for something
+//    to change and may drop the lock (abort() then gets in). Any error fails the transport, peers
+//    told, and is thrown.
+//  - fail(error, tellPeers): the first error is latched; onFailure() forgets the ops' buffers and,
+//    when asked, tells the peers; then every op is released. Later calls throw the first error.
+//  - abort(reason), from any thread: records the reason, wakeWaiter() (no lock held), then takes
+//    the lock and fails with it, peers told.
+//  - close(): fails with "this transport is closed", peers not told, then sayGoodbye(). The
+//    derived destructor must call close() (hooks cannot run from the core's destructor).
+//  - crash() (test hook): vanish(), then fails with "crashed (test hook)", peers not told.
+// Hooks run with the lock held, except wakeWaiter().
+#pragma once
+
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/check.h"
+#include "core/rank_names.h"
+#include "core/stall_watch.h"
+#include "transport/errors.h"
+#include "transport/op_pool.h"
+#include "transport/transport.h"
+
+namespace chorus::transport {
+
+template <typename Op>
+class TransportCore : public Transport {
+ public:
+  int rank() const final { return rank_; }
+  int size() const final { return size_; }
+
+  void postSend(int peer,
+                uint64_t tag,
+                const Fingerprint& fingerprint,
+                const void* data,
+                size_t bytes,
+                Request& request) final {
+    post(/*isSend=*/true, peer, tag, fingerprint, const_cast<void*>(data), bytes, request);
+  }
+  void postRecv(int peer,
+                uint64_t tag,
+                const Fingerprint& fingerprint,
+                void* data,
+                size_t bytes,
+                Request& request) final {
+    post(/*isSend=*/false, peer, tag, fingerprint, data, bytes, request);
+  }
+  void wait(std::span<Request* const> requests, Deadline deadline) final;
+  void abort(std::exception_ptr reason) noexcept final;
+  void close() noexcept final;
+  std::exception_ptr failure() const final {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return failure_;
+  }
+
+  // Test hook: leaves without goodbye, as a killed process would (vanish()).
+  void crash() noexcept;
+
+ protected:
+  TransportCore(int rank, int size, detail::RankNames names)
+      : rank_(rank), size_(size), names_(std::move(names)) {}
+
+  // The world rank of member `member`, by which errors name it (Note [One rank numbering]).
+  int worldRank(int member) const { return names_(member); }
+  const detail::RankNames& names() const { return names_; }
+
+  // The lock-held helpers hooks may use.
+  void throwIfFailed() const {
+    if (failure_)
+      std::rethrow_exception(failure_);
+  }
+  [[noreturn]] void rethrowFailure() const { std::rethrow_exception(failure_); }
+  void fail(std::exception_ptr error, bool tellPeers) noexcept;
+  bool abortRequested() const { return abortWanted_.load(std::memory_order_acquire); }
+  OpPool<Op>& ops() { return ops_; }
+
+  // The hooks: how this transport moves bytes.
+  // InvalidArgumentError when this transport cannot carry `tag`; called before the op exists.
+  virtual void checkTag(uint64_t /*tag*/) const {}
+  // `op` was just posted (its own fields still hold their last values): start moving it.
+  virtual void startSend(Op& op) = 0;
+  virtual void startRecv(Op& op) = 0;
+  // A wait() begins.
+  virtual void beginWait() {}
+  // Moves what can move now, without blocking.
+  virtual void progress() {}
+  // `peer` closed on purpose, and nothing more will come from it.
+  virtual bool peerLeft(int peer) const = 0;
+  // Waits until something may have changed, at most until `deadline` or a stall check is due
+  // (stall::wakeBy). May unlock `lock` meanwhile, and must hold it again on return.
+  virtual void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) = 0;
+  // The transport just failed with `error`: forget every op's buffers and, if `tellPeers`, tell
+  // every peer. Ops are released afterwards. Never throws.
+  virtual void onFailure(std::exception_ptr error, bool tellPeers) noexcept = 0;
+  // abort() from another thread: make a blocked idle() return soon. No lock held. Never throws.
+  virtual void wakeWaiter() noexcept {}
+  // close(), after failing: say goodbye to every peer and let go of the links. Never throws.
+  virtual void sayGoodbye() noexcept = 0;
+  // crash(): let go of the links as a killed process would. Never throws.
+  virtual void vanish() noexcept {}
+
+ private:
+  void post(bool isSend,
+            int peer,
+            uint64_t tag,
+            const Fingerprint& fingerprint,
+            void* data,
+            size_t bytes,
+            Request& request);
+  bool allComplete();
+
+  const int rank_;
+  const int size_;
+  const detail::RankNames names_;  // Note [One rank numbering]
+
+  mutable std::mutex mutex_;
+  std::exception_ptr failure_;
+  bool closed_ = false;
+  // abort() from another thread: the waiter sees the flag within one pass and fails with it.
+  std::atomic<bool> abortWanted_{false};
+  std::mutex abortMutex_;
+  std::exception_ptr abortReason_;
+
+  OpPool<Op> ops_;
+  std::vector<Op*> waitOps_;    // scratch for wait()
+  std::vector<int> waitingOn_;  // scratch for wait(): the world ranks still owing something
+};
+
+template <typename Op>
+void TransportCore<Op>::post(bool isSend,
+                             int peer,
+                             uint64_t tag,
+                             const Fingerprint& fingerprint,
+                             void* data,
+                             size_t bytes,
+                             Request& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  throwIfFailed();
+  checkTag(tag);
+  Op& op = ops_.acquire(rank_, size_, isSend, peer, tag, fingerprint, data, bytes, request);
+  try {
+    if (isSend)
+      startSend(op);
+    else
+      startRecv(op);
+  } catch (...) {
+    fail(std::current_exception(), /*tellPeers=*/true);
+    rethrowFailure();
+  }
+}
+
+// True when every op of waitOps_ is complete; otherwise fills waitingOn_ with the peers still
+// owing something. Throws PeerError when an op waits on a peer that left.
+template <typename Op>
+bool TransportCore<Op>::allComplete() {
+  waitingOn_.clear();
+  for (Op* op : waitOps_) {
+    if (op == nullptr || op->complete)
+      continue;
+    if (peerLeft(op->peer))
+      throw makeClosedPeerError(worldRank(rank_), worldRank(op->peer), op->isSend);
+    waitingOn_.push_back(worldRank(op->peer));
+  }
+  return waitingOn_.empty();
+}
+
+template <typename Op>
+void TransportCore<Op>::wait(std::span<Request* const> requests, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  throwIfFailed();
+  waitOps_.clear();
+  for (Request* request : requests) {
+    Op* op = ops_.find(request);
+    CHORUS_CHECK_ARG(op != nullptr || request->done, "rank ", worldRank(rank_),
+                     " (this process): wait() was given a request that was never posted");
+    waitOps_.push_back(op);
+  }
+  try {
+    beginWait();
+    while (true) {
+      if (abortRequested()) {
+        std::lock_guard<std::mutex> abortLock(abortMutex_);
+        fail(abortReason_, /*tellPeers=*/true);
+        rethrowFailure();
+      }
+      progress();
+      if (allComplete())
+        break;
+      if (deadline.expired())
+        throw makeTimeoutError(worldRank(rank_), waitingOn_);
+      if (Clock::now() >= stall::nextCheckAt())
+        stall::onStalled(waitingOn_);
+      idle(deadline, lock);
+      throwIfFailed();  // abort() from another thread
+    }
+  } catch (...) {
+    fail(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
+    rethrowFailure();
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i]->done = true;
+    if (waitOps_[i] != nullptr)
+      ops_.release(waitOps_[i]);
+  }
+}
+
+template <typename Op>
+void TransportCore<Op>::fail(std::exception_ptr error, bool tellPeers) noexcept {
+  if (failure_)
+    return;
+  failure_ = error;
+  onFailure(error, tellPeers);
+  ops_.releaseAll();
+}
+
+template <typename Op>
+void TransportCore<Op>::abort(std::exception_ptr reason) noexcept {
+  if (!reason)
+    reason = std::make_exception_ptr(makeAbortedError(worldRank(rank_)));
+  {
+    std::lock_guard<std::mutex> abortLock(abortMutex_);
+    if (!abortReason_)
+      abortReason_ = reason;
+  }
+  abortWanted_.store(true, std::memory_order_release);
+  wakeWaiter();
+  std::lock_guard<std::mutex> lock(mutex_);
+  fail(reason, /*tellPeers=*/true);
+}
+
+template <typename Op>
+void TransportCore<Op>::close() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_)
+    return;
+  closed_ = true;
+  fail(std::make_exception_ptr(makeTransportClosedError(worldRank(rank_))), /*tellPeers=*/false);
+  sayGoodbye();
+}
+
+template <typename Op>
+void TransportCore<Op>::crash() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_)
+    return;
+  closed_ = true;
+  vanish();
+  fail(std::make_exception_ptr(makeCrashedForTestingError(worldRank(rank_))), /*tellPeers=*/false);
+}
+
+}  // namespace chorus::transport

@@ -1,0 +1,70 @@
+// PeerMatching: the matching of receives to the messages of one peer (Transport contract in
+// transport.h): the k-th receive posted for a tag gets the k-th message sent with that tag.
+//
+// A message that arrives finds the first posted receive with its tag (takeReceive); with none, the
+// transport buffers it here (bufferMessage), and a receive posted later takes the first buffered
+// message with its tag (findMessage, then removeMessage). How the bytes get there (straight into
+// the receive's buffer, or into a buffer of the message's own first) is the transport's business.
+//
+// Op is the transport's op (a PostedOp); Message is its record of a buffered message, which must
+// have `uint64_t tag() const`. Messages have stable addresses until removed, so a transport may
+// keep pointing at one while its bytes stream in. Few are pending at a time, so lookups are linear.
+// Not thread-safe: the transport's lock guards it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <list>
+#include <vector>
+
+namespace chorus::transport {
+
+template <typename Op, typename Message>
+class PeerMatching {
+ public:
+  // A receive with nothing buffered for its tag waits here, behind those posted before it.
+  void addReceive(Op* op) { receives_.push_back(op); }
+
+  // The first waiting receive with `tag`, no longer waiting; null when none waits.
+  Op* takeReceive(uint64_t tag) {
+    auto it = std::find_if(receives_.begin(), receives_.end(),
+                           [tag](const Op* op) { return op->tag == tag; });
+    if (it == receives_.end())
+      return nullptr;
+    Op* op = *it;
+    receives_.erase(it);
+    return op;
+  }
+
+  // A new, empty record at the end of the buffered messages, for the transport to fill in.
+  Message& bufferMessage() { return messages_.emplace_back(); }
+  // The message buffered last.
+  Message& newestMessage() { return messages_.back(); }
+
+  // The first buffered message with `tag`, or null. It stays buffered until removeMessage.
+  Message* findMessage(uint64_t tag) {
+    auto it = std::find_if(messages_.begin(), messages_.end(),
+                           [tag](const Message& message) { return message.tag() == tag; });
+    return it == messages_.end() ? nullptr : &*it;
+  }
+  void removeMessage(const Message* message) {
+    auto it = std::find_if(messages_.begin(), messages_.end(),
+                           [message](const Message& held) { return &held == message; });
+    if (it != messages_.end())
+      messages_.erase(it);
+  }
+
+  // Forgets the waiting receives (the transport failed: their buffers are not touched again).
+  void dropReceives() { receives_.clear(); }
+  // Forgets everything.
+  void clear() {
+    receives_.clear();
+    messages_.clear();
+  }
+
+ private:
+  std::vector<Op*> receives_;    // in posting order
+  std::list<Message> messages_;  // in arrival order
+};
+
+}  // namespace chorus::transport
