@@ -17,6 +17,7 @@
 #include "core/error_codec.h"
 #include "core/shared_memory.h"
 #include "core/stall_watch.h"
+#include "transport/shm/bootstrap.h"
 #include "transport/transport.h"
 
 namespace chorus::backend::shm {
@@ -103,42 +104,48 @@ ShmGroup::ShmGroup(int rank,
       names_(std::move(names)),
       spinPasses_(spinPassesFor(size)),
       segments_(size) {
-  const std::string name =
-      detail::concat(detail::shmSegmentPrefix(), "native",
-                     std::hash<std::string>{}(scope) % 1000000007, "-r", rank, "-", ::getpid());
-  segments_[rank] = SharedMapping::create(name, kSegmentBytes, rank);
-  if (!segments_[rank].valid()) {
-    throw InternalError(detail::concat("rank ", names_(rank), " (this process): ", name,
-                                       " exists already in /dev/shm"));
-  }
+  transport::TransportOptions options;
+  options.rank = rank;
+  options.size = size;
+  options.names = names_;
+  options.store = store;
+  options.deadline = deadline;
+  std::string ownName;
   struct Unlink {
-    std::string name;
-    ~Unlink() { ::shm_unlink(name.c_str()); }
-  } unlinkAtEnd{name};  // also when setup fails half-way
-  ControlBlock* mine = new (segments_[rank].base()) ControlBlock();
-  mine->pid = ::getpid();
-  mine->probe = kProbeValue;
-  mine->probeAddress = reinterpret_cast<uintptr_t>(&mine->probe);
-  store->set(detail::concat("shm/name/", rank), store::toBytes(name));
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank)
-      continue;
-    std::string peerName = store::toString(store->get(detail::concat("shm/name/", peer), deadline));
-    segments_[peer] = SharedMapping::open(peerName, kSegmentBytes, rank);
-  }
+    const std::string& name;
+    ~Unlink() {
+      if (!name.empty())
+        ::shm_unlink(name.c_str());
+    }
+  } unlinkAtEnd{ownName};  // also when setup fails half-way
+  std::vector<std::string> mapped =
+      transport::shm::exchangeSegments(transport::shm::SegmentExchange{
+          options, detail::concat("native", std::hash<std::string>{}(scope) % 1000000007, "-"),
+          "shm backend setup",
+          [&](const std::string& name) {
+            segments_[rank] = SharedMapping::create(name, kSegmentBytes, rank);
+            if (!segments_[rank].valid())
+              return false;
+            ownName = name;
+            ControlBlock* mine = new (segments_[rank].base()) ControlBlock();
+            mine->pid = ::getpid();
+            mine->probe = kProbeValue;
+            mine->probeAddress = reinterpret_cast<uintptr_t>(&mine->probe);
+            return true;
+          },
+          [&](int peer, const std::string& name) {
+            segments_[peer] = SharedMapping::open(name, kSegmentBytes, rank);
+          },
+          // Direct reads are used only if every rank can read every peer (the choice changes the
+          // protocol).
+          [&] { return std::string(canReadEveryPeer() ? "1" : "0"); }});
   peerProcesses_.resize(size);
   for (int peer = 0; peer < size; ++peer) {
     if (peer != rank)
       peerProcesses_[peer] = ProcessWatch(block(peer).pid);
   }
-  // Nobody may unlink before everyone has mapped: a barrier through the store.
-  // Direct reads are used only if every rank can read every peer (the choice changes the protocol).
-  store->set(detail::concat("shm/mapped/", rank), store::toBytes(canReadEveryPeer() ? "1" : "0"));
-  directReads_ = true;
-  for (int peer = 0; peer < size; ++peer) {
-    if (store::toString(store->get(detail::concat("shm/mapped/", peer), deadline)) != "1")
-      directReads_ = false;
-  }
+  directReads_ = std::all_of(mapped.begin(), mapped.end(),
+                             [](const std::string& value) { return value == "1"; });
 }
 
 // Reads each peer's probe word with process_vm_readv. Fails (quietly) where the kernel refuses

@@ -24,23 +24,12 @@ std::string randomSuffix() {
   return text;
 }
 
-// Creates this rank's segment under a fresh name (retrying the unlikely collision).
-Segment createOwn(const TransportOptions& options) {
-  std::string prefix = detail::shmSegmentPrefix();
-  for (int attempt = 1; attempt <= kNameAttempts; ++attempt) {
-    std::string name = detail::concat(prefix, "r", options.rank, "-", randomSuffix());
-    Segment segment = Segment::create(name, options.rank, options.size);
-    if (segment.valid())
-      return segment;
-  }
-  throw Error(detail::concat("rank ", options.names(options.rank), " (this process): ",
-                             kNameAttempts, " fresh shared-memory names starting with ", prefix,
-                             " all existed already; is /dev/shm full of stale segments?"));
-}
-
 // Waits until every rank has set its key(keyOf(rank)); TimeoutError naming the ranks that did not.
 template <typename KeyOf>
-void waitForAll(const TransportOptions& options, KeyOf keyOf, const char* what) {
+void waitForAll(const TransportOptions& options,
+                KeyOf keyOf,
+                const char* waitingFor,
+                const std::string& what) {
   std::vector<std::string> keys;
   for (int rank = 0; rank < options.size; ++rank) keys.push_back(keyOf(rank));
   try {
@@ -56,14 +45,64 @@ void waitForAll(const TransportOptions& options, KeyOf keyOf, const char* what) 
     }
     throw TimeoutError(
         detail::concat("rank ", options.names(options.rank),
-                       " (this process): timed out waiting for rank(s) ", names, " to ", what,
-                       " (shm transport setup); did every rank start, on this node, "
-                       "with the same store?"),
+                       " (this process): timed out waiting for rank(s) ", names, " to ", waitingFor,
+                       " (", what, "); did every rank start, on this node, with the same store?"),
         missing);
   }
 }
 
+// Creates this rank's segment under a fresh name (retrying the unlikely collision).
+void createOwn(const SegmentExchange& exchange) {
+  const TransportOptions& options = exchange.options;
+  std::string prefix = detail::shmSegmentPrefix();
+  for (int attempt = 1; attempt <= kNameAttempts; ++attempt) {
+    std::string name = detail::concat(prefix, exchange.tag, "r", options.rank, "-", randomSuffix());
+    if (exchange.createOwn(name)) {
+      options.store->set(nameKey(options.rank), store::toBytes(name));
+      return;
+    }
+  }
+  throw Error(detail::concat("rank ", options.names(options.rank), " (this process): ",
+                             kNameAttempts, " fresh shared-memory names starting with ", prefix,
+                             " all existed already; is /dev/shm full of stale segments?"));
+}
+
+void openPeer(const SegmentExchange& exchange, int peer) {
+  const TransportOptions& options = exchange.options;
+  std::string name = store::toString(options.store->get(nameKey(peer), options.deadline));
+  try {
+    exchange.openPeer(peer, name);
+  } catch (const InvalidArgumentError&) {
+    throw;
+  } catch (const Error& error) {
+    throw PeerError(detail::concat("rank ", options.names(options.rank),
+                                   " (this process): could not map the shared-memory segment ",
+                                   name, " of rank ", options.names(peer), ": ", error.what(),
+                                   ". Do all ranks of this group run on one node?"),
+                    options.names(peer));
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> exchangeSegments(const SegmentExchange& exchange) {
+  const TransportOptions& options = exchange.options;
+  CHORUS_CHECK_ARG(options.store != nullptr, "rank ", options.names(options.rank),
+                   " (this process): the ", exchange.what,
+                   " needs a store to exchange segment names");
+  createOwn(exchange);
+  waitForAll(options, nameKey, "publish their shared-memory segment", exchange.what);
+  for (int peer = 0; peer < options.size; ++peer) {
+    if (peer != options.rank)
+      openPeer(exchange, peer);
+  }
+  options.store->set(mappedKey(options.rank), store::toBytes(exchange.mappedValue()));
+  waitForAll(options, mappedKey, "map every shared-memory segment", exchange.what);
+  std::vector<std::string> mapped;
+  for (int rank = 0; rank < options.size; ++rank)
+    mapped.push_back(store::toString(options.store->get(mappedKey(rank), options.deadline)));
+  return mapped;
+}
 
 std::vector<Segment> connectSegments(const TransportOptions& options) {
   CHORUS_CHECK_ARG(options.size >= 1 && options.rank >= 0 && options.rank < options.size, "rank ",
@@ -71,30 +110,17 @@ std::vector<Segment> connectSegments(const TransportOptions& options) {
   std::vector<Segment> segments(options.size);
   if (options.size == 1)
     return segments;
-  CHORUS_CHECK_ARG(options.store != nullptr, "rank ", options.names(options.rank),
-                   " (this process): the shm transport needs a store to exchange segment names");
-  segments[options.rank] = createOwn(options);
   // The name is unlinked by the segment's destructor if anything below throws.
-  options.store->set(nameKey(options.rank), store::toBytes(segments[options.rank].name()));
-  waitForAll(options, nameKey, "publish their shared-memory segment");
-  for (int peer = 0; peer < options.size; ++peer) {
-    if (peer == options.rank)
-      continue;
-    std::string name = store::toString(options.store->get(nameKey(peer), options.deadline));
-    try {
-      segments[peer] = Segment::open(name, peer, options.size);
-    } catch (const InvalidArgumentError&) {
-      throw;
-    } catch (const Error& error) {
-      throw PeerError(detail::concat("rank ", options.names(options.rank),
-                                     " (this process): could not map the shared-memory segment ",
-                                     name, " of rank ", options.names(peer), ": ", error.what(),
-                                     ". Do all ranks of this transport run on one node?"),
-                      options.names(peer));
-    }
-  }
-  options.store->set(mappedKey(options.rank), store::toBytes("1"));
-  waitForAll(options, mappedKey, "map every shared-memory segment");
+  exchangeSegments(SegmentExchange{options, "", "shm transport setup",
+                                   [&](const std::string& name) {
+                                     segments[options.rank] =
+                                         Segment::create(name, options.rank, options.size);
+                                     return segments[options.rank].valid();
+                                   },
+                                   [&](int peer, const std::string& name) {
+                                     segments[peer] = Segment::open(name, peer, options.size);
+                                   },
+                                   [] { return std::string("1"); }});
   segments[options.rank].unlinkName();
   return segments;
 }
