@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include "core/check.h"
 
@@ -59,13 +60,38 @@ bool mpiFinalized() noexcept {
   return finalized != 0;
 }
 
-void checkMpi(int code, const char* call) {
+void checkMpi(int code, const char* call, int rank, int peer) {
   if (code == MPI_SUCCESS)
     return;
-  char message[MPI_MAX_ERROR_STRING] = {};
+  char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
-  MPI_Error_string(code, message, &length);
-  throw Error(detail::concat(call, " failed: ", std::string(message, length)));
+  MPI_Error_string(code, text, &length);
+  int errorClass = MPI_ERR_OTHER;
+  MPI_Error_class(code, &errorClass);
+  const std::string message =
+      detail::concat(rank >= 0 ? detail::concat("rank ", rank, " (this process): ") : std::string(),
+                     call, peer >= 0 ? detail::concat(" with rank ", peer) : std::string(),
+                     " failed in the MPI library: ", std::string(text, length));
+  if (errorClass == MPI_ERR_TRUNCATE) {
+    std::vector<int> ranks;
+    for (int named : {rank, peer}) {
+      if (named >= 0)
+        ranks.push_back(named);
+    }
+    throw MismatchError(
+        message + "; the ranks called it with different counts: call it identically on all ranks",
+        "count", ranks);
+  }
+  bool processFailed = false;
+#ifdef MPIX_ERR_PROC_FAILED
+  processFailed = errorClass == MPIX_ERR_PROC_FAILED;
+#endif
+  if (errorClass == MPI_ERR_ARG && !processFailed) {
+    throw InternalError(message + "; this is a bug in chorus or the MPI library, please report it");
+  }
+  if (peer >= 0)
+    throw PeerError(message + "; the peer may have died", peer);
+  throw Error(message);
 }
 
 void waitMpiRequest(MPI_Request& request, Deadline deadline, const std::string& what) {

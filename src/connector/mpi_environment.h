@@ -26,8 +26,16 @@ void ensureMpiInitialized();
 // True once MPI_Finalize has been called; safe to call at any time, also during exit.
 bool mpiFinalized() noexcept;
 
-// Throws chorus::Error naming `call` and MPI's message for `code` unless it is MPI_SUCCESS.
-void checkMpi(int code, const char* call);
+// The one place MPI status codes become chorus errors (the connector, the MPI transport and the
+// MPI backend all call it; every communicator chorus uses has MPI_ERRORS_RETURN). Throws unless
+// `code` is MPI_SUCCESS; the message names `call`, this process as rank `rank` and the `peer`
+// involved (-1: none or unknown; pass world ranks, Note [One rank numbering]) and MPI's text:
+//  - MPI_ERR_TRUNCATE (a message longer than its receive): MismatchError on "count", naming both;
+//  - MPI_ERR_ARG (chorus passed MPI something invalid): InternalError;
+//  - a process failure the library reports (ULFM's MPIX_ERR_PROC_FAILED), or any other failure
+//    of a call with a peer: PeerError naming the peer, which may have died;
+//  - anything else: chorus::Error.
+void checkMpi(int code, const char* call, int rank = -1, int peer = -1);
 
 // Completes `request` by testing it until `deadline` (there is no blocking-with-timeout MPI call),
 // yielding the CPU between tests; on expiry throws TimeoutError whose message is `what` and

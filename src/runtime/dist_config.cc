@@ -19,7 +19,7 @@ int firstInt(std::initializer_list<const char*> names, int fallback) {
 // mpirun's placement, read from its environment (no MPI call) so that config() is right before any
 // communicator exists: Open MPI's OMPI_COMM_WORLD_*, else MPICH/Hydra's PMI_RANK / PMI_SIZE. Only
 // where the connector would choose MPI (no CHORUS_STORE, no torchrun-style RANK).
-void applyMpirunPlacement(DistConfig& config) {
+[[maybe_unused]] void applyMpirunPlacement(DistConfig& config) {
   if (env::string("CHORUS_STORE") || env::string("RANK"))
     return;
   auto rank = env::integer("OMPI_COMM_WORLD_RANK");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/factory.h"
+#include "out_of_place_check.h"
 #include "store/hash_store.h"
 #include "store/prefix_store.h"
 
@@ -30,19 +31,7 @@ std::string caseName(const ::testing::TestParamInfo<Case>& info) {
 
 class BackendOutOfPlace : public ::testing::TestWithParam<Case> {};
 
-// Rank r's value at index i: small integers, so float sums are exact.
-float valueAt(int rank, size_t i) { return static_cast<float>((i * 5 + rank * 3) % 13) - 6; }
-
-backend::CallContext callOf(uint64_t sequence, Collective collective, size_t count, int root = -1) {
-  Fingerprint fingerprint;
-  fingerprint.sequence = sequence;
-  fingerprint.collective = collective;
-  fingerprint.count = count;
-  fingerprint.root = root;
-  return backend::CallContext{fingerprint, Deadline::after(std::chrono::seconds(60))};
-}
-
-// One rank: allreduce (small and chunked sizes) and broadcast from every root, out of place.
+// One rank: the shared check (out_of_place_check.h) on a backend made by name.
 void runRank(const Case& c, int rank, const std::shared_ptr<store::Store>& store) {
   backend::BackendOptions options;
   options.name = c.backend;
@@ -55,29 +44,7 @@ void runRank(const Case& c, int rank, const std::shared_ptr<store::Store>& store
   options.scope = "out-of-place";
   options.deadline = Deadline::after(std::chrono::seconds(60));
   auto engine = backend::createBackend(options);
-  uint64_t sequence = 0;
-  for (size_t count : {size_t{0}, size_t{7}, size_t{300000}}) {
-    std::vector<float> input(count);
-    for (size_t i = 0; i < count; ++i) input[i] = valueAt(rank, i);
-    const std::vector<float> original = input;
-    std::vector<float> output(count, -1000.0f);
-    engine->allreduce(callOf(++sequence, Collective::kAllreduce, count),
-                      {input.data(), output.data(), count, DataType::kFloat32, ReduceOp::kSum});
-    EXPECT_EQ(input, original) << "allreduce changed its input, count " << count;
-    for (size_t i = 0; i < count; ++i) {
-      float expected = 0;
-      for (int r = 0; r < c.size; ++r) expected += valueAt(r, i);
-      ASSERT_EQ(output[i], expected) << "allreduce, count " << count << ", index " << i;
-    }
-    for (int root = 0; root < c.size; ++root) {
-      std::vector<float> received(count, -1000.0f);
-      engine->broadcast(callOf(++sequence, Collective::kBroadcast, count * 4, root),
-                        {input.data(), received.data(), count * 4, root});
-      EXPECT_EQ(input, original) << "broadcast changed its input, count " << count;
-      for (size_t i = 0; i < count; ++i)
-        ASSERT_EQ(received[i], valueAt(root, i)) << "broadcast from " << root << ", index " << i;
-    }
-  }
+  testing::checkOutOfPlace(*engine, rank, c.size);
   engine->close();
 }
 

@@ -7,6 +7,8 @@
 
 #include "backend/factory.h"
 #include "chorus/error.h"
+#include "transport/mpi/bootstrap.h"
+#include "transport/registry.h"
 
 namespace chorus {
 namespace {
@@ -58,6 +60,35 @@ TEST(BackendTable, StoreBackendsSayTheJobHasNoStore) {
                 std::string::npos)
           << message;
     }
+  }
+}
+
+// A build without MPI (the sanitizer builds, scripts/sanitize.sh) still knows the MPI names, and
+// says how to get them rather than that they do not exist.
+TEST(BackendTable, MpiNamesInABuildWithoutMpiSayHowToGetThem) {
+  if (transport::mpi::available())
+    GTEST_SKIP() << "this build has MPI; tests/mpi/ runs the MPI backends and transport";
+  for (const char* name : {"mpi", "mpi_algorithms"}) {
+    try {
+      backend::createBackend(twoRanks(name));
+      FAIL() << "backend " << name << " was made in a build without MPI";
+    } catch (const UnsupportedError& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find(std::string("backend '") + name + "' is not in this build"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("-DCHORUS_WITH_MPI=ON"), std::string::npos) << message;
+    }
+  }
+  transport::TransportOptions options;
+  options.size = 2;
+  try {
+    transport::createTransport("mpi", options);
+    FAIL() << "the MPI transport was made in a build without MPI";
+  } catch (const UnsupportedError& error) {
+    EXPECT_NE(std::string(error.what()).find("the MPI transport is not in this build"),
+              std::string::npos)
+        << error.what();
   }
 }
 

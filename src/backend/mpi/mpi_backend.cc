@@ -9,7 +9,6 @@
 #include <climits>
 #include <cstdint>
 
-#include "backend/mpi/mpi_error.h"
 #include "backend/mpi/mpi_types.h"
 #include "connector/mpi_environment.h"
 #include "core/check.h"
@@ -124,11 +123,11 @@ MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, 
   checkUsable();
   try {
     MPI_Request request = MPI_REQUEST_NULL;
-    checkMpi(start(&request), what, names_(rank_), names_(peer));
+    connector::checkMpi(start(&request), what, names_(rank_), names_(peer));
     MPI_Status status;
     for (int pass = 0;; ++pass) {
       int done = 0;
-      checkMpi(MPI_Test(&request, &done, &status), what, names_(rank_), names_(peer));
+      connector::checkMpi(MPI_Test(&request, &done, &status), what, names_(rank_), names_(peer));
       if (done)
         break;
       if ((pass & 63) == 0) {

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "backend/mpi/mpi_error.h"
 #include "connector/mpi_environment.h"
 #include "core/check.h"
 
@@ -28,7 +27,7 @@ MpiCensus::MpiCensus(MPI_Comm comm, detail::RankNames names, Deadline deadline)
   const int code = MPI_Comm_idup(comm, handle, &request);
   if (code != MPI_SUCCESS)
     delete handle;
-  checkMpi(code, "MPI_Comm_idup (census)", names_(rank_));
+  connector::checkMpi(code, "MPI_Comm_idup (census)", names_(rank_));
   connector::waitMpiRequest(request, deadline,
                             detail::concat("rank ", names_(rank_),
                                            " (this process) timed out creating the MPI backend's "

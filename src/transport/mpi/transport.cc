@@ -50,6 +50,7 @@
 #include <optional>
 #include <vector>
 
+#include "connector/mpi_environment.h"
 #include "core/check.h"
 #include "core/error_codec.h"
 #include "core/stall_watch.h"
@@ -83,36 +84,9 @@ struct Header {
 };
 static_assert(sizeof(Header) == 48);
 
-bool mpiFinalized() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  return finalized != 0;
-}
+using connector::checkMpi;
+using connector::mpiFinalized;
 
-std::string mpiErrorString(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS)
-    return detail::concat("MPI error ", code);
-  return std::string(text, length);
-}
-
-// The one place this transport turns MPI error codes into chorus errors.
-void checkMpi(int code, const char* call, int rank, int peer = -1) {
-  if (code == MPI_SUCCESS)
-    return;
-  int errorClass = code;
-  MPI_Error_class(code, &errorClass);
-  std::string where = peer >= 0 ? detail::concat(" with rank ", peer) : std::string();
-  std::string message = detail::concat("rank ", rank, " (this process): ", call, where,
-                                       " failed: ", mpiErrorString(code));
-  if (peer >= 0 && errorClass != MPI_ERR_TRUNCATE && errorClass != MPI_ERR_ARG)
-    throw PeerError(message + "; the peer may have died", peer);
-  throw InternalError(message + "; this is a bug in chorus or the MPI library, please report it");
-}
-
-// Where an incomplete op is: a receive queued behind another on its (peer, MPI tag), waiting for
-// its header, or (both sends and receives) waiting for its MPI requests.
 enum class Stage : uint8_t { kQueued, kHeader, kPayload };
 
 struct Op : PostedOp {
