@@ -3,7 +3,6 @@
 // world rank (Note [One rank numbering]); `selfRank` is the rank that raises the error.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <vector>

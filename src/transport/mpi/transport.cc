@@ -315,21 +315,15 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
                                    worldRank(op.peer), "; is it running the same chorus version?"),
                     worldRank(op.peer));
   }
-  if (!header.fingerprint.firstDifference(op.fingerprint).empty())
-    throw makeMismatchError(worldRank(rank()), worldRank(op.peer), op.fingerprint,
-                            header.fingerprint);
-  if (header.tag != op.tag) {
+  checkMatch(worldRank(rank()), worldRank(op.peer), op.fingerprint, op.bytes, header.fingerprint,
+             header.bytes);
+  if (header.tag != op.tag) {  // one MPI tag carries one chorus tag, so only a corrupt header
     throw MismatchError(
-        detail::concat("rank ", worldRank(rank()),
-                       " (this process): expected a message with "
-                       "tag ",
+        detail::concat("rank ", worldRank(rank()), " (this process): expected a message with tag ",
                        op.tag, " from rank ", worldRank(op.peer), " but it sent tag ", header.tag,
                        " (during ", op.fingerprint.describe(), ")"),
         "tag", {worldRank(rank()), worldRank(op.peer)});
   }
-  if (header.bytes != op.bytes)
-    throw makeByteCountMismatchError(worldRank(rank()), worldRank(op.peer), op.fingerprint,
-                                     op.bytes, header.bytes);
   auto& queue = recvQueues_[{op.peer, op.mpiTag}];
   CHORUS_ASSERT(!queue.empty() && queue.front() == &op);
   queue.pop_front();
