@@ -3,7 +3,9 @@
 // Kinds (one row each in the backend table, factory.cc): "void" (size 1, identity), algorithmic
 // (the algorithms of src/algorithms/ over a transport: "tcp", or "mpi_algorithms" over MPI
 // point-to-point), "shm" (native shared-memory collectives), "hierarchical" (shm inside nodes,
-// tcp among one leader per node), "mpi" (native MPI collectives; builds with CHORUS_WITH_MPI).
+// tcp among one leader per node), "mpi" (native MPI collectives; builds with CHORUS_WITH_MPI),
+// "nccl" (CUDA tensors through NCCL; builds with CHORUS_WITH_NCCL; its GPU side is a
+// DeviceBackend, device_backend.h).
 // Backends depend on core and transports only; their arguments are core's (collective_args.h).
 // The communicator front end (src/runtime/) validates, flattens tensors, widens float16/bfloat16,
 // turns avg into sum-then-divide (unless the backend's allreduce averages itself) and fuses tensor
@@ -25,6 +27,8 @@
 
 namespace chorus::backend {
 
+class DeviceBackend;
+
 struct CallContext {
   Fingerprint fingerprint;
   Deadline deadline;
@@ -41,6 +45,9 @@ class Backend {
   // its own, for communicators without a store (backend mpi: MpiCensus); null otherwise. The
   // pointer stays valid while the backend lives.
   virtual stall::Census* census(uint64_t /*sequence*/) { return nullptr; }
+  // The GPU side of a backend that runs collectives on device memory (device_backend.h): the nccl
+  // backend returns itself; host backends null. Valid while the backend lives.
+  virtual DeviceBackend* deviceBackend() { return nullptr; }
 
   virtual void allreduce(const CallContext& call, const AllreduceArgs& args) = 0;
   // True when allreduce() takes ReduceOp::kAvg itself (divides by size() inside the reduction,

@@ -7,6 +7,7 @@
 #include "backend/algorithmic_backend.h"
 #include "backend/hierarchical/hierarchical_backend.h"
 #include "backend/mpi/mpi_setup.h"
+#include "backend/nccl/nccl_setup.h"
 #include "backend/shm/shm_backend.h"
 #include "backend/void_backend.h"
 #include "core/check.h"
@@ -41,6 +42,9 @@ constexpr BackendInfo kBackends[] = {
     {"tcp", "chorus's algorithms over TCP sockets, any nodes", always, withStore, createTcpBackend},
     {"mpi_algorithms", "chorus's algorithms over MPI point-to-point", mpi::available, nullptr,
      mpi::createMpiAlgorithmsBackend},
+    // Never chosen by "auto" for host tensors; CUDA tensors reach it through the device path.
+    {"nccl", "NCCL collectives on CUDA tensors (NVIDIA GPUs)", nccl::available, nullptr,
+     nccl::createNcclBackend},
 };
 
 // "auto, void, shm, ...": the names this build has.

@@ -34,6 +34,8 @@ struct BackendOptions {
   // Unique per communicator, identical on its ranks; binds its connections' handshakes.
   std::string scope;
   std::string bindHost = "127.0.0.1";
+  // The CUDA device ordinal of a device backend (nccl): the device of the tensors it runs.
+  int device = 0;
   Deadline deadline = Deadline::never();
 };
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/factory.h"
+#include "backend/nccl/nccl_setup.h"
 #include "chorus/error.h"
 #include "transport/mpi/bootstrap.h"
 #include "transport/registry.h"
@@ -89,6 +90,30 @@ TEST(BackendTable, MpiNamesInABuildWithoutMpiSayHowToGetThem) {
     EXPECT_NE(std::string(error.what()).find("the MPI transport is not in this build"),
               std::string::npos)
         << error.what();
+  }
+}
+
+// The nccl row is in every build; without NCCL (the sanitized builds leave it out) it says how to
+// get it. With NCCL, tests/nccl/ covers the row.
+TEST(BackendTable, NcclInABuildWithoutNcclSaysHowToGetIt) {
+  if (backend::nccl::available())
+    GTEST_SKIP() << "this build has NCCL; tests/nccl/ covers the nccl row";
+  try {
+    backend::createBackend(twoRanks("nccl"));
+    FAIL() << "backend nccl was made in a build without NCCL";
+  } catch (const UnsupportedError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("backend 'nccl' is not in this build"), std::string::npos) << message;
+    EXPECT_NE(message.find("-DCHORUS_WITH_NCCL=ON"), std::string::npos) << message;
+  }
+}
+
+TEST(BackendTable, NcclIsListedWhereTheBuildHasIt) {
+  try {
+    backend::createBackend(twoRanks("no-such-backend"));
+  } catch (const InvalidArgumentError& error) {
+    const bool listed = std::string(error.what()).find(", nccl") != std::string::npos;
+    EXPECT_EQ(listed, backend::nccl::available()) << error.what();
   }
 }
 

@@ -1,0 +1,88 @@
+// DeviceBackend: a backend that runs collectives on GPU memory, asynchronously to the host, on a
+// CUDA stream of its own (the nccl backend). The host-memory Backend contract (backend.h) does
+// not fit it: a call enqueues work and returns long before the work is done.
+//
+// How the runtime drives one call (Note [Device call order]):
+//   1. startAfter(callerStream): the backend's stream waits for what the caller queued so far on
+//      its current stream (the inputs' producers), through an event: the host does not wait.
+//   2. one or more collective methods, and copy() for staging; each only enqueues.
+//   3. recordEnd(): a DeviceCompletion for everything enqueued so far. The runtime makes the
+//      caller's stream wait on it (orderBefore) for a blocking call, or keeps it in the async
+//      handle; synchronize() is the host wait (synchronize=True, barrier).
+// Buffers are device memory of cudaDevice(), flat and contiguous, as in collective_args.h; they
+// must stay allocated until the completion is done (the runtime keeps the tensors alive).
+//
+// Contract: methods are called from one thread at a time, in the communicator's call order.
+// Enqueuing never blocks on the device. A failure seen at enqueue (a bad argument, a failed
+// communicator) throws a chorus::Error; a failure that happens later on the device, a dead peer or
+// a deadline that passes is raised by the completion's methods and by every later call, after the
+// backend aborted its communicator (abort() may be called from any thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/collective.h"
+#include "core/collective_args.h"
+#include "core/deadline.h"
+
+namespace chorus::backend {
+
+// A CUDA stream as the layers above pass it: the value of a cudaStream_t (0 is the legacy default
+// stream; the per-thread default stream is cudaStreamPerThread's value, 2).
+using StreamHandle = std::uintptr_t;
+
+struct DeviceCallContext {
+  Fingerprint fingerprint;
+  Deadline deadline = Deadline::never();
+};
+
+// The end of the work a DeviceBackend enqueued up to a recordEnd().
+class DeviceCompletion {
+ public:
+  virtual ~DeviceCompletion() = default;
+  // Whether the device finished the work; throws the backend's failure when it failed.
+  virtual bool isCompleted() = 0;
+  // Makes `stream` wait for the work, without blocking the host.
+  virtual void orderBefore(StreamHandle stream) = 0;
+  // Blocks the host until the work is done. TimeoutError (naming the ranks when known) when
+  // `deadline` passes first, after aborting the backend; the backend's failure if it failed.
+  virtual void synchronize(Deadline deadline) = 0;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  // The CUDA device ordinal whose memory the buffers are in.
+  virtual int cudaDevice() const = 0;
+  // The backend's own stream, where its work runs (for DLPack's __dlpack__(stream=...)).
+  virtual StreamHandle stream() const = 0;
+
+  virtual void startAfter(StreamHandle callerStream) = 0;
+  // As Backend's methods, but enqueued. allreduce takes ReduceOp::kAvg itself, and float16 /
+  // bfloat16 arrive unwidened: the device reduces them.
+  virtual void allreduce(const DeviceCallContext& call, const AllreduceArgs& args) = 0;
+  virtual void reduceScatter(const DeviceCallContext& call, const ReduceScatterArgs& args) = 0;
+  virtual void allgather(const DeviceCallContext& call, const AllgatherArgs& args) = 0;
+  virtual void broadcast(const DeviceCallContext& call, const BroadcastArgs& args) = 0;
+  virtual void reduce(const DeviceCallContext& call, const ReduceArgs& args) = 0;
+  virtual void gather(const DeviceCallContext& call, const GatherArgs& args) = 0;
+  virtual void scatter(const DeviceCallContext& call, const ScatterArgs& args) = 0;
+  virtual void allToAll(const DeviceCallContext& call, const AllToAllArgs& args) = 0;
+  // A barrier's device part; the runtime synchronizes its completion (the host waits).
+  virtual void barrier(const DeviceCallContext& call) = 0;
+  virtual void send(
+      const DeviceCallContext& call, const void* data, size_t bytes, int peer, int tag) = 0;
+  virtual void recv(const DeviceCallContext& call, void* data, size_t bytes, int peer, int tag) = 0;
+
+  // Device-to-device copy on the backend's stream (staging fused lists).
+  virtual void copy(void* to, const void* from, size_t bytes) = 0;
+  // Device memory of at least `bytes`, owned by the backend, for staging: valid until the next
+  // scratch() call; work already enqueued on it is ordered before any later reuse (one stream).
+  virtual void* scratch(size_t bytes) = 0;
+  virtual std::shared_ptr<DeviceCompletion> recordEnd() = 0;
+};
+
+}  // namespace chorus::backend

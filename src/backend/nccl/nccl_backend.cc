@@ -1,0 +1,346 @@
+// The nccl backend's collectives: see nccl_backend.h.
+#include "backend/nccl/nccl_backend.h"
+
+#include <chrono>
+#include <thread>
+
+#include "backend/nccl/nccl_status.h"
+#include "backend/nccl/nccl_types.h"
+#include "chorus/error.h"
+#include "core/check.h"
+
+namespace chorus::backend::nccl {
+namespace {
+
+cudaStream_t asStream(StreamHandle handle) { return reinterpret_cast<cudaStream_t>(handle); }
+
+// The calls of one NCCL group (ncclGroupStart ... ncclGroupEnd): keeps the first failure of the
+// calls inside, which NCCL may report there rather than at ncclGroupEnd.
+class Group {
+ public:
+  Group() { keep(ncclGroupStart()); }
+  void keep(ncclResult_t result) {
+    if (first_ == ncclSuccess && result != ncclSuccess && result != ncclInProgress)
+      first_ = result;
+  }
+  void keep(cudaError_t result) {
+    if (first_ == ncclSuccess && result != cudaSuccess)
+      first_ = ncclUnhandledCudaError;
+  }
+  // Ends the group; the first failure inside it, else ncclGroupEnd's answer.
+  ncclResult_t end() {
+    const ncclResult_t ended = ncclGroupEnd();
+    return first_ != ncclSuccess ? first_ : ended;
+  }
+
+ private:
+  ncclResult_t first_ = ncclSuccess;
+};
+
+// The end of the work enqueued up to one recordEnd(): an event on the backend's stream.
+class NcclCompletion final : public DeviceCompletion {
+ public:
+  NcclCompletion(std::shared_ptr<NcclState> state, cudaEvent_t event)
+      : state_(std::move(state)), event_(event) {}
+  ~NcclCompletion() override { cudaEventDestroy(event_); }  // freed once the event completes
+
+  bool isCompleted() override {
+    state_->throwIfFailed();
+    const cudaError_t result = cudaEventQuery(event_);
+    if (result == cudaErrorNotReady)
+      return false;
+    checkCuda(result, "cudaEventQuery", state_->worldRank());
+    return true;
+  }
+
+  void orderBefore(StreamHandle stream) override {
+    checkCuda(cudaStreamWaitEvent(asStream(stream), event_, 0), "cudaStreamWaitEvent",
+              state_->worldRank());
+  }
+
+  void synchronize(Deadline deadline) override {
+    // Polled, not cudaEventSynchronize: NCCL errors and aborts must end the wait, and so must the
+    // deadline. Backs off to 100 us: a collective's end is usually microseconds away.
+    auto pause = std::chrono::microseconds(1);
+    while (!isCompleted()) {
+      if (deadline.expired()) {
+        state_->fail(std::make_exception_ptr(TimeoutError(detail::concat(
+            "rank ", state_->worldRank(),
+            " (this process): the nccl backend's work did not "
+            "finish by the deadline (CHORUS_TIMEOUT); its communicator was aborted. A rank may "
+            "have stopped calling, or called a different collective"))));
+        state_->throwIfFailed();
+      }
+      if (pause.count() < 8)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(100));
+    }
+  }
+
+ private:
+  std::shared_ptr<NcclState> state_;
+  cudaEvent_t event_;
+};
+
+}  // namespace
+
+void NcclState::fail(std::exception_ptr reason) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_)
+      failure_ = reason;
+  }
+  comm_->abort();
+}
+
+void NcclState::throwIfFailed() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_)
+      std::rethrow_exception(failure_);
+  }
+  const ncclResult_t state = comm_->asyncError();
+  if (state == ncclSuccess || state == ncclInProgress)
+    return;
+  try {
+    checkNccl(state, "an NCCL operation", worldRank_, "reported asynchronously");
+  } catch (...) {
+    fail(std::current_exception());
+    throw;
+  }
+}
+
+NcclBackend::NcclBackend(std::unique_ptr<NcclCommunicator> comm, std::vector<int> worldRanks)
+    : worldRanks_(std::move(worldRanks)),
+      rank_(comm->rank()),
+      size_(comm->size()),
+      device_(comm->device()) {
+  if (worldRanks_.empty()) {
+    for (int r = 0; r < size_; ++r) worldRanks_.push_back(r);
+  }
+  state_ = std::make_shared<NcclState>(std::move(comm), worldRanks_[rank_]);
+  checkCudaHere(cudaSetDevice(device_), "cudaSetDevice");
+  checkCudaHere(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                "cudaStreamCreateWithFlags");
+  checkCudaHere(cudaEventCreateWithFlags(&startEvent_, cudaEventDisableTiming),
+                "cudaEventCreateWithFlags");
+}
+
+NcclBackend::~NcclBackend() { close(); }
+
+void NcclBackend::checkCudaHere(cudaError_t result, const char* call) {
+  checkCuda(result, call, worldRanks_[rank_]);
+}
+
+void NcclBackend::refuseHostMemory(std::string_view op) const {
+  throw UnsupportedError(detail::concat(
+      "rank ", worldRanks_[rank_], " (this process): ", op,
+      ": backend 'nccl' runs CUDA tensors "
+      "only, and these are in host memory; use backend 'auto', which runs host tensors on shm or "
+      "tcp and CUDA tensors on nccl"));
+}
+
+// The host-memory Backend methods.
+void NcclBackend::allreduce(const CallContext&, const AllreduceArgs&) {
+  refuseHostMemory("allreduce");
+}
+void NcclBackend::reduceScatter(const CallContext&, const ReduceScatterArgs&) {
+  refuseHostMemory("reduce_scatter");
+}
+void NcclBackend::allgather(const CallContext&, const AllgatherArgs&) {
+  refuseHostMemory("allgather");
+}
+void NcclBackend::broadcast(const CallContext&, const BroadcastArgs&) {
+  refuseHostMemory("broadcast");
+}
+void NcclBackend::reduce(const CallContext&, const ReduceArgs&) { refuseHostMemory("reduce"); }
+void NcclBackend::gather(const CallContext&, const GatherArgs&) { refuseHostMemory("gather"); }
+void NcclBackend::scatter(const CallContext&, const ScatterArgs&) { refuseHostMemory("scatter"); }
+void NcclBackend::allToAll(const CallContext&, const AllToAllArgs&) {
+  refuseHostMemory("all_to_all");
+}
+void NcclBackend::barrier(const CallContext&) { refuseHostMemory("barrier"); }
+void NcclBackend::send(const CallContext&, const void*, size_t, int, int) {
+  refuseHostMemory("send");
+}
+void NcclBackend::recv(const CallContext&, void*, size_t, int, int) { refuseHostMemory("recv"); }
+
+void NcclBackend::abort(std::exception_ptr reason) noexcept { state_->fail(reason); }
+
+void NcclBackend::close() noexcept {
+  if (stream_ == nullptr)
+    return;
+  cudaSetDevice(device_);
+  if (scratch_ != nullptr)
+    cudaFreeAsync(scratch_, stream_);
+  cudaEventDestroy(startEvent_);
+  cudaStreamDestroy(stream_);  // returns at once; the stream is freed once its work is done
+  stream_ = nullptr;
+  scratch_ = nullptr;
+}
+
+template <typename Use>
+void NcclBackend::enqueue(const char* what, const DeviceCallContext& call, Use use) {
+  state_->throwIfFailed();
+  NcclCommunicator& comm = state_->comm();
+  try {
+    comm.settle(comm.call(use), what, call.deadline);
+  } catch (...) {
+    state_->fail(std::current_exception());
+    throw;
+  }
+}
+
+void NcclBackend::startAfter(StreamHandle callerStream) {
+  state_->throwIfFailed();
+  checkCudaHere(cudaEventRecord(startEvent_, asStream(callerStream)), "cudaEventRecord");
+  checkCudaHere(cudaStreamWaitEvent(stream_, startEvent_, 0), "cudaStreamWaitEvent");
+}
+
+void NcclBackend::allreduce(const DeviceCallContext& call, const AllreduceArgs& args) {
+  const ncclRedOp_t op = ncclOpOf(args.op, args.dtype, worldRanks_[rank_]);
+  enqueue("ncclAllReduce", call, [&](ncclComm_t comm) {
+    return ncclAllReduce(args.input, args.output, args.count, ncclTypeOf(args.dtype), op, comm,
+                         stream_);
+  });
+}
+
+void NcclBackend::reduceScatter(const DeviceCallContext& call, const ReduceScatterArgs& args) {
+  const ncclRedOp_t op = ncclOpOf(args.op, args.dtype, worldRanks_[rank_]);
+  enqueue("ncclReduceScatter", call, [&](ncclComm_t comm) {
+    return ncclReduceScatter(args.input, args.output, args.countPerRank, ncclTypeOf(args.dtype), op,
+                             comm, stream_);
+  });
+}
+
+void NcclBackend::allgather(const DeviceCallContext& call, const AllgatherArgs& args) {
+  enqueue("ncclAllGather", call, [&](ncclComm_t comm) {
+    return ncclAllGather(args.input, args.output, args.bytesPerRank, ncclUint8, comm, stream_);
+  });
+}
+
+void NcclBackend::broadcast(const DeviceCallContext& call, const BroadcastArgs& args) {
+  enqueue("ncclBroadcast", call, [&](ncclComm_t comm) {
+    return ncclBroadcast(args.input, args.output, args.bytes, ncclUint8, args.root, comm, stream_);
+  });
+}
+
+void NcclBackend::reduce(const DeviceCallContext& call, const ReduceArgs& args) {
+  const ncclRedOp_t op = ncclOpOf(args.op, args.dtype, worldRanks_[rank_]);
+  // NCCL writes recvbuff on the root only, but wants a valid pointer everywhere.
+  void* output = args.output != nullptr ? args.output : const_cast<void*>(args.input);
+  enqueue("ncclReduce", call, [&](ncclComm_t comm) {
+    return ncclReduce(args.input, output, args.count, ncclTypeOf(args.dtype), op, args.root, comm,
+                      stream_);
+  });
+}
+
+// Grouped point-to-point (gather, scatter, all_to_all): the sends and receives of one group start
+// together, so no order among them can deadlock.
+void NcclBackend::gather(const DeviceCallContext& call, const GatherArgs& args) {
+  const size_t bytes = args.bytesPerRank;
+  enqueue("ncclGroupEnd (gather)", call, [&](ncclComm_t comm) {
+    Group group;
+    if (rank_ == args.root) {
+      auto* out = static_cast<std::byte*>(args.output);
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer == rank_) {
+          group.keep(cudaMemcpyAsync(out + peer * bytes, args.input, bytes,
+                                     cudaMemcpyDeviceToDevice, stream_));
+        } else {
+          group.keep(ncclRecv(out + peer * bytes, bytes, ncclUint8, peer, comm, stream_));
+        }
+      }
+    } else {
+      group.keep(ncclSend(args.input, bytes, ncclUint8, args.root, comm, stream_));
+    }
+    return group.end();
+  });
+}
+
+void NcclBackend::scatter(const DeviceCallContext& call, const ScatterArgs& args) {
+  const size_t bytes = args.bytesPerRank;
+  enqueue("ncclGroupEnd (scatter)", call, [&](ncclComm_t comm) {
+    Group group;
+    if (rank_ == args.root) {
+      const auto* in = static_cast<const std::byte*>(args.input);
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer == rank_) {
+          group.keep(cudaMemcpyAsync(args.output, in + peer * bytes, bytes,
+                                     cudaMemcpyDeviceToDevice, stream_));
+        } else {
+          group.keep(ncclSend(in + peer * bytes, bytes, ncclUint8, peer, comm, stream_));
+        }
+      }
+    } else {
+      group.keep(ncclRecv(args.output, bytes, ncclUint8, args.root, comm, stream_));
+    }
+    return group.end();
+  });
+}
+
+void NcclBackend::allToAll(const DeviceCallContext& call, const AllToAllArgs& args) {
+  const size_t bytes = args.bytesPerRank;
+  const auto* in = static_cast<const std::byte*>(args.input);
+  auto* out = static_cast<std::byte*>(args.output);
+  enqueue("ncclGroupEnd (all_to_all)", call, [&](ncclComm_t comm) {
+    Group group;
+    for (int peer = 0; peer < size_; ++peer) {
+      group.keep(ncclSend(in + peer * bytes, bytes, ncclUint8, peer, comm, stream_));
+      group.keep(ncclRecv(out + peer * bytes, bytes, ncclUint8, peer, comm, stream_));
+    }
+    return group.end();
+  });
+}
+
+void NcclBackend::barrier(const DeviceCallContext& call) {
+  void* flag = scratch(sizeof(int32_t));
+  enqueue("ncclAllReduce (barrier)", call, [&](ncclComm_t comm) {
+    return ncclAllReduce(flag, flag, 1, ncclInt32, ncclSum, comm, stream_);
+  });
+}
+
+void NcclBackend::send(
+    const DeviceCallContext& call, const void* data, size_t bytes, int peer, int /*tag*/) {
+  enqueue("ncclSend", call,
+          [&](ncclComm_t comm) { return ncclSend(data, bytes, ncclUint8, peer, comm, stream_); });
+}
+
+void NcclBackend::recv(const DeviceCallContext& call, void* data, size_t bytes, int peer, int) {
+  enqueue("ncclRecv", call,
+          [&](ncclComm_t comm) { return ncclRecv(data, bytes, ncclUint8, peer, comm, stream_); });
+}
+
+void NcclBackend::copy(void* to, const void* from, size_t bytes) {
+  if (bytes == 0 || to == from)
+    return;
+  checkCudaHere(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_),
+                "cudaMemcpyAsync");
+}
+
+void* NcclBackend::scratch(size_t bytes) {
+  if (bytes > scratchBytes_) {
+    // Stream-ordered: the old buffer is freed after the work already queued on it.
+    if (scratch_ != nullptr)
+      checkCudaHere(cudaFreeAsync(scratch_, stream_), "cudaFreeAsync");
+    scratch_ = nullptr;
+    scratchBytes_ = 0;
+    checkCudaHere(cudaMallocAsync(&scratch_, bytes, stream_), "cudaMallocAsync");
+    scratchBytes_ = bytes;
+  }
+  return scratch_;
+}
+
+std::shared_ptr<DeviceCompletion> NcclBackend::recordEnd() {
+  state_->throwIfFailed();
+  cudaEvent_t event = nullptr;
+  checkCudaHere(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                "cudaEventCreateWithFlags");
+  auto completion = std::make_shared<NcclCompletion>(state_, event);
+  checkCudaHere(cudaEventRecord(event, stream_), "cudaEventRecord");
+  return completion;
+}
+
+}  // namespace chorus::backend::nccl

@@ -1,0 +1,42 @@
+// Making an nccl backend: see nccl_setup.h.
+#include "backend/nccl/nccl_setup.h"
+
+#include "backend/nccl/cuda_device.h"
+#include "backend/nccl/nccl_backend.h"
+#include "backend/nccl/nccl_bootstrap.h"
+#include "chorus/error.h"
+#include "core/check.h"
+
+namespace chorus::backend::nccl {
+
+bool available() { return true; }
+
+std::unique_ptr<Backend> createNcclBackend(const BackendOptions& options) {
+  const auto worldRankOf = [&](int rank) {
+    return options.worldRanks.empty() ? rank : options.worldRanks[rank];
+  };
+  const int me = worldRankOf(options.rank);
+  requireDevice(options.device, me, "backend 'nccl'");
+  if (options.store == nullptr) {
+    throw UnsupportedError(detail::concat(
+        "rank ", me,
+        " (this process): backend 'nccl' finds its members through chorusrun's "
+        "store, and this job has none (started by mpirun?): start it with chorusrun; the "
+        "exchange through MPI is not written yet"));
+  }
+  const ncclUniqueId id = shareUniqueId({.store = options.store.get(),
+                                         .key = "nccl/unique_id",
+                                         .rank = options.rank,
+                                         .worldRank = me,
+                                         .rootWorldRank = worldRankOf(0),
+                                         .deadline = options.deadline});
+  auto comm = NcclCommunicator::create(id, {.rank = options.rank,
+                                            .size = options.size,
+                                            .device = options.device,
+                                            .worldRank = me,
+                                            .name = "chorus:" + options.scope,
+                                            .deadline = options.deadline});
+  return std::make_unique<NcclBackend>(std::move(comm), options.worldRanks);
+}
+
+}  // namespace chorus::backend::nccl
