@@ -37,6 +37,7 @@ SRC_LAYERS = {"core", "trace", "store", "connector", "transport", "algorithms", 
 PUBLIC_HEADERS = [
     ("types.h", "core"), ("tensor.h", "core"), ("error.h", "core"), ("huge_pages.h", "core"),
     ("work.h", "runtime"), ("communicator.h", "runtime"), ("dist_context.h", "runtime"),
+    ("stream.h", "runtime"),
     ("gradient_reducer.h", "parallel"), ("zero*.h", "parallel"), ("shard_plan.h", "parallel"),
     ("*optimizer*.h", "parallel"),
     ("chorus.h", "api"),  # the umbrella: everything a user includes

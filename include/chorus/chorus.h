@@ -12,6 +12,7 @@
 #include "chorus/gradient_reducer.h"
 #include "chorus/huge_pages.h"
 #include "chorus/shard_plan.h"
+#include "chorus/stream.h"
 #include "chorus/tensor.h"
 #include "chorus/types.h"
 #include "chorus/work.h"

@@ -20,6 +20,10 @@
 //  - wait() and waitFor() with no timeout may run a queued operation on the waiting thread itself
 //    when it is next in line (runIfNext), so a blocking call costs no thread hand-off; order is
 //    unchanged. A wait with a timeout never does, so it returns within its timeout.
+//  - Collectives on CUDA tensors return a DeviceWork (chorus/stream.h): it is complete, for wait(),
+//    once the waiting thread's current stream is ordered after the collective (no host wait);
+//    isCompleted() asks the device whether the collective has ended; synchronize() waits for that
+//    on the host.
 #pragma once
 
 #include <chrono>
@@ -46,7 +50,7 @@ class Work {
   void wait(std::chrono::milliseconds timeout = kNoTimeout);
   // True: completed successfully. False: `timeout` passed first. Rethrows the failure.
   bool waitFor(std::chrono::milliseconds timeout);
-  bool isCompleted() const;
+  virtual bool isCompleted() const;
   std::exception_ptr exception() const;
   // What this operation is, e.g. "rank 0: allreduce #12 (float32 x 1024, sum)"; built when asked.
   std::string description() const { return describe(); }
@@ -58,6 +62,9 @@ class Work {
   // Called by a wait without a timeout before it blocks: an implementation may run the operation
   // here, on the waiting thread, if nothing must run before it. Default: nothing.
   virtual void runIfNext() noexcept {}
+  // Called by every wait before it looks at the state: an implementation may complete the Work
+  // here (DeviceWork orders the waiter's stream). Default: nothing.
+  virtual void beforeWait() noexcept {}
   // The description; by default the one given to the constructor. Implementations may build it
   // only when asked, keeping string formatting off the path of every call.
   virtual std::string describe() const { return description_; }

@@ -87,6 +87,10 @@ class Buffer:
         a = self.array
         if self.torch:
             torch = _torch()
+            if a.is_cuda:
+                # The collective follows torch's current stream (chorus/stream.h): it reads what
+                # was queued there, and wait() orders that stream after it.
+                _chorus.set_current_stream(torch.cuda.current_stream(a.device).cuda_stream)
             # to_dlpack is __dlpack__ without its Python-level checks (the tensor is detached).
             return torch.utils.dlpack.to_dlpack(a.view(torch.uint8) if self.dtype == "bool" else a)
         return (a.view(np.uint8) if self.dtype == "bool" else a).__dlpack__()
@@ -99,7 +103,7 @@ class Buffer:
     def empty(self, shape):
         """A new uninitialized array of this buffer's framework and dtype."""
         if self.torch:
-            return _torch().empty(shape, dtype=self.array.dtype)
+            return _torch().empty(shape, dtype=self.array.dtype, device=self.array.device)
         return np.empty(shape, dtype=self.array.dtype)
 
     def like(self, array):
@@ -166,10 +170,10 @@ def _prepare_numpy(original, array, name, writable):
 
 
 def _prepare_torch(torch, x, name):
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" and not (x.device.type == "cuda" and _chorus.gpu_backend):
         raise _chorus.UnsupportedError(
-            f"{name} is a {x.device} tensor; chorus was built without a GPU backend, so only CPU "
-            "tensors are supported (use .cpu())")
+            f"{name} is a {x.device} tensor; this chorus was built without a GPU backend "
+            "(CHORUS_WITH_NCCL), so only CPU tensors are supported (use .cpu())")
     dtype = _torch_dtypes(torch).get(x.dtype)
     if dtype is None:
         raise _unsupported_dtype(name, str(x.dtype).replace("torch.", ""))

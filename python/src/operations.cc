@@ -177,10 +177,7 @@ Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype) {
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (managed == nullptr)
     throw py::error_already_set();
-  Tensor tensor = Tensor::fromDLPack(managed);
-  if (!tensor.device().isCpu())
-    throw UnsupportedError("chorus was built without a GPU backend; " + tensor.device().toString() +
-                           " tensors are not supported (move the tensor to the CPU first)");
+  Tensor tensor = Tensor::fromDLPack(managed);  // CUDA tensors too: the runtime routes them
   if (dtype.empty())
     return tensor;
   DataType real = parseDataType(dtype);
@@ -214,6 +211,14 @@ void bindOperations(py::module_& module) {
   module.def("out_of_place", &outOfPlace);
   module.def("point_to_point", &pointToPoint);
   module.def("barrier", &barrier);
+  // CUDA tensors (chorus/stream.h): the stream the next collectives on CUDA tensors follow, set by
+  // the package from the framework's current stream before each such call.
+  module.def("set_current_stream", [](std::uintptr_t stream) { setCurrentStream(stream); });
+#ifdef CHORUS_WITH_NCCL
+  module.attr("gpu_backend") = true;
+#else
+  module.attr("gpu_backend") = false;
+#endif
 }
 
 }  // namespace chorus::python

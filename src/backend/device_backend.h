@@ -2,7 +2,8 @@
 // CUDA stream of its own (the nccl backend). The host-memory Backend contract (backend.h) does
 // not fit it: a call enqueues work and returns long before the work is done.
 //
-// How the runtime drives one call (Note [Device call order]):
+// Note [Device call order]
+// How the runtime drives one call:
 //   1. startAfter(callerStream): the backend's stream waits for what the caller queued so far on
 //      its current stream (the inputs' producers), through an event: the host does not wait.
 //   2. one or more collective methods, and copy() for staging; each only enqueues.
@@ -13,8 +14,10 @@
 // must stay allocated until the completion is done (the runtime keeps the tensors alive).
 //
 // Contract: methods are called from one thread at a time, in the communicator's call order.
-// Enqueuing never blocks on the device. A failure seen at enqueue (a bad argument, a failed
-// communicator) throws a chorus::Error; a failure that happens later on the device, a dead peer or
+// Enqueuing never blocks on the device. Arguments the backend cannot serve (a reduction it lacks)
+// are UnsupportedError / InvalidArgumentError, thrown before any communication is enqueued, so the
+// runtime may leave the communicator working. A failure seen at enqueue (a failed communicator)
+// throws a chorus::Error; a failure that happens later on the device, a dead peer or
 // a deadline that passes is raised by the completion's methods and by every later call, after the
 // backend aborted its communicator (abort() may be called from any thread).
 #pragma once
@@ -79,6 +82,14 @@ class DeviceBackend {
 
   // Device-to-device copy on the backend's stream (staging fused lists).
   virtual void copy(void* to, const void* from, size_t bytes) = 0;
+  // `rows` runs of `rowBytes`, the i-th from from + i * fromPitch to to + i * toPitch, on the
+  // backend's stream (interleaving blocks along an axis; see runtime/tensor_layout.h).
+  virtual void copyRows(void* to,
+                        size_t toPitch,
+                        const void* from,
+                        size_t fromPitch,
+                        size_t rowBytes,
+                        size_t rows) = 0;
   // Device memory of at least `bytes`, owned by the backend, for staging: valid until the next
   // scratch() call; work already enqueued on it is ordered before any later reuse (one stream).
   virtual void* scratch(size_t bytes) = 0;

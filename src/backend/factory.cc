@@ -88,4 +88,17 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
   return named->create(options);
 }
 
+std::unique_ptr<Backend> createDeviceBackend(const BackendOptions& options) {
+  if (!nccl::available()) {
+    throw UnsupportedError(detail::concat(
+        "rank ", options.worldRanks.empty() ? options.rank : options.worldRanks[options.rank],
+        " (this process): this chorus was built without a GPU backend, so it cannot run "
+        "collectives on CUDA tensors; rebuild it with -DCHORUS_WITH_NCCL=ON (needs the CUDA "
+        "toolkit and NCCL), or move the tensors to the CPU"));
+  }
+  BackendOptions named = options;
+  named.name = "nccl";
+  return nccl::createNcclBackend(named);
+}
+
 }  // namespace chorus::backend

@@ -32,4 +32,9 @@ struct BackendInfo {
 // the MPI backends through MPI).
 std::unique_ptr<Backend> createBackend(const BackendOptions& options);
 
+// The backend for CUDA tensors of a communicator (its deviceBackend() is not null), on CUDA device
+// options.device, whatever options.name says and also for one rank: "nccl". UnsupportedError when
+// this build has no GPU backend or this process sees no GPU, saying why.
+std::unique_ptr<Backend> createDeviceBackend(const BackendOptions& options);
+
 }  // namespace chorus::backend

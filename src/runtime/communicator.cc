@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/reduce_kernels.h"
+#include "runtime/communicator_device.h"
 #include "runtime/communicator_ops.h"
 #include "runtime/communicator_state.h"
 #include "runtime/tensor_layout.h"
@@ -123,6 +124,8 @@ Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, Reduc
   }
   detail::checkReduction(op, dtype, "allreduce", me);
   auto fingerprint = detail::makeFingerprint(Collective::kAllreduce, total, dtype, op, -1);
+  if (const int device = detail::deviceOf(tensors, "allreduce", me); device >= 0)
+    return detail::deviceAllreduce(*state_, fingerprint, device, std::move(tensors), op);
   auto& state = *state_;
   return state_->submit(fingerprint, [&state, tensors = std::move(tensors), op, dtype,
                                       total](const backend::CallContext& call) {
@@ -170,6 +173,8 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
   const size_t count = output.numel();
   auto fingerprint =
       detail::makeFingerprint(Collective::kReduceScatter, count, input.dtype(), op, -1);
+  if (const int device = detail::deviceOf({&input, &output}, "reduce_scatter", me); device >= 0)
+    return detail::deviceReduceScatter(*state_, fingerprint, device, input, output, op);
   auto& state = *state_;
   return state_->submit(
       fingerprint, [&state, input, output, op, count](const backend::CallContext& call) {
@@ -196,6 +201,8 @@ Communicator::WorkPtr Communicator::broadcast(Tensor tensor, int root) {
   detail::checkRoot(root, size(), "broadcast", me);
   auto fingerprint = detail::makeFingerprint(Collective::kBroadcast, tensor.numel(), tensor.dtype(),
                                              std::nullopt, root);
+  if (const int device = detail::deviceOf({&tensor}, "broadcast", me); device >= 0)
+    return detail::deviceBroadcast(*state_, fingerprint, device, tensor, root);
   auto& state = *state_;
   return state_->submit(fingerprint, [&state, tensor, root](const backend::CallContext& call) {
     state.backend().broadcast(call, {tensor.data(), tensor.data(), tensor.nbytes(), root});
@@ -209,6 +216,8 @@ Communicator::WorkPtr Communicator::reduce(Tensor tensor, int root, ReduceOp op)
   detail::checkReduction(op, tensor.dtype(), "reduce", me);
   auto fingerprint =
       detail::makeFingerprint(Collective::kReduce, tensor.numel(), tensor.dtype(), op, root);
+  if (const int device = detail::deviceOf({&tensor}, "reduce", me); device >= 0)
+    return detail::deviceReduce(*state_, fingerprint, device, tensor, root, op);
   auto& state = *state_;
   return state_->submit(fingerprint, [&state, tensor, root, op](const backend::CallContext& call) {
     const DataType dtype = tensor.dtype();

@@ -5,6 +5,7 @@
 
 #include "chorus/communicator.h"
 #include "core/check.h"
+#include "runtime/communicator_device.h"
 #include "runtime/communicator_ops.h"
 #include "runtime/communicator_state.h"
 #include "runtime/tensor_layout.h"
@@ -55,6 +56,8 @@ Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int a
   checkConcatShape(input, output, axis, size(), "allgather", me);
   auto fingerprint = detail::makeFingerprint(Collective::kAllgather, input.numel(), input.dtype(),
                                              std::nullopt, -1);
+  if (const int device = detail::deviceOf({&input, &output}, "allgather", me); device >= 0)
+    return detail::deviceAllgather(*state_, fingerprint, device, input, output, axis);
   auto& state = *state_;
   return state_->submit(
       fingerprint, [&state, input, output, axis](const backend::CallContext& call) {
@@ -83,6 +86,9 @@ Communicator::WorkPtr Communicator::gather(Tensor input, Tensor output, int root
   }
   auto fingerprint = detail::makeFingerprint(Collective::kGather, input.numel(), input.dtype(),
                                              std::nullopt, root);
+  const Tensor* rootOutput = rank() == root ? &output : nullptr;
+  if (const int device = detail::deviceOf({&input, rootOutput}, "gather", me); device >= 0)
+    return detail::deviceGather(*state_, fingerprint, device, input, output, root, axis);
   auto& state = *state_;
   return state_->submit(
       fingerprint, [&state, input, output, root, axis](const backend::CallContext& call) {
@@ -116,6 +122,9 @@ Communicator::WorkPtr Communicator::scatter(Tensor input, Tensor output, int roo
   }
   auto fingerprint = detail::makeFingerprint(Collective::kScatter, output.numel(), output.dtype(),
                                              std::nullopt, root);
+  const Tensor* rootInput = rank() == root ? &input : nullptr;
+  if (const int device = detail::deviceOf({rootInput, &output}, "scatter", me); device >= 0)
+    return detail::deviceScatter(*state_, fingerprint, device, input, output, root);
   auto& state = *state_;
   return state_->submit(
       fingerprint, [&state, input, output, root](const backend::CallContext& call) {
@@ -145,6 +154,10 @@ Communicator::WorkPtr Communicator::allToAll(Tensor input,
   checkConcatShape(part, output, concatAxis, p, "all_to_all", me);
   auto fingerprint = detail::makeFingerprint(Collective::kAllToAll, input.numel(), input.dtype(),
                                              std::nullopt, -1);
+  if (const int device = detail::deviceOf({&input, &output}, "all_to_all", me); device >= 0) {
+    return detail::deviceAllToAll(*state_, fingerprint, device, input, output, part, splitAxis,
+                                  concatAxis);
+  }
   auto& state = *state_;
   return state_->submit(fingerprint, [&state, input, output, part, splitAxis,
                                       concatAxis](const backend::CallContext& call) {
@@ -184,6 +197,8 @@ Communicator::WorkPtr Communicator::send(Tensor tensor, int peer, int tag) {
   checkPeer(peer, tag, rank(), worldRank(), size(), "send");
   auto fingerprint = detail::makeFingerprint(Collective::kPointToPoint, tensor.numel(),
                                              tensor.dtype(), std::nullopt, -1);
+  if (const int device = detail::deviceOf({&tensor}, "send", worldRank()); device >= 0)
+    return detail::devicePointToPoint(*state_, fingerprint, device, tensor, peer, tag, true);
   auto& state = *state_;
   return state_->submit(fingerprint, [&state, tensor, peer, tag](const backend::CallContext& call) {
     state.backend().send(call, tensor.data(), tensor.nbytes(), peer, tag);
@@ -195,6 +210,8 @@ Communicator::WorkPtr Communicator::recv(Tensor tensor, int peer, int tag) {
   checkPeer(peer, tag, rank(), worldRank(), size(), "recv");
   auto fingerprint = detail::makeFingerprint(Collective::kPointToPoint, tensor.numel(),
                                              tensor.dtype(), std::nullopt, -1);
+  if (const int device = detail::deviceOf({&tensor}, "recv", worldRank()); device >= 0)
+    return detail::devicePointToPoint(*state_, fingerprint, device, tensor, peer, tag, false);
   auto& state = *state_;
   return state_->submit(fingerprint, [&state, tensor, peer, tag](const backend::CallContext& call) {
     state.backend().recv(call, tensor.data(), tensor.nbytes(), peer, tag);

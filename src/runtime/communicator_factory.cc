@@ -26,22 +26,7 @@ namespace {
 std::shared_ptr<Communicator> assemble(CommunicatorInfo info,
                                        CommunicatorResources resources,
                                        std::chrono::milliseconds timeout) {
-  backend::BackendOptions options;
-  options.name = resources.backendName;
-  options.rank = info.rank;
-  options.size = info.size;
-  options.worldRanks = info.worldRanks;
-  options.oneNode = std::all_of(info.nodeIds.begin(), info.nodeIds.end(),
-                                [&](const std::string& id) { return id == info.nodeIds.front(); });
-  options.nodeIds = info.nodeIds;
-  if (info.size > 1 && resources.store != nullptr) {
-    options.store = std::make_shared<store::PrefixStore>("comm/" + resources.scope + "/backend",
-                                                         resources.store);
-  }
-  options.token = resources.token;
-  options.scope = resources.scope;
-  options.bindHost = resources.bindHost;
-  options.deadline = Deadline::after(timeout);
+  const backend::BackendOptions options = backendOptionsOf(info, resources, timeout, "backend");
   auto backend = backend::createBackend(options);
   auto state = std::make_shared<CommunicatorState>(std::move(info), std::move(resources),
                                                    std::move(backend), timeout);

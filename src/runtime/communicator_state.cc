@@ -1,14 +1,19 @@
 #include "runtime/communicator_state.h"
 
+#include <algorithm>
 #include <optional>
 
+#include "backend/factory.h"
 #include "chorus/communicator.h"
 #include "chorus/error.h"
+#include "chorus/stream.h"
 #include "core/check.h"
 #include "core/error_codec.h"
 #include "core/stall_watch.h"
 #include "runtime/arrival_census.h"
+#include "runtime/device_work.h"
 #include "runtime/group_context.h"
+#include "store/prefix_store.h"
 
 namespace chorus::detail {
 namespace {
@@ -43,6 +48,29 @@ class QueuedWork : public Work {
 
 }  // namespace
 
+backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
+                                         const CommunicatorResources& resources,
+                                         std::chrono::milliseconds timeout,
+                                         const std::string& role) {
+  backend::BackendOptions options;
+  options.name = resources.backendName;
+  options.rank = info.rank;
+  options.size = info.size;
+  options.worldRanks = info.worldRanks;
+  options.oneNode = std::all_of(info.nodeIds.begin(), info.nodeIds.end(),
+                                [&](const std::string& id) { return id == info.nodeIds.front(); });
+  options.nodeIds = info.nodeIds;
+  if (info.size > 1 && resources.store != nullptr) {
+    options.store = std::make_shared<store::PrefixStore>("comm/" + resources.scope + "/" + role,
+                                                         resources.store);
+  }
+  options.token = resources.token;
+  options.scope = resources.scope;
+  options.bindHost = resources.bindHost;
+  options.deadline = Deadline::after(timeout);
+  return options;
+}
+
 CommunicatorState::CommunicatorState(CommunicatorInfo info,
                                      CommunicatorResources resources,
                                      std::unique_ptr<backend::Backend> backend,
@@ -62,6 +90,8 @@ CommunicatorState::~CommunicatorState() {
   // Pending operations finish first, then peers are told goodbye.
   queue_.shutdown();
   backend_->close();
+  if (deviceBackend_)
+    deviceBackend_->close();
 }
 
 std::shared_ptr<Work> CommunicatorState::submit(Fingerprint fingerprint, Body body) {
@@ -138,6 +168,83 @@ void CommunicatorState::execute(Work& work, const Fingerprint& fingerprint, cons
   work.finish(error);
 }
 
+std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
+                                                      int device,
+                                                      const DeviceBody& body) {
+  std::lock_guard deviceLock(deviceMutex_);
+  {
+    std::lock_guard lock(mutex_);
+    if (failure_)  // a failed communicator makes no device backend
+      return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, failure_);
+  }
+  // A build or a process that cannot run CUDA collectives at all (UnsupportedError), or a tensor
+  // on another GPU than the communicator's (InvalidArgumentError), is refused here like bad input:
+  // thrown at the call, before anything is numbered or sent, and the communicator still works.
+  backend::DeviceBackend* backend = nullptr;
+  try {
+    backend = &deviceBackend(device);
+  } catch (const UnsupportedError&) {
+    throw;
+  } catch (const InvalidArgumentError&) {
+    throw;
+  } catch (...) {
+    return failDevice(fingerprint, std::current_exception());
+  }
+  std::exception_ptr earlier;
+  std::chrono::milliseconds timeout;
+  {
+    std::lock_guard lock(mutex_);
+    if (fingerprint.collective != Collective::kPointToPoint)
+      fingerprint.sequence = ++collectiveSequence_;
+    earlier = failure_;
+    timeout = timeout_;
+  }
+  if (earlier)
+    return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, earlier);
+  try {
+    const backend::DeviceCallContext call{fingerprint, Deadline::after(timeout)};
+    backend->startAfter(currentStream());
+    body(*backend, call);
+    return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, backend->recordEnd());
+  } catch (const UnsupportedError&) {
+    throw;  // the backend refused the arguments (a reduction NCCL lacks) before sending anything
+  } catch (const InvalidArgumentError&) {
+    throw;
+  } catch (...) {
+    return failDevice(fingerprint, std::current_exception());
+  }
+}
+
+std::shared_ptr<Work> CommunicatorState::failDevice(const Fingerprint& fingerprint,
+                                                    std::exception_ptr error) {
+  error = inContext(error);
+  {
+    std::lock_guard lock(mutex_);
+    if (!failure_)
+      failure_ = error;
+  }
+  return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, error);
+}
+
+backend::DeviceBackend& CommunicatorState::deviceBackend(int device) {
+  backend::Backend* made =
+      backend_->deviceBackend() != nullptr ? backend_.get() : deviceBackend_.get();
+  if (made == nullptr) {
+    backend::BackendOptions options = backendOptionsOf(info_, resources_, timeout(), "device");
+    options.device = device;
+    deviceBackend_ = backend::createDeviceBackend(options);
+    publishedDeviceBackend_.store(deviceBackend_.get());
+    made = deviceBackend_.get();
+  }
+  backend::DeviceBackend& backend = *made->deviceBackend();
+  CHORUS_CHECK_ARG(backend.cudaDevice() == device, "rank ", info_.worldRank,
+                   " (this process): this communicator runs its CUDA collectives on cuda:",
+                   backend.cudaDevice(), ", but this tensor is on cuda:", device,
+                   "; a communicator serves one GPU per process (move the tensor, or set the "
+                   "device before the first CUDA collective)");
+  return backend;
+}
+
 void CommunicatorState::setTimeout(std::chrono::milliseconds timeout) {
   CHORUS_CHECK_ARG(timeout.count() > 0, "timeout must be positive, got ", timeout.count(), " ms");
   std::lock_guard lock(mutex_);
@@ -163,6 +270,8 @@ void CommunicatorState::abort(const std::string& why, int failedRank) noexcept {
       failure_ = inContext(reason);
   }
   backend_->abort(reason);
+  if (backend::Backend* device = publishedDeviceBackend_.load())
+    device->abort(reason);
 }
 
 uint64_t CommunicatorState::nextSplitId() {

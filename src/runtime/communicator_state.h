@@ -3,6 +3,7 @@
 // (Note [Collective fingerprint]), its timeout, and the first failure, after which it is aborted.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/device_backend.h"
+#include "backend/options.h"
 #include "chorus/work.h"
 #include "core/rank_names.h"
 #include "core/thread_annotations.h"
@@ -44,9 +47,19 @@ struct CommunicatorResources {
   std::string scope;  // unique name of this communicator, identical on its ranks
 };
 
+// The options of a backend for the communicator `info` describes: its members, their nodes, the
+// job's store scoped to "comm/<scope>/<role>" (none for one rank), and a deadline `timeout` away.
+// The name is the resources' (the device backend overrides it).
+backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
+                                         const CommunicatorResources& resources,
+                                         std::chrono::milliseconds timeout,
+                                         const std::string& role);
+
 class CommunicatorState : public std::enable_shared_from_this<CommunicatorState> {
  public:
   using Body = std::function<void(const backend::CallContext&)>;
+  using DeviceBody =
+      std::function<void(backend::DeviceBackend&, const backend::DeviceCallContext&)>;
 
   CommunicatorState(CommunicatorInfo info,
                     CommunicatorResources resources,
@@ -64,6 +77,16 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // body runs on the worker thread, or on the thread that waits for the Work (runIfNext).
   std::shared_ptr<Work> submit(Fingerprint fingerprint, Body body);
 
+  // A collective on CUDA tensors of device `device` (Note [Device call order]): on the calling
+  // thread, after the communicator's checks, `body` enqueues on the device backend (made at the
+  // first such call, collectively), then the Work is a DeviceWork. A failure completes the Work
+  // with the error and fails the communicator, as submit() does, except that refusals before
+  // anything is sent throw at the call and leave the communicator working: a build or process
+  // without a GPU and arguments the backend cannot serve (UnsupportedError), a tensor on another
+  // GPU (InvalidArgumentError). The device backend checks its arguments before its NCCL call.
+  // Device calls do not wait for host operations still queued: they touch other memory.
+  std::shared_ptr<Work> submitDevice(Fingerprint fingerprint, int device, const DeviceBody& body);
+
   void setTimeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const;
   // Fails the communicator with a PeerError quoting `reason` and naming `failedRank` (a world
@@ -77,6 +100,10 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
 
  private:
   void execute(Work& work, const Fingerprint& fingerprint, const Body& body);
+  // The device backend for CUDA device `device`, made at the first call (see submitDevice).
+  backend::DeviceBackend& deviceBackend(int device);
+  // Latches `error` as the communicator's failure; a DeviceWork failed with it.
+  std::shared_ptr<Work> failDevice(const Fingerprint& fingerprint, std::exception_ptr error);
 
   // The error of an operation or an abort, saying which group it arose in (group_context.h).
   std::exception_ptr inContext(std::exception_ptr error) const noexcept;
@@ -86,6 +113,12 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   const RankNames names_;           // Note [One rank numbering]
   const std::string groupContext_;  // empty for the world
   std::unique_ptr<backend::Backend> backend_;
+  // The backend of CUDA tensors (nccl), made at the first call on them; null before. Device calls
+  // hold deviceMutex_ from numbering to enqueuing, so enqueue order is call order; abort() reads
+  // the published pointer without it.
+  std::mutex deviceMutex_;
+  std::unique_ptr<backend::Backend> deviceBackend_;
+  std::atomic<backend::Backend*> publishedDeviceBackend_{nullptr};
   Workspace staging_;
 
   mutable std::mutex mutex_;

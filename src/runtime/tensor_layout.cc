@@ -7,12 +7,6 @@
 namespace chorus::detail {
 
 void checkTensor(const Tensor& tensor, std::string_view what, std::string_view op, int rank) {
-  if (!tensor.device().isCpu()) {
-    throw UnsupportedError(concat("rank ", rank, " (this process): ", op, ": ", what, " is a ",
-                                  tensor.device().toString(),
-                                  " tensor, but this build serves CPU tensors only; copy it to "
-                                  "the CPU or use a GPU backend"));
-  }
   CHORUS_CHECK_ARG(tensor.isContiguous(), "rank ", rank, " (this process): ", op, ": ", what, " (",
                    tensor.describe(),
                    ") is not contiguous; pass a contiguous tensor "
@@ -22,8 +16,7 @@ void checkTensor(const Tensor& tensor, std::string_view what, std::string_view o
 }
 
 void checkListedTensor(const Tensor& tensor, size_t index, std::string_view op, int rank) {
-  const bool fine = tensor.device().isCpu() && tensor.isContiguous() &&
-                    (tensor.data() != nullptr || tensor.numel() == 0);
+  const bool fine = tensor.isContiguous() && (tensor.data() != nullptr || tensor.numel() == 0);
   if (!fine)
     checkTensor(tensor, concat("tensor ", index), op, rank);
 }

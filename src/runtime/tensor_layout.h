@@ -15,7 +15,8 @@
 
 namespace chorus::detail {
 
-// Throws InvalidArgumentError / UnsupportedError unless `tensor` is a contiguous CPU tensor.
+// Throws InvalidArgumentError unless `tensor` is contiguous with data (host or CUDA memory: the
+// caller routes CUDA tensors with deviceOf, communicator_device.h).
 // `what` names it in the message ("input", "tensor 2"), `op` the operation, `rank` this rank.
 void checkTensor(const Tensor& tensor, std::string_view what, std::string_view op, int rank);
 // checkTensor for item `index` of a list ("tensor 2"); formats the name only for the message.

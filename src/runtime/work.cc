@@ -17,6 +17,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
 
 bool Work::waitFor(std::chrono::milliseconds timeout) {
   const bool unbounded = timeout < std::chrono::milliseconds::zero();
+  beforeWait();
   if (unbounded)
     runIfNext();
   std::unique_lock lock(mutex_);

@@ -40,6 +40,11 @@ const std::string& gpuMissingReason() {
   return reason;
 }
 
+void becomeOwnNcclHost(int rank) {
+  setenv("NCCL_HOSTID", ("chorus-test-rank-" + std::to_string(rank)).c_str(), 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+}
+
 void forkGpuRanks(int size, const GpuRankFunction& fn, const RankOptions& options) {
   const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::filesystem::path folder =
@@ -52,8 +57,7 @@ void forkGpuRanks(int size, const GpuRankFunction& fn, const RankOptions& option
   const auto statuses = forkRanks(
       size,
       [&](Communicator& comm) {
-        setenv("NCCL_HOSTID", ("chorus-test-rank-" + std::to_string(comm.rank())).c_str(), 1);
-        setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+        becomeOwnNcclHost(comm.rank());
         backend::BackendOptions nccl;
         nccl.name = "nccl";
         nccl.rank = comm.rank();

@@ -29,6 +29,10 @@ const std::string& gpuMissingReason();
       GTEST_SKIP() << "needs an NVIDIA GPU: " << ::chorus::testing::gpuMissingReason(); \
   } while (0)
 
+// Makes this process an NCCL host of its own (NCCL_HOSTID from `rank`, NCCL_SOCKET_IFNAME=lo),
+// so that ranks in several processes may share one GPU. Call before NCCL starts in the process.
+void becomeOwnNcclHost(int rank);
+
 // What each GPU rank gets: BackendOptions for an nccl backend of all ranks on GPU 0 (a FileStore
 // shared by the ranks carries NCCL's unique id), and its rank and size.
 using GpuRankFunction = std::function<void(const backend::BackendOptions& options)>;

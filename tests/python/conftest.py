@@ -18,6 +18,15 @@ import chorus.distributed as dist  # noqa: E402
 # Two cores are shared by all ranks: keep torch's own thread pool out of the way.
 torch.set_num_threads(1)
 
+# The shared-GPU switch (issue 18): ranks that share a GPU need NCCL to see each one as a host of
+# its own, talking over loopback sockets; set before NCCL starts (the first CUDA collective).
+# CHORUS_TEST_SHARED_GPU=1 forces it; it is on by itself when there are fewer GPUs than ranks.
+if torch.cuda.is_available() and (
+        os.environ.get("CHORUS_TEST_SHARED_GPU") == "1"
+        or torch.cuda.device_count() < int(os.environ.get("CHORUS_LOCAL_SIZE", "1"))):
+    os.environ.setdefault("NCCL_HOSTID", "chorus-test-rank-" + os.environ.get("CHORUS_RANK", "0"))
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+
 
 @pytest.fixture(scope="session")
 def comm():

@@ -8,6 +8,7 @@ computed here with NumPy from those closed forms, never with chorus.
 import numpy as np
 import torch
 
+import chorus
 import chorus.distributed as dist
 
 # Element types chorus moves. bfloat16 exists in torch only.
@@ -15,7 +16,10 @@ NP_DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int32", "int64",
 TORCH_DTYPES = NP_DTYPES + ["bfloat16"]
 FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64"}
 INT_DTYPES = {"int8", "uint8", "int32", "int64"}
-KINDS = ["numpy", "torch"]
+# "torch_cuda": torch tensors on this rank's GPU, in the grid where the machine has a GPU and this
+# chorus a GPU backend (see cuda_device and conftest.py's shared-GPU switch).
+CUDA = torch.cuda.is_available() and chorus._chorus.gpu_backend
+KINDS = ["numpy", "torch"] + (["torch_cuda"] if CUDA else [])
 ARITH_OPS = ["sum", "prod", "min", "max", "avg"]
 BIT_OPS = ["band", "bor", "bxor"]
 ALL_OPS = ARITH_OPS + BIT_OPS
@@ -26,12 +30,17 @@ def rank_size():
     return comm.rank, comm.size
 
 
+def cuda_device():
+    """This rank's GPU: local rank modulo the GPUs this process sees."""
+    return torch.device("cuda", dist.get_config().local_rank % torch.cuda.device_count())
+
+
 def kind_dtype_cases(dtypes=None, kinds=KINDS):
-    """(kind, dtype) pairs; bfloat16 only for torch."""
+    """(kind, dtype) pairs; bfloat16 only for torch (CPU or CUDA)."""
     cases = []
     for kind in kinds:
         for dtype in dtypes or TORCH_DTYPES:
-            if dtype == "bfloat16" and kind != "torch":
+            if dtype == "bfloat16" and not kind.startswith("torch"):
                 continue
             cases.append((kind, dtype))
     return cases
@@ -41,7 +50,10 @@ def case_id(case):
     return "-".join(str(part) for part in case)
 
 
-def op_valid(op, dtype):
+def op_valid(op, dtype, kind="numpy"):
+    if op in BIT_OPS and kind == "torch_cuda":
+        # NCCL has no bitwise reductions: bool band/bor only (the rest is UnsupportedError).
+        return dtype == "bool" and op != "bxor"
     if op in BIT_OPS:
         return dtype in INT_DTYPES or dtype == "bool"
     if op == "avg":
@@ -70,10 +82,12 @@ def torch_dtype(dtype):
 
 
 def make(kind, vals, dtype):
-    """An array of `kind` ("numpy" / "torch") and `dtype` holding `vals`."""
+    """An array of `kind` ("numpy" / "torch" / "torch_cuda") and `dtype` holding `vals`."""
     vals = np.asarray(vals)
     if kind == "numpy":
         return np.ascontiguousarray(vals.astype(dtype))
+    if kind == "torch_cuda":
+        return make("torch", vals, dtype).to(cuda_device())
     if dtype == "bfloat16":
         return torch.from_numpy(vals.astype(np.float32)).to(torch.bfloat16)
     return torch.from_numpy(vals.astype(dtype).copy())
@@ -149,6 +163,8 @@ def check_result(result, kind, dtype, expected, rtol=0.0):
         assert isinstance(result, np.ndarray), f"expected np.ndarray, got {type(result)}"
     else:
         assert isinstance(result, torch.Tensor), f"expected torch.Tensor, got {type(result)}"
+        expected_device = cuda_device() if kind == "torch_cuda" else torch.device("cpu")
+        assert result.device == expected_device, f"device {result.device} != {expected_device}"
     assert dtype_name(result) == dtype, f"dtype {dtype_name(result)} != {dtype}"
     expected = np.asarray(expected)
     assert tuple(result.shape) == expected.shape, f"shape {tuple(result.shape)} != {expected.shape}"

@@ -13,7 +13,7 @@ from helpers import (ALL_OPS, avg_rtol, case_id, check_result, kind_dtype_cases,
                      values)
 
 CASES = [(kind, dtype, op) for kind, dtype in kind_dtype_cases() for op in ALL_OPS
-         if op_valid(op, dtype)]
+         if op_valid(op, dtype, kind)]
 
 
 def run_allreduce(rank, size, kind, dtype, op, shape):

@@ -320,6 +320,15 @@ void NcclBackend::copy(void* to, const void* from, size_t bytes) {
                 "cudaMemcpyAsync");
 }
 
+void NcclBackend::copyRows(
+    void* to, size_t toPitch, const void* from, size_t fromPitch, size_t rowBytes, size_t rows) {
+  if (rowBytes == 0 || rows == 0)
+    return;
+  checkCudaHere(cudaMemcpy2DAsync(to, toPitch, from, fromPitch, rowBytes, rows,
+                                  cudaMemcpyDeviceToDevice, stream_),
+                "cudaMemcpy2DAsync");
+}
+
 void* NcclBackend::scratch(size_t bytes) {
   if (bytes > scratchBytes_) {
     // Stream-ordered: the old buffer is freed after the work already queued on it.

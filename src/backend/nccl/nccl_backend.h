@@ -93,6 +93,12 @@ class NcclBackend final : public Backend, public DeviceBackend {
       const DeviceCallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const DeviceCallContext& call, void* data, size_t bytes, int peer, int tag) override;
   void copy(void* to, const void* from, size_t bytes) override;
+  void copyRows(void* to,
+                size_t toPitch,
+                const void* from,
+                size_t fromPitch,
+                size_t rowBytes,
+                size_t rows) override;
   void* scratch(size_t bytes) override;
   std::shared_ptr<DeviceCompletion> recordEnd() override;
 

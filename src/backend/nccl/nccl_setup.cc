@@ -4,6 +4,7 @@
 #include "backend/nccl/cuda_device.h"
 #include "backend/nccl/nccl_backend.h"
 #include "backend/nccl/nccl_bootstrap.h"
+#include "backend/nccl/nccl_status.h"
 #include "chorus/error.h"
 #include "core/check.h"
 
@@ -17,19 +18,23 @@ std::unique_ptr<Backend> createNcclBackend(const BackendOptions& options) {
   };
   const int me = worldRankOf(options.rank);
   requireDevice(options.device, me, "backend 'nccl'");
-  if (options.store == nullptr) {
+  ncclUniqueId id{};
+  if (options.size == 1) {
+    checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", me);  // nobody to share it with
+  } else if (options.store == nullptr) {
     throw UnsupportedError(detail::concat(
         "rank ", me,
         " (this process): backend 'nccl' finds its members through chorusrun's "
         "store, and this job has none (started by mpirun?): start it with chorusrun; the "
         "exchange through MPI is not written yet"));
+  } else {
+    id = shareUniqueId({.store = options.store.get(),
+                        .key = "nccl/unique_id",
+                        .rank = options.rank,
+                        .worldRank = me,
+                        .rootWorldRank = worldRankOf(0),
+                        .deadline = options.deadline});
   }
-  const ncclUniqueId id = shareUniqueId({.store = options.store.get(),
-                                         .key = "nccl/unique_id",
-                                         .rank = options.rank,
-                                         .worldRank = me,
-                                         .rootWorldRank = worldRankOf(0),
-                                         .deadline = options.deadline});
   auto comm = NcclCommunicator::create(id, {.rank = options.rank,
                                             .size = options.size,
                                             .device = options.device,

@@ -1,0 +1,57 @@
+// The Work of a collective on CUDA tensors: see device_work.h.
+#include "runtime/device_work.h"
+
+#include "chorus/stream.h"
+#include "core/check.h"
+
+namespace chorus::detail {
+
+DeviceWork::DeviceWork(int worldRank,
+                       const Fingerprint& fingerprint,
+                       std::shared_ptr<backend::DeviceCompletion> completion,
+                       std::exception_ptr error)
+    : worldRank_(worldRank), fingerprint_(fingerprint), completion_(std::move(completion)) {
+  if (error || completion_ == nullptr)
+    finish(error);
+}
+
+void DeviceWork::beforeWait() noexcept {
+  if (Work::isCompleted())
+    return;
+  try {
+    completion_->orderBefore(currentStream());
+    finish();
+  } catch (...) {
+    finish(std::current_exception());
+  }
+}
+
+bool DeviceWork::isCompleted() const {
+  if (completion_ == nullptr || exception() != nullptr)
+    return true;
+  try {
+    return completion_->isCompleted();
+  } catch (...) {
+    // The collective failed: the Work is complete, with the error (finish is idempotent).
+    const_cast<DeviceWork*>(this)->finish(std::current_exception());
+    return true;
+  }
+}
+
+void DeviceWork::synchronize(Deadline deadline) {
+  if (completion_ != nullptr) {
+    try {
+      completion_->synchronize(deadline);
+    } catch (...) {
+      finish(std::current_exception());
+      throw;
+    }
+  }
+  wait();  // completes the Work (orders the current stream, a no-op after the host wait)
+}
+
+std::string DeviceWork::describe() const {
+  return concat("rank ", worldRank_, ": ", fingerprint_.describe(), " on CUDA");
+}
+
+}  // namespace chorus::detail

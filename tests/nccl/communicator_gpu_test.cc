@@ -1,0 +1,89 @@
+// CUDA tensors through the Communicator (runtime/communicator_device.h): one communicator runs
+// host tensors on its host backend and CUDA tensors on nccl, results are safe on the caller's
+// stream after wait() with no host wait, lists are fused, and concatenation along an inner axis
+// is interleaved on the device. Ranks are processes sharing one GPU (gpu_ranks.h); the tests skip
+// on a machine without a GPU.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "gpu_ranks.h"
+#include "runtime/device_work.h"
+
+namespace chorus {
+namespace {
+
+using testing::becomeOwnNcclHost;
+using testing::forkRanks;
+
+// A float32 CUDA tensor of `shape` holding `values`, freed with the object.
+class CudaTensor {
+ public:
+  CudaTensor(const std::vector<float>& values, std::vector<int64_t> shape)
+      : count_(values.size()), shape_(std::move(shape)) {
+    EXPECT_EQ(cudaMalloc(&data_, std::max<size_t>(1, count_) * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, values.data(), count_ * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ~CudaTensor() { cudaFree(data_); }
+  Tensor tensor() const { return Tensor(data_, DataType::kFloat32, shape_, Device::cuda(0)); }
+  // Read on the legacy default stream, the current stream of these tests: ordered after wait().
+  std::vector<float> read() const {
+    std::vector<float> values(count_);
+    EXPECT_EQ(cudaMemcpy(values.data(), data_, count_ * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return values;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t count_;
+  std::vector<int64_t> shape_;
+};
+
+TEST(CommunicatorGpu, HostAndCudaTensorsShareOneCommunicator) {
+  CHORUS_SKIP_WITHOUT_GPU();
+  testing::expectAllSucceeded(forkRanks(3, [](Communicator& comm) {
+    becomeOwnNcclHost(comm.rank());
+    const float r = static_cast<float>(comm.rank());
+    CudaTensor a({r, r + 1}, {2}), b({10 * r}, {1});
+    comm.allreduce({a.tensor(), b.tensor()})->wait();  // fused: one NCCL allreduce
+    EXPECT_EQ(a.read(), (std::vector<float>{0 + 1 + 2, 1 + 2 + 3}));
+    EXPECT_EQ(b.read(), (std::vector<float>{30}));
+    std::vector<float> host = {r};
+    comm.allreduce(Tensor(host.data(), {1}))->wait();  // the host backend, same communicator
+    EXPECT_EQ(host, (std::vector<float>{3}));
+  }));
+}
+
+TEST(CommunicatorGpu, AllgatherAlongAnInnerAxisInterleavesOnTheDevice) {
+  CHORUS_SKIP_WITHOUT_GPU();
+  testing::expectAllSucceeded(forkRanks(2, [](Communicator& comm) {
+    becomeOwnNcclHost(comm.rank());
+    const float r = static_cast<float>(comm.rank());
+    // A 2 x 2 input per rank; along axis 1 the output's row i is rank 0's row i, rank 1's row i.
+    CudaTensor in({10 * r, 10 * r + 1, 10 * r + 2, 10 * r + 3}, {2, 2});
+    CudaTensor out(std::vector<float>(8, -1), {2, 4});
+    comm.allgather(in.tensor(), out.tensor(), 1)->wait();
+    EXPECT_EQ(out.read(), (std::vector<float>{0, 1, 10, 11, 2, 3, 12, 13}));
+  }));
+}
+
+TEST(CommunicatorGpu, AnAsyncHandleReportsCompletionFromTheDevice) {
+  CHORUS_SKIP_WITHOUT_GPU();
+  testing::expectAllSucceeded(forkRanks(2, [](Communicator& comm) {
+    becomeOwnNcclHost(comm.rank());
+    CudaTensor data(std::vector<float>(1 << 20, 1.0f), {1 << 20});
+    auto work = comm.allreduce(data.tensor(), ReduceOp::kAvg);
+    auto* device = dynamic_cast<detail::DeviceWork*>(work.get());
+    ASSERT_NE(device, nullptr) << "a CUDA collective did not return a DeviceWork";
+    device->synchronize(Deadline::after(std::chrono::seconds(60)));
+    EXPECT_TRUE(work->isCompleted());
+    EXPECT_EQ(data.read(), std::vector<float>(1 << 20, 1.0f));
+  }));
+}
+
+}  // namespace
+}  // namespace chorus

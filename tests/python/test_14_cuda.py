@@ -1,0 +1,56 @@
+"""CUDA tensors (issue 18): what the grids of test_02 to test_05 do not show on their "torch_cuda"
+kind. The order of a collective after a slow producer on torch's current stream, an async handle,
+NCCL's missing bitwise reductions, and host and CUDA tensors mixed in one call. The whole module
+skips on a machine without a GPU or with a chorus built without NCCL.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import chorus
+from helpers import CUDA, cuda_device
+
+pytestmark = pytest.mark.skipif(not CUDA, reason="needs a CUDA device and chorus built with NCCL")
+
+
+def test_a_slow_producer_is_waited_for_and_the_result_is_ready_on_the_stream(rank, size):
+    device = cuda_device()
+    x = torch.zeros(1 << 20, device=device)
+    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time on torch's current stream, then:
+    x.fill_(rank + 1)               # the producer's write, still queued when allreduce is called
+    y = chorus.allreduce(x)         # no host wait inside; y is ready on the current stream
+    assert y.device == device
+    z = y * 2                       # consumed on the current stream right away
+    expected = 2.0 * size * (size + 1) / 2
+    assert torch.all(z == expected).item(), f"got {z[:4].tolist()}, expected {expected}"
+
+
+def test_an_async_handle_returns_the_result_on_wait(rank, size):
+    x = torch.full((1000,), float(rank), device=cuda_device())
+    work = chorus.allreduce(x, "max", async_op=True)
+    y = work.wait()
+    assert torch.all(y == size - 1).item()
+    torch.cuda.synchronize()
+    assert work.is_completed()
+
+
+def test_bitwise_reductions_nccl_lacks_are_a_clear_error(rank, size):
+    x = torch.ones(4, dtype=torch.int32, device=cuda_device())
+    with pytest.raises(chorus.UnsupportedError, match="NCCL has no bitwise reductions"):
+        chorus.allreduce(x, "bxor")
+
+
+def test_host_and_cuda_tensors_in_one_call_are_a_value_error(rank, size):
+    with pytest.raises(ValueError, match="mixes host and CUDA tensors"):
+        chorus.allreduce([torch.ones(2), torch.ones(2, device=cuda_device())])
+    chorus.barrier()  # the communicator still works
+
+
+def test_results_keep_kind_dtype_and_device(rank, size):
+    for dtype in (torch.float16, torch.bfloat16, torch.int64):
+        x = torch.full((3, 2), rank, dtype=dtype, device=cuda_device())
+        y = chorus.allgather(x, axis=1)
+        assert (y.dtype, y.device, tuple(y.shape)) == (dtype, x.device, (3, 2 * size))
+        expected = np.repeat(np.arange(size), 2)
+        assert np.array_equal(y[0].cpu().to(torch.float64).numpy(), expected)
