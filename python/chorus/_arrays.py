@@ -79,6 +79,11 @@ class Buffer:
         return tuple(self.array.shape)
 
     @property
+    def cuda(self):
+        """Whether the array is a CUDA tensor (its copies are torch's, on the current stream)."""
+        return self.torch and self.array.is_cuda
+
+    @property
     def is_copy(self):
         return self.array is not self.original
 

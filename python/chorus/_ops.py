@@ -143,6 +143,10 @@ def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False):
     if inplace:
         ins, outs = [], None
         out_caps = [b.capsule() for b in bufs]
+    elif any(b.cuda for b in bufs):
+        # CUDA: torch copies the input on the current stream, which the collective follows.
+        ins, outs = [], [b.array.clone() for b in bufs]
+        out_caps = [b.like(o).capsule() for o, b in zip(outs, bufs)]
     else:
         ins = [b.capsule() for b in bufs]
         outs = [b.empty(b.shape) for b in bufs]
@@ -173,6 +177,9 @@ def _rooted(collective, x, root, op, rank_list, async_op, inplace):
     for b in bufs:
         if inplace:
             out, in_cap, out_cap = b.array, None, b.capsule()
+        elif b.cuda:  # torch copies on the current stream, which the collective follows
+            out, in_cap = b.array.clone(), None
+            out_cap = b.like(out).capsule()
         else:
             out = b.empty(b.shape)
             in_cap = b.capsule() if (not is_broadcast or comm.rank == group_root) else None

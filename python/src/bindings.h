@@ -32,7 +32,11 @@ void bindZero(py::module_& module);
 
 // A Tensor viewing the DLPack capsule `capsule` (which must stay alive while the view is used).
 // A non-empty `dtype` replaces the exported element type (bool arrives as uint8 of equal size).
+// Host or CUDA memory: the collectives route CUDA tensors themselves.
 Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype);
+// tensorFromCapsule for what reads the memory on the host (optimizers, ZeRO): UnsupportedError
+// naming `what` for a CUDA tensor.
+Tensor hostTensorFromCapsule(py::handle capsule, const std::string& dtype, const char* what);
 
 // A DLPack capsule of `view` that keeps `owner` (the memory under the view) alive until the
 // consumer (e.g. torch.utils.dlpack.from_dlpack) drops the tensor, or until the capsule dies

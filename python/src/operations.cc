@@ -28,6 +28,8 @@ void copyTensor(const Tensor& from, const Tensor& to) {
                         to.describe() + " of different sizes");
   if (from.data() == to.data() || from.nbytes() == 0)
     return;
+  if (!from.device().isCpu() || !to.device().isCpu())  // the package copies CUDA tensors itself
+    throw InternalError("internal: host copy asked for a " + from.device().toString() + " tensor");
   if (to.nbytes() >= kHugePageThreshold)
     adviseHugePages(to.data(), to.nbytes());
   std::memcpy(to.data(), from.data(), from.nbytes());
@@ -184,6 +186,15 @@ Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype) {
   if (dataTypeSize(real) != tensor.elementSize())
     throw InternalError("internal: dtype override " + dtype + " has another element size");
   return Tensor(tensor.data(), real, tensor.shape(), tensor.strides(), tensor.device());
+}
+
+Tensor hostTensorFromCapsule(py::handle capsule, const std::string& dtype, const char* what) {
+  Tensor tensor = tensorFromCapsule(capsule, dtype);
+  if (!tensor.device().isCpu()) {
+    throw UnsupportedError(std::string(what) + " takes tensors in host memory, not " +
+                           tensor.device().toString() + " tensors (move them with .cpu())");
+  }
+  return tensor;
 }
 
 void bindOperations(py::module_& module) {
