@@ -16,40 +16,21 @@ namespace chorus {
 namespace {
 
 using testing::becomeOwnNcclHost;
+using testing::DeviceArray;
 using testing::forkRanks;
 
-// A float32 CUDA tensor of `shape` holding `values`, freed with the object.
-class CudaTensor {
- public:
-  CudaTensor(const std::vector<float>& values, std::vector<int64_t> shape)
-      : count_(values.size()), shape_(std::move(shape)) {
-    EXPECT_EQ(cudaMalloc(&data_, std::max<size_t>(1, count_) * sizeof(float)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data_, values.data(), count_ * sizeof(float), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  ~CudaTensor() { cudaFree(data_); }
-  Tensor tensor() const { return Tensor(data_, DataType::kFloat32, shape_, Device::cuda(0)); }
-  // Read on the legacy default stream, the current stream of these tests: ordered after wait().
-  std::vector<float> read() const {
-    std::vector<float> values(count_);
-    EXPECT_EQ(cudaMemcpy(values.data(), data_, count_ * sizeof(float), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return values;
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t count_;
-  std::vector<int64_t> shape_;
-};
+// A float32 view of `array` on cuda:0.
+Tensor onGpu(const DeviceArray<float>& array, std::vector<int64_t> shape) {
+  return Tensor(array.get(), DataType::kFloat32, std::move(shape), Device::cuda(0));
+}
 
 TEST(CommunicatorGpu, HostAndCudaTensorsShareOneCommunicator) {
   CHORUS_SKIP_WITHOUT_GPU();
   testing::expectAllSucceeded(forkRanks(3, [](Communicator& comm) {
     becomeOwnNcclHost(comm.rank());
     const float r = static_cast<float>(comm.rank());
-    CudaTensor a({r, r + 1}, {2}), b({10 * r}, {1});
-    comm.allreduce({a.tensor(), b.tensor()})->wait();  // fused: one NCCL allreduce
+    DeviceArray<float> a(std::vector<float>{r, r + 1}), b(std::vector<float>{10 * r});
+    comm.allreduce({onGpu(a, {2}), onGpu(b, {1})})->wait();  // fused: one NCCL allreduce
     EXPECT_EQ(a.read(), (std::vector<float>{0 + 1 + 2, 1 + 2 + 3}));
     EXPECT_EQ(b.read(), (std::vector<float>{30}));
     std::vector<float> host = {r};
@@ -64,9 +45,9 @@ TEST(CommunicatorGpu, AllgatherAlongAnInnerAxisInterleavesOnTheDevice) {
     becomeOwnNcclHost(comm.rank());
     const float r = static_cast<float>(comm.rank());
     // A 2 x 2 input per rank; along axis 1 the output's row i is rank 0's row i, rank 1's row i.
-    CudaTensor in({10 * r, 10 * r + 1, 10 * r + 2, 10 * r + 3}, {2, 2});
-    CudaTensor out(std::vector<float>(8, -1), {2, 4});
-    comm.allgather(in.tensor(), out.tensor(), 1)->wait();
+    DeviceArray<float> in(std::vector<float>{10 * r, 10 * r + 1, 10 * r + 2, 10 * r + 3});
+    DeviceArray<float> out(std::vector<float>(8, -1));
+    comm.allgather(onGpu(in, {2, 2}), onGpu(out, {2, 4}), 1)->wait();
     EXPECT_EQ(out.read(), (std::vector<float>{0, 1, 10, 11, 2, 3, 12, 13}));
   }));
 }
@@ -75,8 +56,8 @@ TEST(CommunicatorGpu, AnAsyncHandleReportsCompletionFromTheDevice) {
   CHORUS_SKIP_WITHOUT_GPU();
   testing::expectAllSucceeded(forkRanks(2, [](Communicator& comm) {
     becomeOwnNcclHost(comm.rank());
-    CudaTensor data(std::vector<float>(1 << 20, 1.0f), {1 << 20});
-    auto work = comm.allreduce(data.tensor(), ReduceOp::kAvg);
+    DeviceArray<float> data(std::vector<float>(1 << 20, 1.0f));
+    auto work = comm.allreduce(onGpu(data, {1 << 20}), ReduceOp::kAvg);
     auto* device = dynamic_cast<detail::DeviceWork*>(work.get());
     ASSERT_NE(device, nullptr) << "a CUDA collective did not return a DeviceWork";
     device->synchronize(Deadline::after(std::chrono::seconds(60)));

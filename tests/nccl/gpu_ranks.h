@@ -9,15 +9,45 @@
 // So the test process itself never touches CUDA: gpuMissingReason() asks in a child.
 #pragma once
 
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/options.h"
 #include "harness/run_ranks.h"
 #include "store/store.h"
 
 namespace chorus::testing {
+
+// Device memory holding `values`, copied back by read(); read() uses the legacy default
+// stream, so it follows a collective that wait() ordered before that stream.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& values) : count_(values.size()) {
+    EXPECT_EQ(cudaMalloc(&data_, std::max<size_t>(1, count_) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, values.data(), count_ * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  explicit DeviceArray(size_t count) : DeviceArray(std::vector<T>(count, T{})) {}
+  ~DeviceArray() { cudaFree(data_); }
+  T* get() const { return static_cast<T*>(data_); }
+  std::vector<T> read() const {
+    std::vector<T> values(count_);
+    EXPECT_EQ(cudaMemcpy(values.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return values;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t count_;
+};
 
 // Empty when this machine has a usable GPU; else why not (CUDA's words). Asked once, in a child.
 const std::string& gpuMissingReason();

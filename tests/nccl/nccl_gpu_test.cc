@@ -18,33 +18,10 @@ namespace chorus::backend::nccl {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::DeviceArray;
 using testing::forkGpuRanks;
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
-
-// Device memory holding `values`, copied back by read().
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& values) : count_(values.size()) {
-    EXPECT_EQ(cudaMalloc(&data_, std::max<size_t>(1, count_) * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data_, values.data(), count_ * sizeof(T), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  explicit DeviceArray(size_t count) : DeviceArray(std::vector<T>(count, T{})) {}
-  ~DeviceArray() { cudaFree(data_); }
-  T* get() const { return static_cast<T*>(data_); }
-  std::vector<T> read() const {
-    std::vector<T> values(count_);
-    EXPECT_EQ(cudaMemcpy(values.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return values;
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t count_;
-};
 
 DeviceCallContext callOf(Collective collective) {
   DeviceCallContext call;

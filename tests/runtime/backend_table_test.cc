@@ -111,6 +111,7 @@ TEST(BackendTable, NcclInABuildWithoutNcclSaysHowToGetIt) {
 TEST(BackendTable, NcclIsListedWhereTheBuildHasIt) {
   try {
     backend::createBackend(twoRanks("no-such-backend"));
+    FAIL() << "an unknown backend was accepted";
   } catch (const InvalidArgumentError& error) {
     const bool listed = std::string(error.what()).find(", nccl") != std::string::npos;
     EXPECT_EQ(listed, backend::nccl::available()) << error.what();

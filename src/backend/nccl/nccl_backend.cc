@@ -2,8 +2,8 @@
 #include "backend/nccl/nccl_backend.h"
 
 #include <chrono>
-#include <thread>
 
+#include "backend/nccl/backoff.h"
 #include "backend/nccl/nccl_status.h"
 #include "backend/nccl/nccl_types.h"
 #include "chorus/error.h"
@@ -60,8 +60,8 @@ class NcclCompletion final : public DeviceCompletion {
 
   void synchronize(Deadline deadline) override {
     // Polled, not cudaEventSynchronize: NCCL errors and aborts must end the wait, and so must the
-    // deadline. Backs off to 100 us: a collective's end is usually microseconds away.
-    auto pause = std::chrono::microseconds(1);
+    // deadline. Pauses of at most 100 us: a collective's end is usually microseconds away.
+    Backoff backoff(std::chrono::microseconds(100));
     while (!isCompleted()) {
       if (deadline.expired()) {
         state_->fail(std::make_exception_ptr(TimeoutError(detail::concat(
@@ -71,11 +71,7 @@ class NcclCompletion final : public DeviceCompletion {
             "have stopped calling, or called a different collective"))));
         state_->throwIfFailed();
       }
-      if (pause.count() < 8)
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(100));
+      backoff.pause();
     }
   }
 

@@ -4,8 +4,8 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
-#include <thread>
 
+#include "backend/nccl/backoff.h"
 #include "backend/nccl/nccl_status.h"
 #include "chorus/error.h"
 #include "core/check.h"
@@ -13,20 +13,16 @@
 namespace chorus::backend::nccl {
 namespace {
 
-// NCCL has no way to wait for a non-blocking call's setup other than asking: ask at once, then
-// back off to 1 ms between questions (setup takes milliseconds to seconds).
+// NCCL has no way to wait for a non-blocking call's setup other than asking (setup takes
+// milliseconds to seconds): ask, pausing up to 1 ms between questions.
 template <typename Ask>
 ncclResult_t pollWhileInProgress(Ask ask, Deadline deadline) {
-  auto pause = std::chrono::microseconds(1);
+  Backoff backoff(std::chrono::microseconds(1000));
   for (;;) {
     const ncclResult_t state = ask();
     if (state != ncclInProgress || deadline.expired())
       return state;
-    if (pause.count() < 8)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    backoff.pause();
   }
 }
 
