@@ -23,7 +23,7 @@
 //  - Collectives on CUDA tensors return a DeviceWork (chorus/stream.h): it is complete, for wait(),
 //    once the waiting thread's current stream is ordered after the collective (no host wait);
 //    isCompleted() asks the device whether the collective has ended; synchronize() waits for that
-//    on the host.
+//    on the host (for host operations, synchronize() is wait()).
 #pragma once
 
 #include <chrono>
@@ -51,6 +51,11 @@ class Work {
   // True: completed successfully. False: `timeout` passed first. Rethrows the failure.
   bool waitFor(std::chrono::milliseconds timeout);
   virtual bool isCompleted() const;
+  // Blocks the host until the operation's effects are complete where they happen, and rethrows
+  // its failure: wait() for host operations; for collectives on CUDA tensors, until the GPU has
+  // finished them (wait() only orders the current stream after them). Bounded by the operation's
+  // own deadline (CHORUS_TIMEOUT), which the communicator enforces.
+  virtual void synchronize();
   std::exception_ptr exception() const;
   // What this operation is, e.g. "rank 0: allreduce #12 (float32 x 1024, sum)"; built when asked.
   std::string description() const { return describe(); }

@@ -124,6 +124,16 @@ class Buffer:
             np.copyto(self.original, result)
 
 
+def follow_current_stream():
+    """Tells chorus the calling thread's current CUDA stream (torch's), which a DeviceWork's wait()
+    orders after the collective; nothing when no GPU backend or CUDA was never initialized."""
+    if not _chorus.gpu_backend:
+        return
+    torch = _torch()
+    if torch is not None and torch.cuda.is_initialized():
+        _chorus.set_current_stream(torch.cuda.current_stream().cuda_stream)
+
+
 def prepare(x, name="x", writable=False):
     """Wraps `x` as a Buffer. `writable`: the caller's array will be written (inplace=True)."""
     if isinstance(x, np.ndarray):

@@ -21,8 +21,10 @@ class Work:
 
     wait(timeout=None) blocks (the GIL is released) until the operation completes and returns its
     result, or raises its failure; with `timeout` (seconds) it raises chorus.TimeoutError if the
-    operation is still running then (it keeps running and can be waited for again).
-    is_completed() never blocks.
+    operation is still running then (it keeps running and can be waited for again). For CUDA
+    tensors, "completes" means the waiting thread's current stream is ordered after the collective
+    (no host wait); synchronize() also waits on the host until the GPU has finished it.
+    is_completed() never blocks (for CUDA tensors it asks the GPU).
     """
 
     __slots__ = ("_pending", "_finish", "_result", "_done")
@@ -35,6 +37,7 @@ class Work:
 
     def wait(self, timeout=None):
         if not self._done:
+            _arrays.follow_current_stream()  # wait() orders the stream current here and now
             deadline = None if timeout is None else time.monotonic() + timeout
             for p in self._pending:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -49,6 +52,12 @@ class Work:
             self._pending = []
         return self._result
 
+    def synchronize(self):
+        """wait(), then a host wait until the operation is complete on the GPU; the result."""
+        for p in self._pending:
+            p.synchronize()
+        return self.wait()
+
     def is_completed(self):
         return self._done or all(p.is_completed() for p in self._pending)
 
@@ -56,13 +65,21 @@ class Work:
         return f"<chorus.Work {'completed' if self.is_completed() else 'running'}>"
 
 
-def _complete(calls, finish, async_op):
-    """Runs `calls` (each takes the async flag) and returns finish(), or a Work for async_op."""
-    if not async_op:
+def _complete(calls, finish, async_op, synchronize):
+    """Runs `calls` (each takes the async flag) and returns finish(), or a Work for async_op.
+
+    synchronize=True: a blocking call also waits on the host until the operation is complete on
+    the GPU (CUDA tensors); host operations are complete when a blocking call returns anyway."""
+    _check_bool_flag(synchronize, "synchronize")
+    if async_op:
+        return Work([call(True) for call in calls], finish)
+    if synchronize:
         for call in calls:
-            call(False)
+            call(True).synchronize()
         return finish()
-    return Work([call(True) for call in calls], finish)
+    for call in calls:
+        call(False)
+    return finish()
 
 
 def _check_op(op, dtype):
@@ -120,7 +137,7 @@ def _inplace_result(buf):
 # --------------------------------------------------------------------------- reductions
 
 
-def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False):
+def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False):
     """Reduces `x` element-wise across the ranks of the group and returns the result.
 
     A list of arrays (one dtype) is reduced as one fused message and gives a list.
@@ -159,10 +176,10 @@ def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False):
         results = [_inplace_result(b) for b in bufs] if inplace else outs
         return results if _is_list(x) else results[0]
 
-    return _complete([call], finish, async_op)
+    return _complete([call], finish, async_op, synchronize)
 
 
-def _rooted(collective, x, root, op, rank_list, async_op, inplace):
+def _rooted(collective, x, root, op, rank_list, async_op, inplace, synchronize):
     """broadcast and reduce: in place on a copy of x (or on x for inplace=True)."""
     _check_bool_flag(inplace, "inplace")
     items = list(x) if _is_list(x) else [x]
@@ -192,22 +209,22 @@ def _rooted(collective, x, root, op, rank_list, async_op, inplace):
         results = [_inplace_result(b) for b in bufs] if inplace else outs
         return results if _is_list(x) else results[0]
 
-    return _complete(calls, finish, async_op)
+    return _complete(calls, finish, async_op, synchronize)
 
 
-def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False):
+def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchronize=False):
     """Returns root's `x` on every rank of the group (root is a world rank). A list broadcasts
     each item. inplace=True overwrites `x` on non-roots."""
-    return _rooted("broadcast", x, root, None, rank_list, async_op, inplace)
+    return _rooted("broadcast", x, root, None, rank_list, async_op, inplace, synchronize)
 
 
-def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False):
+def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False):
     """Returns the reduction of `x` across the group on `root` (a world rank); other ranks get
     their input back unchanged (a copy of it, or `x` itself with inplace=True)."""
-    return _rooted("reduce", x, root, op, rank_list, async_op, inplace)
+    return _rooted("reduce", x, root, op, rank_list, async_op, inplace, synchronize)
 
 
-def reduce_scatter(x, op="sum", rank_list=None, async_op=False):
+def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=False):
     """Reduces across the group and returns this rank's part of the result.
 
     An array: dimension 0 must be divisible by the group size; returns chunk `rank` along axis 0.
@@ -225,7 +242,7 @@ def reduce_scatter(x, op="sum", rank_list=None, async_op=False):
             _check_op(op, b.dtype)
         if any(b.dtype != first.dtype or b.shape != first.shape or b.torch != first.torch
                for b in bufs):
-            return _reduce_scatter_uneven(comm, bufs, op, async_op)
+            return _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize)
         stacked = _arrays.stack(bufs)
         buf = _arrays.Buffer(stacked, stacked, first.torch, first.dtype)
         out_shape = first.shape
@@ -241,10 +258,10 @@ def reduce_scatter(x, op="sum", rank_list=None, async_op=False):
         return _chorus.out_of_place(comm._native, "reduce_scatter", in_cap, out_cap,
                                     buf.export_dtype, 0, 0, 0, op, is_async)
 
-    return _complete([call], lambda: out, async_op)
+    return _complete([call], lambda: out, async_op, synchronize)
 
 
-def _reduce_scatter_uneven(comm, bufs, op, async_op):
+def _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize):
     """reduce_scatter of items of different shapes: item i is reduced to group rank i."""
     outs, calls = [], []
     for g, b in enumerate(bufs):
@@ -253,13 +270,13 @@ def _reduce_scatter_uneven(comm, bufs, op, async_op):
         outs.append(out)
         calls.append(lambda a, i=in_cap, o=out_cap, r=g, d=b.export_dtype: _chorus.rooted_in_place(
             comm._native, False, i, o, d, r, op, a))
-    return _complete(calls, lambda: outs[comm.rank], async_op)
+    return _complete(calls, lambda: outs[comm.rank], async_op, synchronize)
 
 
 # --------------------------------------------------------------------------- data movement
 
 
-def allgather(x, axis=0, rank_list=None, async_op=False):
+def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False):
     """Concatenates every rank's `x` along `axis` in group-rank order. A list gathers each item."""
     comm = _groups.get(rank_list)
     items = list(x) if _is_list(x) else [x]
@@ -274,10 +291,10 @@ def allgather(x, axis=0, rank_list=None, async_op=False):
         in_cap, out_cap = b.capsule(), b.like(out).capsule()
         calls.append(lambda a, i=in_cap, o=out_cap, d=b.export_dtype, ax=ax: _chorus.out_of_place(
             comm._native, "allgather", i, o, d, 0, ax, 0, "sum", a))
-    return _complete(calls, lambda: outs if _is_list(x) else outs[0], async_op)
+    return _complete(calls, lambda: outs if _is_list(x) else outs[0], async_op, synchronize)
 
 
-def gather(x, root=0, axis=0, rank_list=None, async_op=False):
+def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False):
     """Concatenates every rank's `x` along `axis` on `root` (a world rank) and returns it there.
     Non-root ranks get their input `x` back unchanged (the same object)."""
     b = _arrays.prepare(x)
@@ -296,10 +313,10 @@ def gather(x, root=0, axis=0, rank_list=None, async_op=False):
         return _chorus.out_of_place(comm._native, "gather", in_cap, out_cap, b.export_dtype,
                                     group_root, ax, 0, "sum", is_async)
 
-    return _complete([call], lambda: out if out is not None else x, async_op)
+    return _complete([call], lambda: out if out is not None else x, async_op, synchronize)
 
 
-def scatter(x, root=0, rank_list=None, async_op=False):
+def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False):
     """Splits root's `x` along axis 0 into group-size chunks and returns chunk `rank` on each rank.
 
     Every rank passes an array of the full shape and dtype (root is a world rank); only root's
@@ -317,10 +334,10 @@ def scatter(x, root=0, rank_list=None, async_op=False):
         return _chorus.out_of_place(comm._native, "scatter", in_cap, out_cap, b.export_dtype,
                                     group_root, 0, 0, "sum", is_async)
 
-    return _complete([call], lambda: out, async_op)
+    return _complete([call], lambda: out, async_op, synchronize)
 
 
-def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False):
+def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, synchronize=False):
     """Splits `x` along split_axis into group-size chunks, sends chunk i to group rank i, and
     concatenates what arrives along concat_axis in group-rank order."""
     b = _arrays.prepare(x)
@@ -338,10 +355,10 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False):
         return _chorus.out_of_place(comm._native, "all_to_all", in_cap, out_cap, b.export_dtype,
                                     0, split, concat, "sum", is_async)
 
-    return _complete([call], lambda: out, async_op)
+    return _complete([call], lambda: out, async_op, synchronize)
 
 
-def send(x, peer, tag=0, rank_list=None, async_op=False):
+def send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False):
     """Sends `x` to world rank `peer` (matched by the recv with the same peer and tag)."""
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
@@ -352,10 +369,11 @@ def send(x, peer, tag=0, rank_list=None, async_op=False):
         return _chorus.point_to_point(comm._native, True, cap, b.export_dtype, group_peer,
                                       _tag(tag), is_async)
 
-    return _complete([call], lambda: None, async_op)
+    return _complete([call], lambda: None, async_op, synchronize)
 
 
-def recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, async_op=False):
+def recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, async_op=False,
+         synchronize=False):
     """Receives from world rank `peer` into a new array of `shape` and `dtype` (a name, NumPy
     dtype, or torch dtype, which gives a torch tensor), or into `out` (returned)."""
     comm = _groups.get(rank_list)
@@ -380,7 +398,7 @@ def recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, asy
         return _chorus.point_to_point(comm._native, False, cap, b.export_dtype, group_peer,
                                       _tag(tag), is_async)
 
-    return _complete([call], lambda: _inplace_result(b), async_op)
+    return _complete([call], lambda: _inplace_result(b), async_op, synchronize)
 
 
 def _tag(tag):
@@ -389,10 +407,11 @@ def _tag(tag):
     return tag
 
 
-def barrier(rank_list=None, async_op=False):
+def barrier(rank_list=None, async_op=False, synchronize=False):
     """Returns once every rank of the group has entered it."""
     comm = _groups.get(rank_list)
-    return _complete([lambda a: _chorus.barrier(comm._native, a)], lambda: None, async_op)
+    return _complete([lambda a: _chorus.barrier(comm._native, a)], lambda: None, async_op,
+                     synchronize)
 
 
 OPERATORS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "gather",

@@ -94,6 +94,15 @@ class PendingWork {
       keepAlive_ = py::none();
     return done;
   }
+  // Blocks (GIL released) until the operation's effects are complete where they happen: on the
+  // GPU for CUDA tensors (Work::synchronize). Rethrows the operation's failure.
+  void synchronize() {
+    {
+      py::gil_scoped_release release;
+      work_->synchronize();
+    }
+    keepAlive_ = py::none();
+  }
   bool isCompleted() const { return work_->isCompleted(); }
   std::string description() const { return work_->description(); }
 
@@ -136,6 +145,9 @@ void bindWork(py::module_& module) {
       .def("wait", &PendingWork::wait, py::arg("timeout") = py::none(),
            "Blocks (GIL released) until the operation completes or `timeout` seconds pass; "
            "returns whether it completed and rethrows its failure.")
+      .def("synchronize", &PendingWork::synchronize,
+           "Blocks (GIL released) until the operation is complete on the device that runs it "
+           "(the GPU for CUDA tensors); rethrows its failure.")
       .def("is_completed", &PendingWork::isCompleted)
       .def_property_readonly("description", &PendingWork::description);
 }

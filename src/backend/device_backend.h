@@ -32,6 +32,9 @@
 
 namespace chorus::backend {
 
+class Backend;
+struct BackendOptions;
+
 // A CUDA stream as the layers above pass it: the value of a cudaStream_t (0 is the legacy default
 // stream; the per-thread default stream is cudaStreamPerThread's value, 2).
 using StreamHandle = std::uintptr_t;
@@ -94,6 +97,13 @@ class DeviceBackend {
   // scratch() call; work already enqueued on it is ordered before any later reuse (one stream).
   virtual void* scratch(size_t bytes) = 0;
   virtual std::shared_ptr<DeviceCompletion> recordEnd() = 0;
+
+  // Collective over this backend's members, in call order with its collectives (ncclCommSplit):
+  // the members passing the same `color` >= 0 form a new device backend on the same device, ranked
+  // by `key`, which `options` describes (its rank, size, worldRanks, scope, deadline). A negative
+  // color joins none and gets null. Cheaper than a fresh rendezvous: no id is exchanged, and NCCL
+  // may share the parent's resources. A failure fails this backend too.
+  virtual std::unique_ptr<Backend> split(int color, int key, const BackendOptions& options) = 0;
 };
 
 }  // namespace chorus::backend

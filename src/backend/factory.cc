@@ -2,6 +2,7 @@
 #include "backend/factory.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "backend/algorithmic_backend.h"
@@ -88,7 +89,17 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options) {
   return named->create(options);
 }
 
+namespace {
+std::atomic<DeviceBackendMaker> deviceBackendMakerForTesting{nullptr};
+}  // namespace
+
+void setDeviceBackendMakerForTesting(DeviceBackendMaker maker) {
+  deviceBackendMakerForTesting.store(maker);
+}
+
 std::unique_ptr<Backend> createDeviceBackend(const BackendOptions& options) {
+  if (DeviceBackendMaker maker = deviceBackendMakerForTesting.load())
+    return maker(options);
   if (!nccl::available()) {
     throw UnsupportedError(detail::concat(
         "rank ", options.worldRanks.empty() ? options.rank : options.worldRanks[options.rank],

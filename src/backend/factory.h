@@ -37,4 +37,10 @@ std::unique_ptr<Backend> createBackend(const BackendOptions& options);
 // this build has no GPU backend or this process sees no GPU, saying why.
 std::unique_ptr<Backend> createDeviceBackend(const BackendOptions& options);
 
+// Test hook: makes createDeviceBackend call `maker` instead (null: back to the table), so the
+// runtime's device path (its checks, its watchdog) can be unit-tested with a fake device backend
+// on machines without a GPU. Not for programs.
+using DeviceBackendMaker = std::unique_ptr<Backend> (*)(const BackendOptions& options);
+void setDeviceBackendMakerForTesting(DeviceBackendMaker maker);
+
 }  // namespace chorus::backend

@@ -2,7 +2,9 @@
 // allgather on this communicator (so the split is ordered with the other operations and checked by
 // the fingerprint); ranks with equal color form a group ordered by (key, rank). Groups are numbered
 // by ascending color. The new communicators connect through the store under a scope unique to this
-// split and color.
+// split and color; when the parent already runs CUDA collectives, its NCCL communicator is split
+// too (ncclCommSplit, on every rank of the parent) and the group's collectives on CUDA tensors use
+// that piece instead of a new rendezvous.
 #include <algorithm>
 #include <set>
 
@@ -37,9 +39,6 @@ std::shared_ptr<Communicator> splitCommunicator(Communicator& parent,
               })
       ->wait();
   const uint64_t splitId = state.nextSplitId();
-  if (color < 0)
-    return nullptr;
-
   std::set<int64_t> colors;
   std::vector<std::pair<int64_t, int>> keyed;  // (key, rank) of my color
   for (int r = 0; r < p; ++r) {
@@ -51,10 +50,19 @@ std::shared_ptr<Communicator> splitCommunicator(Communicator& parent,
   std::sort(keyed.begin(), keyed.end());
   std::vector<int> members;
   for (const auto& [memberKey, memberRank] : keyed) members.push_back(memberRank);
-  const int groupId = static_cast<int>(std::distance(colors.begin(), colors.find(color)));
   const std::string scope = concat(state.resources().scope, "/split", splitId, "/color", color);
-  return createGroupCommunicator(state, members, groupId, static_cast<int>(colors.size()), scope,
-                                 backend);
+  // Every rank of the parent takes part in splitting its NCCL communicator, if it has one.
+  const int position = static_cast<int>(
+      std::find(members.begin(), members.end(), state.info().rank) - members.begin());
+  std::unique_ptr<backend::Backend> device = state.splitDevice(color, position, members, scope);
+  if (color < 0)
+    return nullptr;
+  const int groupId = static_cast<int>(std::distance(colors.begin(), colors.find(color)));
+  auto group = createGroupCommunicator(state, members, groupId, static_cast<int>(colors.size()),
+                                       scope, backend);
+  if (device)
+    CommunicatorAccess::state(*group).adoptDeviceBackend(std::move(device));
+  return group;
 }
 
 }  // namespace detail

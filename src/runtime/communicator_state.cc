@@ -11,6 +11,7 @@
 #include "core/error_codec.h"
 #include "core/stall_watch.h"
 #include "runtime/arrival_census.h"
+#include "runtime/device_watchdog.h"
 #include "runtime/device_work.h"
 #include "runtime/group_context.h"
 #include "store/prefix_store.h"
@@ -87,6 +88,7 @@ std::exception_ptr CommunicatorState::inContext(std::exception_ptr error) const 
 }
 
 CommunicatorState::~CommunicatorState() {
+  watchdog_.reset();  // stops watching before anything it would abort goes away
   // Pending operations finish first, then peers are told goodbye.
   queue_.shutdown();
   backend_->close();
@@ -95,20 +97,27 @@ CommunicatorState::~CommunicatorState() {
 }
 
 std::shared_ptr<Work> CommunicatorState::submit(Fingerprint fingerprint, Body body) {
+  return enqueue(fingerprint, std::move(body), /*number=*/true, BlockingCalls::active());
+}
+
+std::shared_ptr<Work> CommunicatorState::enqueue(Fingerprint fingerprint,
+                                                 Body body,
+                                                 bool number,
+                                                 bool mayRunHere) {
   std::shared_ptr<QueuedWork> work;
   OperationQueue::Operation operation;
   bool runHere = false;
   {
     // Numbering and queueing happen under one lock, so the queue's order is the numbers' order.
     std::lock_guard lock(mutex_);
-    if (fingerprint.collective != Collective::kPointToPoint) {
+    if (number && fingerprint.collective != Collective::kPointToPoint) {
       fingerprint.sequence = ++collectiveSequence_;
     }
     work = std::make_shared<QueuedWork>(info_.worldRank, fingerprint, weak_from_this());
     operation = std::make_shared<std::function<void()>>(
         [this, work, fingerprint, body = std::move(body)] { execute(*work, fingerprint, body); });
     work->setOperation(operation);
-    if (BlockingCalls::active())
+    if (mayRunHere)
       runHere = queue_.claimOrPush(operation);
     else
       queue_.push(operation);
@@ -159,9 +168,15 @@ void CommunicatorState::execute(Work& work, const Fingerprint& fingerprint, cons
     body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});
   } catch (...) {
     error = inContext(std::current_exception());
-    std::lock_guard lock(mutex_);
-    if (!failure_)
-      failure_ = error;
+    {
+      std::lock_guard lock(mutex_);
+      if (!failure_)
+        failure_ = error;
+    }
+    // The host backend already failed itself; the device backend must stop too (a failed host
+    // check means its NCCL call may never end).
+    if (backend::Backend* device = publishedDeviceBackend_.load())
+      device->abort(error);
   }
   // The queue is free before anyone learns the work is done (see releaseRunning).
   queue_.releaseRunning();
@@ -205,7 +220,11 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
     const backend::DeviceCallContext call{fingerprint, Deadline::after(timeout)};
     backend->startAfter(currentStream());
     body(*backend, call);
-    return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, backend->recordEnd());
+    std::shared_ptr<backend::DeviceCompletion> completion = backend->recordEnd();
+    std::shared_ptr<Work> check = checkOnHost(fingerprint);
+    watchdog_->watch(completion, check, fingerprint, call.deadline);
+    return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, std::move(completion),
+                                        nullptr, std::move(check));
   } catch (const UnsupportedError&) {
     throw;  // the backend refused the arguments (a reduction NCCL lacks) before sending anything
   } catch (const InvalidArgumentError&) {
@@ -215,15 +234,31 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
   }
 }
 
+std::shared_ptr<Work> CommunicatorState::checkOnHost(const Fingerprint& fingerprint) {
+  if (info_.size == 1 || fingerprint.collective == Collective::kPointToPoint ||
+      backend_->deviceBackend() != nullptr) {
+    return nullptr;
+  }
+  return enqueue(
+      fingerprint, [this](const backend::CallContext& call) { backend_->barrier(call); },
+      /*number=*/false, /*mayRunHere=*/false);
+}
+
 std::shared_ptr<Work> CommunicatorState::failDevice(const Fingerprint& fingerprint,
                                                     std::exception_ptr error) {
-  error = inContext(error);
+  failWith(error);  // peers must hear of it: they are entering the same collective
+  return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, inContext(error));
+}
+
+void CommunicatorState::failWith(std::exception_ptr error) noexcept {
   {
     std::lock_guard lock(mutex_);
     if (!failure_)
-      failure_ = error;
+      failure_ = inContext(error);
   }
-  return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, error);
+  backend_->abort(error);
+  if (backend::Backend* device = publishedDeviceBackend_.load())
+    device->abort(error);
 }
 
 backend::DeviceBackend& CommunicatorState::deviceBackend(int device) {
@@ -236,6 +271,10 @@ backend::DeviceBackend& CommunicatorState::deviceBackend(int device) {
     publishedDeviceBackend_.store(deviceBackend_.get());
     made = deviceBackend_.get();
   }
+  if (!watchdog_) {
+    watchdog_ = std::make_unique<DeviceWatchdog>(
+        info_.worldRank, resources_.store, [this](std::exception_ptr error) { failWith(error); });
+  }
   backend::DeviceBackend& backend = *made->deviceBackend();
   CHORUS_CHECK_ARG(backend.cudaDevice() == device, "rank ", info_.worldRank,
                    " (this process): this communicator runs its CUDA collectives on cuda:",
@@ -243,6 +282,37 @@ backend::DeviceBackend& CommunicatorState::deviceBackend(int device) {
                    "; a communicator serves one GPU per process (move the tensor, or set the "
                    "device before the first CUDA collective)");
   return backend;
+}
+
+std::unique_ptr<backend::Backend> CommunicatorState::splitDevice(int color,
+                                                                 int key,
+                                                                 const std::vector<int>& members,
+                                                                 const std::string& scope) {
+  std::lock_guard deviceLock(deviceMutex_);
+  backend::Backend* made =
+      backend_->deviceBackend() != nullptr ? backend_.get() : deviceBackend_.get();
+  if (made == nullptr)
+    return nullptr;
+  backend::BackendOptions options;
+  options.rank = key;
+  options.size = static_cast<int>(members.size());
+  for (int member : members) options.worldRanks.push_back(info_.worldRanks[member]);
+  options.scope = scope;
+  options.device = made->deviceBackend()->cudaDevice();
+  options.deadline = Deadline::after(timeout());
+  try {
+    return made->deviceBackend()->split(color, key, options);
+  } catch (...) {
+    failWith(std::current_exception());
+    throw;
+  }
+}
+
+void CommunicatorState::adoptDeviceBackend(std::unique_ptr<backend::Backend> device) {
+  std::lock_guard deviceLock(deviceMutex_);
+  CHORUS_ASSERT(deviceBackend_ == nullptr && device != nullptr && device->deviceBackend());
+  deviceBackend_ = std::move(device);
+  publishedDeviceBackend_.store(deviceBackend_.get());
 }
 
 void CommunicatorState::setTimeout(std::chrono::milliseconds timeout) {
@@ -264,14 +334,7 @@ void CommunicatorState::abort(const std::string& why, int failedRank) noexcept {
   } catch (...) {
     reason = std::current_exception();
   }
-  {
-    std::lock_guard lock(mutex_);
-    if (!failure_)
-      failure_ = inContext(reason);
-  }
-  backend_->abort(reason);
-  if (backend::Backend* device = publishedDeviceBackend_.load())
-    device->abort(reason);
+  failWith(reason);
 }
 
 uint64_t CommunicatorState::nextSplitId() {

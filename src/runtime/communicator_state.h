@@ -55,6 +55,24 @@ backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
                                          std::chrono::milliseconds timeout,
                                          const std::string& role);
 
+// Note [Device fingerprint check]
+// NCCL compares nothing: ranks that call different collectives, or the same one with different
+// counts, hang or produce garbage. So every collective on CUDA tensors is also checked on the
+// host: its fingerprint (Note [Collective fingerprint]) joins the host operation queue as a
+// barrier on the communicator's host backend (shm, tcp, mpi: the side channel), stamped with the
+// device call's fingerprint, which every host backend compares across ranks. The check runs on
+// the worker thread while the GPU works, so neither the caller nor the GPU stream waits for it.
+// It ends in a MismatchError naming the field when the calls differ, a TimeoutError naming the
+// ranks that never called, or a PeerError naming a dead one; any of them fails the communicator,
+// which aborts the NCCL communicator, so a mismatched kernel ends instead of hanging, and every
+// later call and wait raises the error. A blocking call returns before its check finished: a
+// mismatch is raised by a later call, by synchronize(), or by wait() of a later Work. Point-to-
+// point calls are not checked (no collective to join), nor are communicators of one rank or with
+// no host backend (backend 'nccl' named on its own). Cost: one host barrier per device
+// collective, off the caller's thread.
+
+class DeviceWatchdog;
+
 class CommunicatorState : public std::enable_shared_from_this<CommunicatorState> {
  public:
   using Body = std::function<void(const backend::CallContext&)>;
@@ -79,13 +97,28 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
 
   // A collective on CUDA tensors of device `device` (Note [Device call order]): on the calling
   // thread, after the communicator's checks, `body` enqueues on the device backend (made at the
-  // first such call, collectively), then the Work is a DeviceWork. A failure completes the Work
-  // with the error and fails the communicator, as submit() does, except that refusals before
-  // anything is sent throw at the call and leave the communicator working: a build or process
-  // without a GPU and arguments the backend cannot serve (UnsupportedError), a tensor on another
-  // GPU (InvalidArgumentError). The device backend checks its arguments before its NCCL call.
-  // Device calls do not wait for host operations still queued: they touch other memory.
+  // first such call, collectively, with its watchdog), then the Work is a DeviceWork that the
+  // watchdog (device_watchdog.h) watches and that carries the call's host check (Note [Device
+  // fingerprint check]). A failure completes the Work with the error and fails the communicator,
+  // as submit() does, except that refusals before anything is sent throw at the call and leave the
+  // communicator working: a build or process without a GPU and arguments the backend cannot serve
+  // (UnsupportedError), a tensor on another GPU (InvalidArgumentError). The device backend checks
+  // its arguments before its NCCL call. Device calls do not wait for host operations still queued:
+  // they touch other memory. Host and device calls issued from several threads at once are
+  // numbered in an order the program does not control, as host calls are.
   std::shared_ptr<Work> submitDevice(Fingerprint fingerprint, int device, const DeviceBody& body);
+
+  // Collective over this communicator (split and rank_list call it on every rank, in call
+  // order): when it has a device backend, splits it (DeviceBackend::split) for the group of
+  // `members` (ranks of this communicator, in the group's order) that this rank joins at position
+  // `key`; color < 0 joins none. Null when there is no device backend yet (the group then makes
+  // its own at its first CUDA collective) or for color < 0.
+  std::unique_ptr<backend::Backend> splitDevice(int color,
+                                                int key,
+                                                const std::vector<int>& members,
+                                                const std::string& scope);
+  // Takes `device` (from a parent's splitDevice) as this communicator's device backend.
+  void adoptDeviceBackend(std::unique_ptr<backend::Backend> device);
 
   void setTimeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const;
@@ -99,7 +132,14 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   OperationQueue& queue() { return queue_; }
 
  private:
+  // Queues `body` as an operation; numbers collectives first when `number` is set.
+  std::shared_ptr<Work> enqueue(Fingerprint fingerprint, Body body, bool number, bool mayRunHere);
   void execute(Work& work, const Fingerprint& fingerprint, const Body& body);
+  // Latches `error` as the communicator's failure (unless one is latched) and aborts its
+  // backends, host and device, with it: peers hear of it, and NCCL's kernels end. Any thread.
+  void failWith(std::exception_ptr error) noexcept;
+  // The host check of a device collective (Note [Device fingerprint check]), or null.
+  std::shared_ptr<Work> checkOnHost(const Fingerprint& fingerprint);
   // The device backend for CUDA device `device`, made at the first call (see submitDevice).
   backend::DeviceBackend& deviceBackend(int device);
   // Latches `error` as the communicator's failure; a DeviceWork failed with it.
@@ -119,6 +159,7 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   std::mutex deviceMutex_;
   std::unique_ptr<backend::Backend> deviceBackend_;
   std::atomic<backend::Backend*> publishedDeviceBackend_{nullptr};
+  std::unique_ptr<DeviceWatchdog> watchdog_;  // made with the device backend
   Workspace staging_;
 
   mutable std::mutex mutex_;

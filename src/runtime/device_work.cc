@@ -9,15 +9,27 @@ namespace chorus::detail {
 DeviceWork::DeviceWork(int worldRank,
                        const Fingerprint& fingerprint,
                        std::shared_ptr<backend::DeviceCompletion> completion,
-                       std::exception_ptr error)
-    : worldRank_(worldRank), fingerprint_(fingerprint), completion_(std::move(completion)) {
+                       std::exception_ptr error,
+                       std::shared_ptr<Work> check)
+    : worldRank_(worldRank),
+      fingerprint_(fingerprint),
+      completion_(std::move(completion)),
+      check_(std::move(check)) {
   if (error || completion_ == nullptr)
     finish(error);
+}
+
+std::exception_ptr DeviceWork::checkFailure() const {
+  return check_ != nullptr && check_->isCompleted() ? check_->exception() : nullptr;
 }
 
 void DeviceWork::beforeWait() noexcept {
   if (Work::isCompleted())
     return;
+  if (std::exception_ptr failed = checkFailure()) {
+    finish(failed);
+    return;
+  }
   try {
     completion_->orderBefore(currentStream());
     finish();
@@ -29,8 +41,12 @@ void DeviceWork::beforeWait() noexcept {
 bool DeviceWork::isCompleted() const {
   if (completion_ == nullptr || exception() != nullptr)
     return true;
+  if (std::exception_ptr failed = checkFailure()) {
+    const_cast<DeviceWork*>(this)->finish(failed);
+    return true;
+  }
   try {
-    return completion_->isCompleted();
+    return completion_->isCompleted() && (check_ == nullptr || check_->isCompleted());
   } catch (...) {
     // The collective failed: the Work is complete, with the error (finish is idempotent).
     const_cast<DeviceWork*>(this)->finish(std::current_exception());
@@ -42,6 +58,8 @@ void DeviceWork::synchronize(Deadline deadline) {
   if (completion_ != nullptr) {
     try {
       completion_->synchronize(deadline);
+      if (check_ != nullptr)
+        check_->wait();  // the check keeps its own deadline
     } catch (...) {
       finish(std::current_exception());
       throw;

@@ -1,7 +1,9 @@
 // DeviceWork: the Work of a collective on CUDA tensors (chorus/work.h, chorus/stream.h). It wraps
-// the backend's DeviceCompletion: wait() orders the waiting thread's current stream after the
-// collective and completes; isCompleted() asks the device; synchronize() waits on the host. A
-// failure seen by any of them completes the Work with that error.
+// the backend's DeviceCompletion and the call's host check (Note [Device fingerprint check] in
+// communicator_state.h): wait() orders the waiting thread's current stream after the collective
+// and completes, without waiting for the check (a check that already failed is raised);
+// isCompleted() is true once both the device and the check are done; synchronize() waits for both
+// on the host. A failure seen by any of them completes the Work with that error.
 #pragma once
 
 #include <memory>
@@ -16,16 +18,20 @@ namespace chorus::detail {
 
 class DeviceWork final : public Work {
  public:
-  // `completion` null: a Work that failed before anything was enqueued, with `error`.
+  // `completion` null: a Work that failed before anything was enqueued, with `error`. `check`:
+  // the call's host check, or null when it has none.
   DeviceWork(int worldRank,
              const Fingerprint& fingerprint,
              std::shared_ptr<backend::DeviceCompletion> completion,
-             std::exception_ptr error = nullptr);
+             std::exception_ptr error = nullptr,
+             std::shared_ptr<Work> check = nullptr);
 
   bool isCompleted() const override;
-  // Blocks the host until the collective ended on the device, or `deadline` (TimeoutError; the
-  // communicator is then aborted). Rethrows the collective's failure.
+  // Blocks the host until the collective ended on the device and its check passed, or `deadline`
+  // (TimeoutError; the communicator is then aborted). Rethrows the collective's failure.
   void synchronize(Deadline deadline);
+  // Until the watchdog or the check ends it, if it does not end by itself.
+  void synchronize() override { synchronize(Deadline::never()); }
 
  protected:
   void beforeWait() noexcept override;
@@ -34,7 +40,11 @@ class DeviceWork final : public Work {
  private:
   const int worldRank_;
   const Fingerprint fingerprint_;
+  // The check's failure, once it failed; null while it runs or after it passed.
+  std::exception_ptr checkFailure() const;
+
   const std::shared_ptr<backend::DeviceCompletion> completion_;
+  const std::shared_ptr<Work> check_;
 };
 
 }  // namespace chorus::detail

@@ -36,6 +36,8 @@ bool Work::isCompleted() const {
   return completed_;
 }
 
+void Work::synchronize() { wait(); }
+
 std::exception_ptr Work::exception() const {
   std::lock_guard lock(mutex_);
   return error_;

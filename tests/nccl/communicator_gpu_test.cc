@@ -5,7 +5,11 @@
 // on a machine without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <string>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -64,6 +68,73 @@ TEST(CommunicatorGpu, AnAsyncHandleReportsCompletionFromTheDevice) {
     EXPECT_TRUE(work->isCompleted());
     EXPECT_EQ(data.read(), std::vector<float>(1 << 20, 1.0f));
   }));
+}
+
+TEST(CommunicatorGpu, GroupsSplitTheWorldsNcclCommunicator) {
+  CHORUS_SKIP_WITHOUT_GPU();
+  testing::expectAllSucceeded(forkRanks(3, [](Communicator& comm) {
+    becomeOwnNcclHost(comm.rank());
+    const float r = static_cast<float>(comm.rank());
+    DeviceArray<float> data(std::vector<float>{r + 1});
+    comm.allreduce(onGpu(data, {1}))->wait();  // the world's NCCL communicator exists now
+    EXPECT_EQ(data.read(), (std::vector<float>{6}));
+    // [[0, 2], [1]]: ncclCommSplit on every rank, then each group reduces its own values.
+    auto group = comm.split(comm.rank() == 1 ? 1 : 0, comm.rank());
+    DeviceArray<float> mine(std::vector<float>{r + 1});
+    group->allreduce(onGpu(mine, {1}))->wait();
+    EXPECT_EQ(mine.read(), (std::vector<float>{comm.rank() == 1 ? 2.0f : 1.0f + 3.0f}));
+  }));
+}
+
+TEST(CommunicatorGpu, MismatchedCallsAreAMismatchErrorNotAHang) {
+  CHORUS_SKIP_WITHOUT_GPU();
+  testing::expectAllSucceeded(forkRanks(2, [](Communicator& comm) {
+    becomeOwnNcclHost(comm.rank());
+    // Rank 1 reduces twice as many elements: NCCL alone would wait for the rest forever.
+    DeviceArray<float> data(std::vector<float>(comm.rank() == 0 ? 1024 : 2048, 1.0f));
+    auto work = comm.allreduce(onGpu(data, {static_cast<int64_t>(comm.rank() == 0 ? 1024 : 2048)}));
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      dynamic_cast<detail::DeviceWork&>(*work).synchronize(
+          Deadline::after(std::chrono::seconds(60)));
+      ADD_FAILURE() << "rank " << comm.rank() << ": a mismatched allreduce went unnoticed";
+    } catch (const MismatchError& e) {
+      EXPECT_NE(std::string(e.what()).find("count"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  }));
+}
+
+TEST(CommunicatorGpu, ARankThatNeverCallsIsNamed) {
+  CHORUS_SKIP_WITHOUT_GPU();
+  testing::RankOptions options;
+  options.timeout = std::chrono::milliseconds(3000);
+  int done[2];  // rank 0 writes a byte once it has its error; rank 1 stays alive until then
+  ASSERT_EQ(pipe(done), 0);
+  testing::expectAllSucceeded(forkRanks(
+      2,
+      [&](Communicator& comm) {
+        becomeOwnNcclHost(comm.rank());
+        DeviceArray<float> data(std::vector<float>(16, 1.0f));
+        comm.allreduce(onGpu(data, {16}))->wait();  // both ranks have an NCCL communicator
+        if (comm.rank() == 1) {
+          pollfd wakeUp{done[0], POLLIN, 0};
+          EXPECT_EQ(poll(&wakeUp, 1, 60'000), 1) << "rank 0 never reported its error";
+          return;
+        }
+        auto work = comm.allreduce(onGpu(data, {16}));
+        try {
+          dynamic_cast<detail::DeviceWork&>(*work).synchronize(
+              Deadline::after(std::chrono::seconds(60)));
+          ADD_FAILURE() << "an allreduce without rank 1 completed";
+        } catch (const TimeoutError& e) {
+          EXPECT_EQ(e.missingRanks(), std::vector<int>{1}) << e.what();
+        }
+        EXPECT_EQ(write(done[1], "x", 1), 1);
+      },
+      options));
+  close(done[0]);
+  close(done[1]);
 }
 
 }  // namespace

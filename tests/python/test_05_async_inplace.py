@@ -5,6 +5,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import chorus
@@ -166,3 +167,22 @@ def test_ctrl_c_interrupts_a_wait_and_leaves_the_operation_running(rank, size, m
 
     result = _late_allreduce(rank, size, interrupted)
     check_result(result, "numpy", "float32", expected_sum(size, (4,), "float32"))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_synchronize_gives_the_result_of_blocking_and_async_calls(rank, size, kind):
+    """synchronize=True (issue 18) waits on the host for the device; on host tensors a blocking
+    call is complete anyway, so it must give the same result, from a call and from a handle."""
+    x = make(kind, values(rank, (4, 3), "float32"), "float32")
+    expected = expected_sum(size, (4, 3), "float32")
+    check_result(chorus.allreduce(x, synchronize=True), kind, "float32", expected)
+    check_result(chorus.allreduce(x, async_op=True).synchronize(), kind, "float32", expected)
+    gathered = chorus.allgather(x, synchronize=True)
+    assert tuple(gathered.shape) == (4 * size, 3)
+
+
+def test_synchronize_must_be_a_bool(rank, size):
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(chorus.InvalidArgumentError, match="synchronize must be True or False"):
+        chorus.allreduce(x, synchronize=1)
+    chorus.barrier()  # refused before anything was sent: the communicator still works

@@ -1,7 +1,7 @@
 """CUDA tensors (issue 18): what the grids of test_02 to test_05 do not show on their "torch_cuda"
 kind. The order of a collective after a slow producer on torch's current stream, an async handle,
-NCCL's missing bitwise reductions, and host and CUDA tensors mixed in one call. The whole module
-skips on a machine without a GPU or with a chorus built without NCCL.
+NCCL's missing bitwise reductions, host and CUDA tensors mixed in one call, and synchronize=True.
+The whole module skips on a machine without a GPU or with a chorus built without NCCL.
 """
 
 import numpy as np
@@ -54,3 +54,26 @@ def test_results_keep_kind_dtype_and_device(rank, size):
         assert (y.dtype, y.device, tuple(y.shape)) == (dtype, x.device, (3, 2 * size))
         expected = np.repeat(np.arange(size), 2)
         assert np.array_equal(y[0].cpu().to(torch.float64).numpy(), expected)
+
+
+def test_a_blocking_call_waits_on_the_host_only_with_synchronize(rank, size):
+    device = cuda_device()
+    x = torch.ones(1 << 20, device=device)
+    stream = torch.cuda.current_stream(device)
+    torch.cuda._sleep(1_000_000_000)  # ~0.5 s of GPU time ahead of the collective
+    y = chorus.allreduce(x)
+    assert not stream.query(), "a blocking call without synchronize=True waited for the GPU"
+    torch.cuda._sleep(1_000_000_000)
+    y = chorus.allreduce(x, synchronize=True)
+    assert stream.query(), "synchronize=True returned before the GPU finished the collective"
+    assert torch.all(y == size).item()
+
+
+def test_an_async_handle_synchronizes_on_the_host(rank, size):
+    device = cuda_device()
+    x = torch.full((1000,), float(rank + 1), device=device)
+    torch.cuda._sleep(200_000_000)
+    work = chorus.allreduce(x, async_op=True)
+    y = work.synchronize()
+    assert work.is_completed()
+    assert torch.all(y == size * (size + 1) / 2).item()

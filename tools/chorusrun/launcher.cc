@@ -18,6 +18,7 @@
 #include "job_token.h"
 #include "rank_environment.h"
 #include "shm_cleanup.h"
+#include "store/rank_failure.h"
 #include "store/tcp_store.h"
 
 extern char** environ;
@@ -162,6 +163,8 @@ void Launcher::spawnRanks(const std::string& token,
                           const std::string& bindHost) {
   int n = options_.nprocPerNode;
   ensureFileLimit(n);
+  storeAddress_ = net::Address{storeHost, storePort}.toString();
+  token_ = token;
   JobEnvironment job;
   job.size = n * options_.nnodes;
   job.localSize = n;
@@ -328,6 +331,8 @@ void Launcher::checkRankExits() {
     if (!failedCode) {
       failedCode = status->launcherExitCode();
       failure = what;
+      if (!failed_)
+        recordRankFailure(process.rank(), what);
     }
   }
   if (failedCode && !failed_) {
@@ -343,6 +348,16 @@ void Launcher::checkRankExits() {
     beginFinish();
   } else {
     reapOrphans();
+  }
+}
+
+void Launcher::recordRankFailure(int rank, const std::string& what) noexcept {
+  try {
+    store::TcpStore store(net::Address::parse(storeAddress_), token_,
+                          Deadline::after(std::chrono::seconds(2)));
+    store::recordRankFailure(store, {rank, what});
+  } catch (const std::exception& e) {
+    say("could not record rank " + std::to_string(rank) + "'s failure in the store: " + e.what());
   }
 }
 

@@ -103,6 +103,9 @@ class Launcher {
   void stopAfterGrace(int exitCode);
   // The one line that ends a failed job: the first failure, then the ones after it.
   void sayFailures() const;
+  // Writes the job's first failed rank into the store (store/rank_failure.h), best effort: ranks
+  // whose GPU work waits on it inside NCCL learn of it there.
+  void recordRankFailure(int rank, const std::string& what) noexcept;
   void signalAll(int signal);
   void beginFinish();
   void reapOrphans();
@@ -116,6 +119,8 @@ class Launcher {
   UniqueFd epoll_;
   UniqueFd signals_;
   std::unique_ptr<store::TcpStoreServer> store_;
+  std::string storeAddress_;  // "host:port" of the job's store, once the ranks are started
+  std::string token_;
   std::unique_ptr<NodeGroup> nodes_;
   std::unique_ptr<OutputForwarder> output_;
   std::vector<RankProcess> ranks_;

@@ -6,6 +6,7 @@
 #include "backend/nccl/backoff.h"
 #include "backend/nccl/nccl_status.h"
 #include "backend/nccl/nccl_types.h"
+#include "backend/options.h"
 #include "chorus/error.h"
 #include "core/check.h"
 
@@ -346,6 +347,27 @@ std::shared_ptr<DeviceCompletion> NcclBackend::recordEnd() {
   auto completion = std::make_shared<NcclCompletion>(state_, event);
   checkCudaHere(cudaEventRecord(event, stream_), "cudaEventRecord");
   return completion;
+}
+
+std::unique_ptr<Backend> NcclBackend::split(int color, int key, const BackendOptions& options) {
+  state_->throwIfFailed();
+  const int worldRank = worldRanks_[rank_];
+  std::unique_ptr<NcclCommunicator> child;
+  try {
+    child = state_->comm().split(color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+                                 {.rank = options.rank,
+                                  .size = options.size,
+                                  .device = device_,
+                                  .worldRank = worldRank,
+                                  .name = "chorus:" + options.scope,
+                                  .deadline = options.deadline});
+  } catch (...) {
+    state_->fail(std::current_exception());
+    throw;
+  }
+  if (child == nullptr)
+    return nullptr;
+  return std::make_unique<NcclBackend>(std::move(child), options.worldRanks);
 }
 
 }  // namespace chorus::backend::nccl

@@ -101,6 +101,7 @@ class NcclBackend final : public Backend, public DeviceBackend {
                 size_t rows) override;
   void* scratch(size_t bytes) override;
   std::shared_ptr<DeviceCompletion> recordEnd() override;
+  std::unique_ptr<Backend> split(int color, int key, const BackendOptions& options) override;
 
  private:
   // Runs one NCCL call (or group) on the communicator and settles it; a failure latches.

@@ -1,0 +1,139 @@
+// The watchdog of a communicator's CUDA collectives: see device_watchdog.h.
+#include "runtime/device_watchdog.h"
+
+#include "chorus/error.h"
+#include "core/check.h"
+#include "store/rank_failure.h"
+
+namespace chorus::detail {
+namespace {
+
+// How long an NCCL error waits for the launcher's record of a death, which usually explains it
+// (NCCL sees a closed socket a few milliseconds before chorusrun reaps the dead rank).
+constexpr std::chrono::milliseconds kRecordGrace{1000};
+
+bool checkPassed(const std::shared_ptr<Work>& check) {
+  return check == nullptr || (check->isCompleted() && check->exception() == nullptr);
+}
+
+}  // namespace
+
+DeviceWatchdog::DeviceWatchdog(int worldRank, std::shared_ptr<store::Store> jobStore, Fail fail)
+    : worldRank_(worldRank), jobStore_(std::move(jobStore)), fail_(std::move(fail)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+DeviceWatchdog::~DeviceWatchdog() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void DeviceWatchdog::watch(std::shared_ptr<backend::DeviceCompletion> completion,
+                           std::shared_ptr<Work> check,
+                           const Fingerprint& fingerprint,
+                           Deadline deadline) {
+  {
+    std::lock_guard lock(mutex_);
+    if (failed_)
+      return;  // the communicator failed: every call raises from now on
+    watched_.push_back({std::move(completion), std::move(check), fingerprint, deadline});
+  }
+  wake_.notify_all();
+}
+
+void DeviceWatchdog::run() {
+  std::unique_lock lock(mutex_);
+  Clock::time_point nextStoreRead = Clock::now();
+  while (!stopping_) {
+    if (watched_.empty() || failed_) {
+      wake_.wait(lock, [&] { return stopping_ || (!watched_.empty() && !failed_); });
+      continue;
+    }
+    lock.unlock();
+    const bool readStore = jobStore_ != nullptr && Clock::now() >= nextStoreRead;
+    if (readStore)
+      nextStoreRead = Clock::now() + kStoreInterval;
+    std::exception_ptr failure = inspect(readStore);
+    lock.lock();
+    if (failure && !stopping_) {
+      failed_ = true;
+      watched_.clear();
+      lock.unlock();
+      fail_(failure);
+      lock.lock();
+      continue;
+    }
+    wake_.wait_for(lock, kPollInterval, [&] { return stopping_; });
+  }
+}
+
+std::exception_ptr DeviceWatchdog::inspect(bool readStore) {
+  for (;;) {
+    Watched oldest;
+    {
+      std::lock_guard lock(mutex_);
+      if (watched_.empty())
+        return nullptr;
+      oldest = watched_.front();
+    }
+    bool ended = false;
+    try {
+      ended = oldest.completion->isCompleted();
+    } catch (...) {
+      std::exception_ptr seen = std::current_exception();
+      try {
+        std::rethrow_exception(seen);
+      } catch (const PeerError&) {
+        return seen;  // already names the rank (an abort that came through chorus)
+      } catch (...) {
+      }
+      std::exception_ptr named = launcherRecord(oldest, Deadline::after(kRecordGrace));
+      return named ? named : seen;
+    }
+    if (!ended) {
+      if (readStore) {
+        if (std::exception_ptr named = launcherRecord(oldest, Deadline::after({})))
+          return named;
+      }
+      if (oldest.deadline.expired() && checkPassed(oldest.check))
+        return timedOut(oldest);
+      return nullptr;
+    }
+    std::lock_guard lock(mutex_);
+    if (!watched_.empty() && watched_.front().completion == oldest.completion)
+      watched_.pop_front();
+  }
+}
+
+std::exception_ptr DeviceWatchdog::launcherRecord(const Watched& oldest, Deadline wait) {
+  if (jobStore_ == nullptr)
+    return nullptr;
+  std::optional<store::RankFailure> record;
+  try {
+    record = store::recordedRankFailure(*jobStore_, wait);
+  } catch (const Error&) {
+    return nullptr;  // no store to ask (the launcher is gone): the other checks still run
+  }
+  if (!record)
+    return nullptr;
+  return std::make_exception_ptr(
+      PeerError(concat("rank ", worldRank_, " (this process): ", record->what,
+                       " (chorusrun saw it) while this rank's ", oldest.fingerprint.describe(),
+                       " was running on the GPU; this communicator was aborted"),
+                record->rank));
+}
+
+std::exception_ptr DeviceWatchdog::timedOut(const Watched& oldest) const {
+  return std::make_exception_ptr(TimeoutError(concat(
+      "rank ", worldRank_, " (this process): ", oldest.fingerprint.describe(),
+      " did not finish on the GPU by its deadline (CHORUS_TIMEOUT), although every rank of the "
+      "communicator called it (the host check passed): the GPU work is stuck (a peer's GPU may be "
+      "hung, or NCCL cannot reach it; NCCL_DEBUG=INFO says more). This communicator was "
+      "aborted")));
+}
+
+}  // namespace chorus::detail

@@ -1,0 +1,32 @@
+// The launcher's record of a failed rank: see rank_failure.h.
+#include "store/rank_failure.h"
+
+#include <cstdlib>
+
+#include "chorus/error.h"
+
+namespace chorus::store {
+
+void recordRankFailure(Store& store, const RankFailure& failure) {
+  store.compareSet(kFailedRankKey, {}, toBytes(std::to_string(failure.rank) + " " + failure.what));
+}
+
+std::optional<RankFailure> recordedRankFailure(Store& store, Deadline deadline) {
+  if (!store.check({kFailedRankKey})) {
+    if (deadline.expired())
+      return std::nullopt;
+    try {
+      store.wait({kFailedRankKey}, deadline);
+    } catch (const TimeoutError&) {
+      return std::nullopt;
+    }
+  }
+  const std::string value = toString(store.get(kFailedRankKey, Deadline::never()));
+  char* end = nullptr;
+  const long rank = std::strtol(value.c_str(), &end, 10);
+  if (end == value.c_str() || *end != ' ')
+    return RankFailure{-1, value};  // not written by chorusrun: quote it as it is
+  return RankFailure{static_cast<int>(rank), std::string(end + 1)};
+}
+
+}  // namespace chorus::store

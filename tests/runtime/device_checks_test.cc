@@ -1,0 +1,191 @@
+// The runtime's guards around collectives on CUDA tensors, without a GPU: a fake device backend
+// (fake_device_backend.h) stands in for NCCL, and the ranks' host backends are real (TCP between
+// threads, or processes). What is checked is the runtime's part, the same for NCCL:
+//  - the host check (Note [Device fingerprint check]): mismatched device calls are a MismatchError
+//    on every rank; a rank that never calls is a TimeoutError naming it; a failed check aborts the
+//    device backend, so device work that would hang (a mismatched NCCL kernel) ends at once;
+//  - the watchdog (runtime/device_watchdog.h): device work that every rank called but that never
+//    ends is a TimeoutError once the deadline passes, with nobody waiting on the host for it.
+// The killed-rank path (the launcher's record) runs through chorusrun: device_watchdog_check.cc.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "fake_device_backend.h"
+#include "harness/run_ranks.h"
+#include "runtime/device_work.h"
+
+namespace chorus {
+namespace {
+
+using testing::RankOptions;
+using testing::runRanks;
+
+bool mentions(const std::exception& e, const std::string& text) {
+  return std::string(e.what()).find(text) != std::string::npos;
+}
+
+// A "CUDA" tensor for the fake: host memory labelled cuda:0 (the fake never reads it).
+Tensor onFakeGpu(std::vector<float>& values) {
+  return Tensor(values.data(), DataType::kFloat32, {static_cast<int64_t>(values.size())},
+                Device::cuda(0));
+}
+
+class DeviceChecks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::installFakeDeviceBackend();
+    testing::setFakeDeviceHangs(false);
+  }
+  void TearDown() override { testing::setFakeDeviceHangs(false); }
+};
+
+TEST_F(DeviceChecks, MismatchedCallsAreAMismatchErrorOnEveryRank) {
+  runRanks(3, [](Communicator& comm) {
+    std::vector<float> values(comm.rank() == 1 ? 8 : 4, 1.0f);
+    // The device call itself returns at once: its check runs on the worker thread.
+    auto work = comm.allreduce(onFakeGpu(values));
+    try {
+      comm.barrier()->wait();  // a host call, queued after the check
+      ADD_FAILURE() << "rank " << comm.rank() << ": a mismatched device allreduce went unnoticed";
+    } catch (const MismatchError& e) {
+      EXPECT_TRUE(mentions(e, "count")) << e.what();
+    }
+    EXPECT_THROW(work->wait(), MismatchError);
+  });
+}
+
+TEST_F(DeviceChecks, DifferentDeviceCollectivesAreAMismatchErrorOnEveryRank) {
+  runRanks(2, [](Communicator& comm) {
+    std::vector<float> values(4, 1.0f);
+    auto work =
+        comm.rank() == 0 ? comm.broadcast(onFakeGpu(values), 0) : comm.allreduce(onFakeGpu(values));
+    try {
+      dynamic_cast<detail::DeviceWork&>(*work).synchronize(
+          Deadline::after(std::chrono::seconds(20)));
+      ADD_FAILURE() << "rank " << comm.rank() << ": broadcast against allreduce went unnoticed";
+    } catch (const MismatchError& e) {
+      EXPECT_TRUE(mentions(e, "collective")) << e.what();
+    }
+  });
+}
+
+TEST_F(DeviceChecks, AFailedCheckEndsDeviceWorkThatWouldHang) {
+  // Like an NCCL kernel of a mismatched call, the fake's work never ends on its own; the failed
+  // check aborts the device backend, so the host wait ends with the MismatchError, long before the
+  // deadline (30 s).
+  testing::setFakeDeviceHangs(true);
+  runRanks(2, [](Communicator& comm) {
+    std::vector<float> values(comm.rank() == 0 ? 4 : 5, 1.0f);
+    auto work = comm.allreduce(onFakeGpu(values));
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(dynamic_cast<detail::DeviceWork&>(*work).synchronize(
+                     Deadline::after(std::chrono::seconds(20))),
+                 MismatchError);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  });
+}
+
+TEST_F(DeviceChecks, ARankThatNeverCallsIsNamedAfterTheTimeout) {
+  RankOptions options;
+  options.timeout = std::chrono::milliseconds(1500);
+  std::promise<void> rankZeroDone;
+  auto done = rankZeroDone.get_future().share();
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          done.wait();  // alive, but never calls
+          return;
+        }
+        std::vector<float> values(4, 1.0f);
+        auto work = comm.allreduce(onFakeGpu(values));
+        try {
+          comm.barrier()->wait();
+          ADD_FAILURE() << "rank 0's device allreduce passed its check without rank 1";
+        } catch (const TimeoutError& e) {
+          EXPECT_EQ(e.missingRanks(), std::vector<int>{1}) << e.what();
+          EXPECT_TRUE(mentions(e, "allreduce")) << e.what();
+        }
+        rankZeroDone.set_value();
+      },
+      options);
+}
+
+TEST_F(DeviceChecks, TheWatchdogEndsDeviceWorkThatNeverFinishes) {
+  // Every rank calls, the check passes, and the device never finishes (a hung GPU, NCCL unable to
+  // reach a peer). Nobody waits on the host; the watchdog fails the communicator at the deadline.
+  testing::setFakeDeviceHangs(true);
+  RankOptions options;
+  options.timeout = std::chrono::milliseconds(1000);
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        std::vector<float> values(4, 1.0f);
+        const auto start = std::chrono::steady_clock::now();
+        auto work = comm.allreduce(onFakeGpu(values));
+        comm.barrier()->wait();  // after the check: it passed on both ranks
+        auto& device = dynamic_cast<detail::DeviceWork&>(*work);
+        try {
+          device.synchronize(Deadline::after(std::chrono::seconds(20)));
+          ADD_FAILURE() << "device work that never ends was reported done";
+        } catch (const TimeoutError& e) {
+          EXPECT_TRUE(mentions(e, "did not finish on the GPU")) << e.what();
+          EXPECT_TRUE(mentions(e, "allreduce #1")) << e.what();
+        }
+        const auto waited = std::chrono::steady_clock::now() - start;
+        EXPECT_GE(waited, std::chrono::milliseconds(900));
+        EXPECT_LT(waited, std::chrono::seconds(10));
+        // The communicator failed: later calls raise the same error instead of running.
+        EXPECT_THROW(comm.allreduce(onFakeGpu(values))->wait(), TimeoutError);
+      },
+      options);
+}
+
+TEST_F(DeviceChecks, MatchingCallsPassTheirChecks) {
+  runRanks(3, [](Communicator& comm) {
+    std::vector<float> values(6, 1.0f);
+    const int before = testing::fakeDeviceCalls();
+    for (int i = 0; i < 20; ++i) {
+      auto work = comm.allreduce(onFakeGpu(values));
+      work->wait();
+    }
+    auto last = comm.broadcast(onFakeGpu(values), 2);
+    dynamic_cast<detail::DeviceWork&>(*last).synchronize(Deadline::after(std::chrono::seconds(20)));
+    EXPECT_TRUE(last->isCompleted());
+    EXPECT_GE(testing::fakeDeviceCalls() - before, 21);
+  });
+}
+
+TEST_F(DeviceChecks, GroupsOfACommunicatorOnTheGpuSplitItsDeviceBackend) {
+  // Ranks are processes, so each one's counters are its own.
+  auto statuses = testing::forkRanks(4, [](Communicator& comm) {
+    std::vector<float> values(4, 1.0f);
+    // Counted from here: the counters are per process, and earlier tests ran in the parent.
+    const int made = testing::fakeDeviceBackendsMade();
+    const int splits = testing::fakeDeviceSplits();
+    // A group made before any CUDA collective makes its own device backend at its first one.
+    auto early = comm.split(comm.rank() % 2, comm.rank());
+    EXPECT_EQ(testing::fakeDeviceSplits(), splits);
+    comm.allreduce(onFakeGpu(values))->wait();
+    early->allreduce(onFakeGpu(values))->wait();
+    EXPECT_EQ(testing::fakeDeviceBackendsMade(), made + 2);
+    // Once the world has one, groups split it: no rendezvous, no new backend.
+    auto group = comm.split(comm.rank() / 2, comm.rank());
+    EXPECT_EQ(testing::fakeDeviceSplits(), splits + 1);
+    group->allreduce(onFakeGpu(values))->wait();
+    EXPECT_EQ(testing::fakeDeviceBackendsMade(), made + 2) << "the group made a fresh backend";
+    // A rank outside every group (negative color) still takes part in the split.
+    auto none = comm.split(comm.rank() == 3 ? -1 : 0, comm.rank());
+    EXPECT_EQ(testing::fakeDeviceSplits(), splits + 2);
+    EXPECT_EQ(none == nullptr, comm.rank() == 3);
+  });
+  testing::expectAllSucceeded(statuses);
+}
+
+}  // namespace
+}  // namespace chorus

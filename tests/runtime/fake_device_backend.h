@@ -1,0 +1,24 @@
+// FakeDeviceBackend: a stand-in for the nccl backend in unit tests of the runtime's device path
+// (its host check, its watchdog), on machines without a GPU. Installed with
+// installFakeDeviceBackend(), which routes backend::createDeviceBackend to it for this process.
+//
+// It moves no data between ranks: each collective only counts the call. What it imitates is the
+// part of a real device backend those tests are about: work that ends later than the call (or
+// never: setFakeDeviceHangs(true) imitates an NCCL kernel waiting for a dead or absent peer), a
+// completion that raises the reason once the backend is aborted (as ncclCommAbort ends NCCL's
+// kernels), and abort() from any thread. Staging (scratch, copy, copyRows) works on host memory,
+// so the "CUDA" tensors of these tests are host memory labelled Device::cuda(0).
+#pragma once
+
+namespace chorus::testing {
+
+void installFakeDeviceBackend();
+// Whether the work of later calls never ends on its own (until an abort); per process.
+void setFakeDeviceHangs(bool hangs);
+// Device collectives the fakes of this process were given.
+int fakeDeviceCalls();
+// Fakes made through createDeviceBackend (a rendezvous), and split() calls, in this process.
+int fakeDeviceBackendsMade();
+int fakeDeviceSplits();
+
+}  // namespace chorus::testing
