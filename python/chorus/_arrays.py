@@ -152,9 +152,11 @@ def prepare(x, name="x", writable=False):
         except (BufferError, RuntimeError, TypeError) as error:
             device = getattr(x, "__dlpack_device__", lambda: None)()
             if device is not None and device[0] != 1:
+                why = ("chorus takes GPU arrays from torch, CuPy and JAX only" if
+                       _chorus.gpu_backend else "chorus was built without a GPU backend")
                 raise _chorus.UnsupportedError(
-                    f"{name} lives on DLPack device {device}; chorus was built without a GPU "
-                    "backend, move it to the CPU first") from error
+                    f"{name} ({type(x).__name__}) lives on DLPack device {device}; {why}: move "
+                    "it to the CPU first") from error
             raise _chorus.InvalidArgumentError(f"{name} could not be imported through DLPack: "
                                                f"{error}") from error
         if writable:

@@ -3,13 +3,14 @@
 Every operation: wraps its inputs as contiguous buffers (chorus._arrays), allocates its results with
 the input's framework, and hands DLPack capsules to the C++ core, which does the work with the GIL
 released. Inputs are never modified unless inplace=True. async_op=True returns a Work whose wait()
-returns the result. rank_list selects the caller's group (see chorus._groups); roots and peers are
-world ranks inside the caller's group.
+returns the result. CuPy and JAX arrays pass through torch (chorus._foreign). rank_list selects the
+caller's group (see chorus._groups); roots and peers are world ranks inside the caller's group.
 """
 
 import time
 
 from . import _arrays, _chorus, _groups
+from ._foreign import accepts_foreign
 
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg", "band", "bor", "bxor")
 _BITWISE_OPS = frozenset(("band", "bor", "bxor"))
@@ -137,6 +138,7 @@ def _inplace_result(buf):
 # --------------------------------------------------------------------------- reductions
 
 
+@accepts_foreign
 def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False):
     """Reduces `x` element-wise across the ranks of the group and returns the result.
 
@@ -212,18 +214,21 @@ def _rooted(collective, x, root, op, rank_list, async_op, inplace, synchronize):
     return _complete(calls, finish, async_op, synchronize)
 
 
+@accepts_foreign
 def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchronize=False):
     """Returns root's `x` on every rank of the group (root is a world rank). A list broadcasts
     each item. inplace=True overwrites `x` on non-roots."""
     return _rooted("broadcast", x, root, None, rank_list, async_op, inplace, synchronize)
 
 
+@accepts_foreign
 def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False):
     """Returns the reduction of `x` across the group on `root` (a world rank); other ranks get
     their input back unchanged (a copy of it, or `x` itself with inplace=True)."""
     return _rooted("reduce", x, root, op, rank_list, async_op, inplace, synchronize)
 
 
+@accepts_foreign
 def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=False):
     """Reduces across the group and returns this rank's part of the result.
 
@@ -276,6 +281,7 @@ def _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize):
 # --------------------------------------------------------------------------- data movement
 
 
+@accepts_foreign
 def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False):
     """Concatenates every rank's `x` along `axis` in group-rank order. A list gathers each item."""
     comm = _groups.get(rank_list)
@@ -294,6 +300,7 @@ def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False):
     return _complete(calls, lambda: outs if _is_list(x) else outs[0], async_op, synchronize)
 
 
+@accepts_foreign
 def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False):
     """Concatenates every rank's `x` along `axis` on `root` (a world rank) and returns it there.
     Non-root ranks get their input `x` back unchanged (the same object)."""
@@ -316,6 +323,7 @@ def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False)
     return _complete([call], lambda: out if out is not None else x, async_op, synchronize)
 
 
+@accepts_foreign
 def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False):
     """Splits root's `x` along axis 0 into group-size chunks and returns chunk `rank` on each rank.
 
@@ -337,6 +345,7 @@ def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False):
     return _complete([call], lambda: out, async_op, synchronize)
 
 
+@accepts_foreign
 def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, synchronize=False):
     """Splits `x` along split_axis into group-size chunks, sends chunk i to group rank i, and
     concatenates what arrives along concat_axis in group-rank order."""
@@ -358,6 +367,7 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, s
     return _complete([call], lambda: out, async_op, synchronize)
 
 
+@accepts_foreign
 def send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False):
     """Sends `x` to world rank `peer` (matched by the recv with the same peer and tag)."""
     b = _arrays.prepare(x)
@@ -372,6 +382,7 @@ def send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False):
     return _complete([call], lambda: None, async_op, synchronize)
 
 
+@accepts_foreign
 def recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, async_op=False,
          synchronize=False):
     """Receives from world rank `peer` into a new array of `shape` and `dtype` (a name, NumPy

@@ -16,10 +16,30 @@ NP_DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int32", "int64",
 TORCH_DTYPES = NP_DTYPES + ["bfloat16"]
 FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64"}
 INT_DTYPES = {"int8", "uint8", "int32", "int64"}
-# "torch_cuda": torch tensors on this rank's GPU, in the grid where the machine has a GPU and this
-# chorus a GPU backend (see cuda_device and conftest.py's shared-GPU switch).
+# GPU kinds, in the grid where the machine has a GPU and this chorus a GPU backend (see cuda_device
+# and conftest.py's shared-GPU switch): "torch_cuda" (torch tensors on this rank's GPU), and
+# "cupy" and "jax_cuda" (CuPy arrays, JAX arrays on that GPU) where those are installed.
 CUDA = torch.cuda.is_available() and chorus._chorus.gpu_backend
-KINDS = ["numpy", "torch"] + (["torch_cuda"] if CUDA else [])
+
+
+def _optional(module):
+    try:
+        return __import__(module)
+    except ImportError:
+        return None
+
+
+cupy = _optional("cupy") if CUDA else None
+jax = _optional("jax") if CUDA else None
+if jax is not None:
+    jax.config.update("jax_enable_x64", True)  # float64 / int64 stay 64-bit
+    if not jax.devices()[0].platform == "gpu":
+        jax = None
+GPU_KINDS = (["torch_cuda"] if CUDA else []) + (["cupy"] if cupy else []) + (
+    ["jax_cuda"] if jax else [])
+KINDS = ["numpy", "torch"] + GPU_KINDS
+# Kinds whose arrays can be written in place (JAX arrays are immutable).
+MUTABLE_KINDS = [kind for kind in KINDS if kind != "jax_cuda"]
 ARITH_OPS = ["sum", "prod", "min", "max", "avg"]
 BIT_OPS = ["band", "bor", "bxor"]
 ALL_OPS = ARITH_OPS + BIT_OPS
@@ -51,7 +71,7 @@ def case_id(case):
 
 
 def op_valid(op, dtype, kind="numpy"):
-    if op in BIT_OPS and kind == "torch_cuda":
+    if op in BIT_OPS and kind in GPU_KINDS:
         # NCCL has no bitwise reductions: bool band/bor only (the rest is UnsupportedError).
         return dtype == "bool" and op != "bxor"
     if op in BIT_OPS:
@@ -82,10 +102,15 @@ def torch_dtype(dtype):
 
 
 def make(kind, vals, dtype):
-    """An array of `kind` ("numpy" / "torch" / "torch_cuda") and `dtype` holding `vals`."""
+    """An array of `kind` (one of KINDS) and `dtype` holding `vals`."""
     vals = np.asarray(vals)
     if kind == "numpy":
         return np.ascontiguousarray(vals.astype(dtype))
+    if kind == "cupy":
+        with cupy.cuda.Device(cuda_device().index):
+            return cupy.asarray(vals.astype(dtype))
+    if kind == "jax_cuda":
+        return jax.device_put(vals.astype(dtype), jax.devices("gpu")[cuda_device().index])
     if kind == "torch_cuda":
         return make("torch", vals, dtype).to(cuda_device())
     if dtype == "bfloat16":
@@ -93,8 +118,18 @@ def make(kind, vals, dtype):
     return torch.from_numpy(vals.astype(dtype).copy())
 
 
+def _foreign_to_np(x):
+    """A NumPy copy of a CuPy or JAX array; other arrays unchanged."""
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return cupy.asnumpy(x)
+    if jax is not None and isinstance(x, jax.Array):
+        return np.asarray(x)
+    return x
+
+
 def to_np(x):
-    """float64 (or bool) NumPy copy of an array of either kind."""
+    """float64 (or bool) NumPy copy of an array of any kind."""
+    x = _foreign_to_np(x)
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
         if x.dtype == torch.bool:
@@ -117,7 +152,7 @@ def stored(vals, dtype):
 def dtype_name(x):
     if isinstance(x, torch.Tensor):
         return str(x.dtype).replace("torch.", "")
-    return np.asarray(x).dtype.name
+    return np.dtype(x.dtype).name if hasattr(x, "dtype") else np.asarray(x).dtype.name
 
 
 def reduce_exact(op, inputs, dtype):
@@ -161,6 +196,13 @@ def check_result(result, kind, dtype, expected, rtol=0.0):
     """`result` has `kind`, `dtype`, expected's shape and values (exact unless rtol)."""
     if kind == "numpy":
         assert isinstance(result, np.ndarray), f"expected np.ndarray, got {type(result)}"
+    elif kind == "cupy":
+        assert isinstance(result, cupy.ndarray), f"expected cupy.ndarray, got {type(result)}"
+        assert result.device.id == cuda_device().index, f"on GPU {result.device.id}"
+    elif kind == "jax_cuda":
+        assert isinstance(result, jax.Array), f"expected jax.Array, got {type(result)}"
+        devices = {d.id for d in result.devices()}
+        assert devices == {cuda_device().index}, f"on GPUs {devices}"
     else:
         assert isinstance(result, torch.Tensor), f"expected torch.Tensor, got {type(result)}"
         expected_device = cuda_device() if kind == "torch_cuda" else torch.device("cpu")
@@ -176,14 +218,16 @@ def check_result(result, kind, dtype, expected, rtol=0.0):
 
 
 def snapshot(x):
-    return x.clone() if isinstance(x, torch.Tensor) else np.array(x, copy=True)
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    return np.array(_foreign_to_np(x), copy=True)
 
 
 def assert_unchanged(x, before):
     if isinstance(x, torch.Tensor):
         assert torch.equal(x, before), "input was modified"
     else:
-        np.testing.assert_array_equal(x, before, err_msg="input was modified")
+        np.testing.assert_array_equal(_foreign_to_np(x), before, err_msg="input was modified")
 
 
 def avg_rtol(dtype):
