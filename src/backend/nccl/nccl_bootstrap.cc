@@ -1,4 +1,4 @@
-// NCCL's unique id through the store: see nccl_bootstrap.h.
+// NCCL's unique id through the store or MPI: see nccl_bootstrap.h.
 #include "backend/nccl/nccl_bootstrap.h"
 
 #include <cstring>
@@ -6,6 +6,11 @@
 #include "backend/nccl/nccl_status.h"
 #include "chorus/error.h"
 #include "core/check.h"
+
+#ifdef CHORUS_WITH_MPI
+#include "connector/mpi_comm.h"
+#include "connector/mpi_environment.h"
+#endif
 
 namespace chorus::backend::nccl {
 
@@ -36,6 +41,40 @@ ncclUniqueId shareUniqueId(const UniqueIdExchange& exchange) {
   }
   std::memcpy(&id, value.data(), sizeof(id));
   return id;
+}
+
+ncclUniqueId shareUniqueIdOverMpi(const UniqueIdExchange& exchange,
+                                  const std::vector<int>& worldRanks,
+                                  const std::string& scope) {
+#ifdef CHORUS_WITH_MPI
+  ncclUniqueId id{};
+  if (exchange.rank == 0)
+    checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", exchange.worldRank);
+  MPI_Comm comm = connector::createMpiComm(worldRanks, scope + "/nccl", exchange.deadline);
+  try {
+    MPI_Request request = MPI_REQUEST_NULL;
+    connector::checkMpi(MPI_Ibcast(&id, sizeof(id), MPI_BYTE, 0, comm, &request), "MPI_Ibcast",
+                        exchange.worldRank);
+    connector::waitMpiRequest(
+        request, exchange.deadline,
+        detail::concat("rank ", exchange.worldRank, " (this process): the nccl backend waited ",
+                       "for rank ", exchange.rootWorldRank, "'s NCCL unique id over MPI, in vain; ",
+                       "did every rank of the group make its first CUDA call?"));
+  } catch (...) {
+    MPI_Comm_free(&comm);
+    throw;
+  }
+  MPI_Comm_free(&comm);
+  return id;
+#else
+  (void)worldRanks;
+  (void)scope;
+  throw UnsupportedError(detail::concat(
+      "rank ", exchange.worldRank,
+      " (this process): backend 'nccl' finds its members through chorusrun's store or through "
+      "MPI; this job has no store and this chorus no MPI (CHORUS_WITH_MPI): start it with "
+      "chorusrun"));
+#endif
 }
 
 }  // namespace chorus::backend::nccl

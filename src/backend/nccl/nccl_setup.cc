@@ -21,19 +21,20 @@ std::unique_ptr<Backend> createNcclBackend(const BackendOptions& options) {
   ncclUniqueId id{};
   if (options.size == 1) {
     checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", me);  // nobody to share it with
-  } else if (options.store == nullptr) {
-    throw UnsupportedError(detail::concat(
-        "rank ", me,
-        " (this process): backend 'nccl' finds its members through chorusrun's "
-        "store, and this job has none (started by mpirun?): start it with chorusrun; the "
-        "exchange through MPI is not written yet"));
   } else {
-    id = shareUniqueId({.store = options.store.get(),
-                        .key = "nccl/unique_id",
-                        .rank = options.rank,
-                        .worldRank = me,
-                        .rootWorldRank = worldRankOf(0),
-                        .deadline = options.deadline});
+    const UniqueIdExchange exchange{.store = options.store.get(),
+                                    .key = "nccl/unique_id",
+                                    .rank = options.rank,
+                                    .worldRank = me,
+                                    .rootWorldRank = worldRankOf(0),
+                                    .deadline = options.deadline};
+    if (options.store != nullptr) {
+      id = shareUniqueId(exchange);
+    } else {  // mpirun: the members' MPI communicator carries it
+      std::vector<int> worldRanks;
+      for (int rank = 0; rank < options.size; ++rank) worldRanks.push_back(worldRankOf(rank));
+      id = shareUniqueIdOverMpi(exchange, worldRanks, options.scope);
+    }
   }
   auto comm = NcclCommunicator::create(id, {.rank = options.rank,
                                             .size = options.size,

@@ -3,11 +3,11 @@
 // UnsupportedError saying how to get it (nccl_unavailable.cc).
 //
 // createNcclBackend is collective over the communicator's members: member 0 makes NCCL's unique
-// id and the store carries it (nccl_bootstrap.h), then each member joins a non-blocking NCCL
-// communicator on CUDA device options.device. Errors: UnsupportedError when this process sees no
-// GPU (CUDA's reason) or the job has no store (mpirun: not written yet); InvalidArgumentError for
-// a device this process does not see; TimeoutError when the members do not all arrive by
-// options.deadline.
+// id and the store carries it, or MPI under mpirun (nccl_bootstrap.h), then each member joins a
+// non-blocking NCCL communicator on CUDA device options.device. Errors: UnsupportedError when this
+// process sees no GPU (CUDA's reason), or the job has no store and the build no MPI;
+// InvalidArgumentError for a device this process does not see; TimeoutError when the members do not
+// all arrive by options.deadline.
 #pragma once
 
 #include <memory>
