@@ -88,9 +88,14 @@ std::exception_ptr DeviceWatchdog::inspect(bool readStore) {
       try {
         std::rethrow_exception(seen);
       } catch (const PeerError&) {
-        return seen;  // already names the rank (an abort that came through chorus)
+        return seen;  // chorus's own verdicts (an abort, a failed check): already explained
+      } catch (const MismatchError&) {
+        return seen;
+      } catch (const TimeoutError&) {
+        return seen;
       } catch (...) {
       }
+      // NCCL's or CUDA's own error: often a peer's death, which the launcher names.
       std::exception_ptr named = launcherRecord(oldest, Deadline::after(kRecordGrace));
       return named ? named : seen;
     }
