@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "chorus/communicator.h"
+#include "chorus/tensor.h"
 #include "chorus/types.h"
 
 namespace chorus::bench {
@@ -37,6 +38,7 @@ struct Call {
   Shape shape;
   void* in = nullptr;
   void* out = nullptr;
+  Device device = Device::cpu();  // where in and out are (issue() only; fill and check see host)
 
   int rank() const { return comm->rank(); }
   int ranks() const { return comm->size(); }

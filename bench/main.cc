@@ -2,11 +2,13 @@
 //
 //   chorusrun -np 4 build/bin/chorus-bench --op allreduce --max 64M --check --repeats 3
 //   mpirun -np 2 build/bin/chorus-bench --compare mpi --op allreduce --max 64M --csv out.csv
+//   chorusrun -np 2 build/bin/chorus-bench --device cuda --compare nccl --op all --check
 //
 // Every rank runs the same sweeps; rank 0 prints one table per collective (see sweep.h, report.h
 // and docs/benchmarks.md). With --compare mpi the MPI library's own collectives are timed beside
-// chorus's (mpi_reference.h). Exit code 0, 1 when --check found a wrong element, 2 on a usage or
-// communication error.
+// chorus's (mpi_reference.h); with --device cuda the sweep runs on GPU buffers, and --compare nccl
+// times raw NCCL beside it (device_bench.h). Exit code 0, 1 when --check found a wrong element, 2
+// on a usage or communication error.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -16,6 +18,9 @@
 #include "options.h"
 #include "report.h"
 #include "sweep.h"
+#ifdef CHORUS_WITH_NCCL
+#include "device_bench.h"
+#endif
 #ifdef CHORUS_WITH_MPI
 #include "mpi_reference.h"
 #endif
@@ -53,6 +58,12 @@ int64_t runSweeps(chorus::Communicator& comm, const BenchOptions& options, Repor
   int64_t wrong = 0;
   for (const std::string& name : options.ops) {
     const Collective& collective = *findCollective(name);
+#ifdef CHORUS_WITH_NCCL
+    if (options.onDevice) {
+      wrong += runDeviceSweep(comm, options, collective, report);
+      continue;
+    }
+#endif
     std::unique_ptr<ReferenceCollective> reference;
 #ifdef CHORUS_WITH_MPI
     if (mpi) {
@@ -84,6 +95,12 @@ int main(int argc, char** argv) {
     }
     auto comm = chorus::DistContext::get().communicator();
     rank = comm->rank();
+#ifdef CHORUS_WITH_NCCL
+    if (options.onDevice) {
+      const chorus::DistConfig& config = chorus::DistContext::get().config();
+      useLocalGpu(config.localRank, config.localSize);
+    }
+#endif
     if (options.root >= comm->size()) {
       if (rank == 0) {
         std::fprintf(stderr, "chorus-bench: --root %d is not a rank of this job of %d ranks\n",

@@ -13,8 +13,8 @@
 namespace chorus::bench {
 namespace {
 
-Tensor view(void* data, DataType dtype, int64_t elements) {
-  return Tensor(data, dtype, {elements});
+Tensor view(const Call& call, void* data, int64_t elements) {
+  return Tensor(data, call.dtype, {elements}, call.device);
 }
 
 double chunkFactor(int ranks) { return static_cast<double>(ranks - 1) / ranks; }
@@ -64,14 +64,14 @@ void fillAllgather(const Call& call) {
   fillZero(call, call.out, call.shape.outElems);
 }
 Communicator::WorkPtr issueAllgather(const Call& call) {
-  return call.comm->allgather(view(call.in, call.dtype, call.shape.inElems),
-                              view(call.out, call.dtype, call.shape.outElems));
+  return call.comm->allgather(view(call, call.in, call.shape.inElems),
+                              view(call, call.out, call.shape.outElems));
 }
 
 // broadcast: every rank fills its own pattern; afterwards all hold the root's.
 void fillBroadcast(const Call& call) { fillOwn(call, call.out, call.shape.outElems); }
 Communicator::WorkPtr issueBroadcast(const Call& call) {
-  return call.comm->broadcast(view(call.out, call.dtype, call.shape.outElems), call.root);
+  return call.comm->broadcast(view(call, call.out, call.shape.outElems), call.root);
 }
 int64_t countWrongBroadcast(const Call& call) {
   return countMismatches(call.dtype, call.out, call.shape.outElems,
@@ -81,8 +81,8 @@ int64_t countWrongBroadcast(const Call& call) {
 // alltoall: chunk s of rank r's input goes to rank s; output chunk s comes from rank s.
 void fillAlltoall(const Call& call) { fillAllgather(call); }
 Communicator::WorkPtr issueAlltoall(const Call& call) {
-  return call.comm->allToAll(view(call.in, call.dtype, call.shape.inElems),
-                             view(call.out, call.dtype, call.shape.outElems));
+  return call.comm->allToAll(view(call, call.in, call.shape.inElems),
+                             view(call, call.out, call.shape.outElems));
 }
 int64_t countWrongAlltoall(const Call& call) {
   const int64_t count = call.shape.count;
@@ -95,8 +95,8 @@ int64_t countWrongAlltoall(const Call& call) {
 // gather: the output is passed on every rank (chorus ignores it off the root) and checked on the
 // root only.
 Communicator::WorkPtr issueGather(const Call& call) {
-  return call.comm->gather(view(call.in, call.dtype, call.shape.inElems),
-                           view(call.out, call.dtype, call.shape.outElems), call.root);
+  return call.comm->gather(view(call, call.in, call.shape.inElems),
+                           view(call, call.out, call.shape.outElems), call.root);
 }
 int64_t countWrongGather(const Call& call) {
   return call.rank() == call.root ? countWrongGathered(call) : 0;
@@ -108,8 +108,8 @@ void fillScatter(const Call& call) {
   fillZero(call, call.out, call.shape.outElems);
 }
 Communicator::WorkPtr issueScatter(const Call& call) {
-  return call.comm->scatter(view(call.in, call.dtype, call.shape.inElems),
-                            view(call.out, call.dtype, call.shape.outElems), call.root);
+  return call.comm->scatter(view(call, call.in, call.shape.inElems),
+                            view(call, call.out, call.shape.outElems), call.root);
 }
 int64_t countWrongScatter(const Call& call) {
   const int64_t offset = call.rank() * call.shape.count;

@@ -29,11 +29,15 @@ columns follow: mpi time, mpi algbw, mpi busbw, mpi #wrong, and speedup = MPI ti
 not set, --compare mpi picks "shm" (chorus's shared-memory backend; mpirun gets a store for it),
 since chorus's "mpi" backend would compare MPI with itself. float16, bfloat16 and avg have no MPI
 counterpart and are refused with --compare mpi.
+With --device cuda (builds with NCCL): the buffers are on the GPU (local rank modulo the GPUs),
+chorus runs its nccl backend, and times come from CUDA events around each call; --compare nccl
+adds raw NCCL (ncclAllReduce, ...) on the same buffers, as --compare mpi does for MPI.
 Exit code: 0, or 1 if any element was wrong, 2 for a usage or communication error.
 
 Examples:
   chorusrun -np 4 chorus-bench --op allreduce --min 8 --max 64M --check --repeats 3
-  mpirun -np 2 chorus-bench --compare mpi --op allreduce --max 64M --check --csv allreduce.csv)";
+  mpirun -np 2 chorus-bench --compare mpi --op allreduce --max 64M --check --csv allreduce.csv
+  chorusrun -np 2 chorus-bench --device cuda --compare nccl --op all --max 256M --check)";
 
 // The op list: a comma list of names, or "all".
 std::vector<std::string> expandOps(const std::vector<std::string>& given) {
@@ -82,6 +86,7 @@ struct RawText {
   std::string dtype = "float32";
   std::string reduceOp = "sum";
   std::string compare;
+  std::string device = "cpu";
 };
 
 void addOptions(CLI::App& app, BenchOptions& options, RawText& raw) {
@@ -106,8 +111,11 @@ void addOptions(CLI::App& app, BenchOptions& options, RawText& raw) {
   app.add_flag("-c,--check", options.check, "Verify results against closed forms, count #wrong");
   app.add_option("--compare", raw.compare,
                  "mpi: also time the MPI library's collectives (under mpirun; CHORUS_BACKEND "
-                 "defaults to shm then)")
-      ->check(CLI::IsMember({"mpi"}));
+                 "defaults to shm then); nccl: raw NCCL on the same GPU buffers (--device cuda)")
+      ->check(CLI::IsMember({"mpi", "nccl"}));
+  app.add_option("--device", raw.device,
+                 "cpu, or cuda: buffers on this rank's GPU, timed with CUDA events (default cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--csv", options.csvPath,
                  "Also write every row to this CSV file (rank 0), for bench/plot.py");
 }
@@ -144,6 +152,18 @@ void finishOptions(const RawText& raw, BenchOptions& options) {
   options.reduceOp = parseOrThrow("--reduce-op", raw.reduceOp,
                                   [](const std::string& s) { return parseReduceOp(s); });
   options.compareMpi = raw.compare == "mpi";
+  options.compareNccl = raw.compare == "nccl";
+  options.onDevice = raw.device == "cuda";
+  if (options.compareNccl && !options.onDevice)
+    throw CLI::ValidationError("--compare", "nccl compares GPU buffers: add --device cuda");
+  if (options.compareMpi && options.onDevice)
+    throw CLI::ValidationError("--compare", "mpi times host buffers: drop --device cuda");
+#ifndef CHORUS_WITH_NCCL
+  if (options.onDevice) {
+    throw CLI::ValidationError("--device",
+                               "cuda needs a chorus-bench built with NCCL (CHORUS_WITH_NCCL)");
+  }
+#endif
   if (options.ops.empty()) {
     throw CLI::ValidationError("--op", "name at least one collective");
   }

@@ -35,6 +35,11 @@ struct BenchOptions {
   // --compare mpi: also time the MPI library's own collectives (only in builds with
   // CHORUS_WITH_MPI, under mpirun; see mpi_reference.h).
   bool compareMpi = false;
+  // --device cuda: the buffers are on this rank's GPU (local rank modulo the GPUs it sees), the
+  // collectives run on the nccl backend, and time is measured with CUDA events (device_bench.h).
+  bool onDevice = false;
+  // --compare nccl (with --device cuda): also time raw NCCL on the same buffers.
+  bool compareNccl = false;
   // --csv: rank 0 writes every row there as well (report.h); empty for none.
   std::string csvPath;
 };

@@ -11,8 +11,8 @@
 namespace chorus::bench {
 namespace {
 
-Tensor view(void* data, DataType dtype, int64_t elements) {
-  return Tensor(data, dtype, {elements});
+Tensor view(const Call& call, void* data, int64_t elements) {
+  return Tensor(data, call.dtype, {elements}, call.device);
 }
 
 Shape wholeBufferShape(int64_t bytes, size_t elementSize, int ranks) {
@@ -36,7 +36,7 @@ int64_t countWrongReduction(const Call& call) {
 double allreduceFactor(int ranks) { return 2.0 * (ranks - 1) / ranks; }
 
 Communicator::WorkPtr issueAllreduce(const Call& call) {
-  return call.comm->allreduce(view(call.out, call.dtype, call.shape.outElems), call.op);
+  return call.comm->allreduce(view(call, call.out, call.shape.outElems), call.op);
 }
 
 // reduce_scatter: `in` holds ranks * count elements; chunk `rank` of the reduction lands in `out`.
@@ -54,8 +54,8 @@ void fillReduceScatter(const Call& call) {
 }
 
 Communicator::WorkPtr issueReduceScatter(const Call& call) {
-  return call.comm->reduceScatter(view(call.in, call.dtype, call.shape.inElems),
-                                  view(call.out, call.dtype, call.shape.outElems), call.op);
+  return call.comm->reduceScatter(view(call, call.in, call.shape.inElems),
+                                  view(call, call.out, call.shape.outElems), call.op);
 }
 
 int64_t countWrongReduceScatter(const Call& call) {
@@ -69,7 +69,7 @@ int64_t countWrongReduceScatter(const Call& call) {
 double reduceFactor(int) { return 1.0; }
 
 Communicator::WorkPtr issueReduce(const Call& call) {
-  return call.comm->reduce(view(call.out, call.dtype, call.shape.outElems), call.root, call.op);
+  return call.comm->reduce(view(call, call.out, call.shape.outElems), call.root, call.op);
 }
 
 int64_t countWrongReduce(const Call& call) {

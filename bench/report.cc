@@ -3,11 +3,17 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "chorus/error.h"
 
 namespace chorus::bench {
 namespace {
+
+// What the reference column is called: "NCCL" with --compare nccl, else "MPI".
+const char* referenceLabel(const BenchOptions& options) {
+  return options.compareNccl ? "NCCL" : "MPI";
+}
 
 constexpr const char* kCsvHeader =
     "collective,ranks,dtype,reduce_op,root,backend,reference,size_bytes,count,time_us,algbw_gbps,"
@@ -78,8 +84,8 @@ void Report::beginTable(const TableInfo& info) {
   if (!info.reference.empty()) {
     std::printf(
         "# compare: %s on the same buffers, timed loops alternating with chorus's;\n"
-        "#          speedup = MPI time / chorus time (above 1: chorus is faster)\n",
-        info.reference.c_str());
+        "#          speedup = %s time / chorus time (above 1: chorus is faster)\n",
+        info.reference.c_str(), referenceLabel(options_));
   }
   if (c.sweeps) {
     std::printf("# sizes %s .. %s (x%lld), ", describeBytes(options_.minBytes).c_str(),
@@ -97,8 +103,9 @@ void Report::printColumnHeads() const {
   std::printf("#\n# %10s %12s %12s %12s %12s %8s", "size", "count", "time", "algbw", "busbw",
               "#wrong");
   if (!table_.reference.empty()) {
-    std::printf(" %12s %12s %12s %8s %8s", "mpi time", "mpi algbw", "mpi busbw", "mpi #wr",
-                "speedup");
+    const std::string ref = options_.compareNccl ? "nccl" : "mpi";
+    std::printf(" %12s %12s %12s %8s %8s", (ref + " time").c_str(), (ref + " algbw").c_str(),
+                (ref + " busbw").c_str(), (ref + " #wr").c_str(), "speedup");
   }
   std::printf("\n# %10s %12s %12s %12s %12s", "(B)", "(elements)", "(us)", "(GB/s)", "(GB/s)");
   if (!table_.reference.empty()) {
@@ -156,13 +163,14 @@ void Report::writeCsvRow(const Shape& shape,
 void Report::endTable() {
   std::printf("# wrong elements: %lld", static_cast<long long>(wrong_));
   if (!table_.reference.empty()) {
-    std::printf(" (MPI: %lld)", static_cast<long long>(referenceWrong_));
+    std::printf(" (%s: %lld)", referenceLabel(options_), static_cast<long long>(referenceWrong_));
   }
   std::printf("\n");
   if (table_.collective->sweeps && rows_ > 0) {
     std::printf("# avg bus bandwidth: %.4f GB/s", busBwSum_ / static_cast<double>(rows_));
     if (!table_.reference.empty()) {
-      std::printf(" (MPI: %.4f GB/s)", referenceBusBwSum_ / static_cast<double>(rows_));
+      std::printf(" (%s: %.4f GB/s)", referenceLabel(options_),
+                  referenceBusBwSum_ / static_cast<double>(rows_));
     }
     std::printf("\n");
   }

@@ -17,10 +17,7 @@
 #include "timing.h"
 
 namespace chorus::bench {
-namespace {
 
-// The rows to run: sizes min, min*factor, ... <= max, as the collective rounds them, skipping
-// sizes that round to nothing or to the previous row.
 std::vector<Shape> plannedShapes(const BenchOptions& options,
                                  const Collective& collective,
                                  int ranks) {
@@ -37,6 +34,8 @@ std::vector<Shape> plannedShapes(const BenchOptions& options,
   }
   return shapes;
 }
+
+namespace {
 
 // Times one row: chorus first, then the reference when there is one. Returns the medians.
 std::vector<double> timeRow(Communicator& comm,

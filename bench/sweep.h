@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "chorus/communicator.h"
 #include "collective.h"
@@ -22,6 +23,12 @@ struct ReferenceCollective {
   std::string description;               // for the table header, e.g. "MPI_Allreduce of ..."
   std::function<void(const Call&)> run;  // one blocking call on the row's buffers
 };
+
+// The rows to run: sizes min, min*factor, ... <= max, as the collective rounds them, skipping
+// sizes that round to nothing or to the previous row (one row of size 0 for barrier).
+std::vector<Shape> plannedShapes(const BenchOptions& options,
+                                 const Collective& collective,
+                                 int ranks);
 
 // Runs the sweep and returns the number of wrong elements summed over ranks, sizes and both
 // implementations (0 without --check). `reference` may be null; `report` is non-null on rank 0

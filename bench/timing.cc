@@ -47,10 +47,10 @@ double median(std::vector<double> values) {
   return (lower + upper) / 2.0;
 }
 
-std::vector<double> measureInterleavedMedians(
-    Communicator& comm,
-    const TimingPlan& plan,
-    const std::vector<std::function<void()>>& iterations) {
+std::vector<double> measureInterleavedMedians(Communicator& comm,
+                                              const TimingPlan& plan,
+                                              const std::vector<std::function<void()>>& iterations,
+                                              const IterationTimer& timer) {
   for (const auto& iteration : iterations) {
     for (int i = 0; i < plan.warmup; ++i) {
       iteration();
@@ -60,7 +60,7 @@ std::vector<double> measureInterleavedMedians(
   for (int repeat = 0; repeat < plan.repeats; ++repeat) {
     for (size_t loop = 0; loop < iterations.size(); ++loop) {
       comm.barrier()->wait();
-      std::vector<double> seconds = timeIterations(plan.iters, iterations[loop]);
+      std::vector<double> seconds = timer(plan.iters, iterations[loop]);
       maxAcrossRanks(comm, seconds);
       all[loop].insert(all[loop].end(), seconds.begin(), seconds.end());
     }

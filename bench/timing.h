@@ -37,14 +37,20 @@ struct TimingPlan {
   int repeats = 1;
 };
 
+// How a loop is timed: runs `iteration` `iters` times, returns each one's seconds on this rank.
+using IterationTimer =
+    std::function<std::vector<double>(int iters, const std::function<void()>& iteration)>;
+
 // Times one or more loops side by side (chorus and, with --compare, a reference): `warmup`
 // untimed iterations of each in turn, then `repeats` rounds; in each round every loop in turn gets
 // a barrier and `iters` timed iterations, so that a slow spell of the machine hits all of them
 // alike. Returns, per loop in the order given, the median over all its timed iterations of the
 // slowest rank's time, in seconds. Collective: every rank must call it with the same plan and
-// number of loops.
+// number of loops. `timer` times a loop: wall time on the host by default (CUDA events for
+// --device cuda, device_bench.h).
 std::vector<double> measureInterleavedMedians(Communicator& comm,
                                               const TimingPlan& plan,
-                                              const std::vector<std::function<void()>>& iterations);
+                                              const std::vector<std::function<void()>>& iterations,
+                                              const IterationTimer& timer = timeIterations);
 
 }  // namespace chorus::bench
