@@ -50,6 +50,11 @@ struct DistConfig {
   // "auto", "shm", "tcp", "hierarchical", "mpi", "mpi_algorithms" or "void" (CHORUS_BACKEND);
   // see the contract above.
   std::string backend = "auto";
+  // Where this rank's GPU work goes when nothing else says: "cuda:N" or "cpu" (CHORUS_DEVICE;
+  // default "cuda:<localRank>", one GPU per local rank). A collective itself runs on its tensors'
+  // device; this is the device for the program (and chorus's GPU training) to place them on.
+  // With fewer GPUs than local ranks, set CHORUS_DEVICE (e.g. cuda:0 for ranks sharing a GPU).
+  std::string device;
 
   // Reads the environment (see DESIGN §5). Malformed values are InvalidArgumentError.
   static DistConfig fromEnvironment();

@@ -26,6 +26,7 @@ void bindConfig(py::module_& module) {
       .def_readonly("root_rank", &DistConfig::rootRank)
       .def_readonly("node_rank", &DistConfig::nodeRank)
       .def_readonly("backend", &DistConfig::backend)
+      .def_readonly("device", &DistConfig::device)
       .def_readwrite("enable_data_parallel", &DistConfig::enableDataParallel)
       .def_property(
           "zero_opt_level", [](const DistConfig& c) { return c.zeroOptLevel; },

@@ -36,13 +36,18 @@ void DeviceWatchdog::watch(std::shared_ptr<backend::DeviceCompletion> completion
                            std::shared_ptr<Work> check,
                            const Fingerprint& fingerprint,
                            Deadline deadline) {
+  bool wasIdle = false;
   {
     std::lock_guard lock(mutex_);
     if (failed_)
       return;  // the communicator failed: every call raises from now on
+    wasIdle = watched_.empty();
     watched_.push_back({std::move(completion), std::move(check), fingerprint, deadline});
   }
-  wake_.notify_all();
+  // Only an idle thread sleeps until told; a busy one looks again within kPollInterval. So a
+  // stream of calls costs one lock each, not a wake-up each.
+  if (wasIdle)
+    wake_.notify_all();
 }
 
 void DeviceWatchdog::run() {

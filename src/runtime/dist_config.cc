@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <sstream>
 
 #include "chorus/dist_context.h"
@@ -40,6 +41,18 @@ int firstInt(std::initializer_list<const char*> names, int fallback) {
   config.localSize = static_cast<int>(localSize.value_or(*size));
 }
 
+// "cpu", or "cuda:" and a decimal ordinal.
+bool isDeviceName(const std::string& name) {
+  if (name == "cpu")
+    return true;
+  const std::string prefix = "cuda:";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.size() > prefix.size() + 6)
+    return false;
+  return std::all_of(name.begin() + prefix.size(), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
 }  // namespace
 
 DistConfig DistConfig::fromEnvironment() {
@@ -72,6 +85,12 @@ DistConfig DistConfig::fromEnvironment() {
   }
   if (auto value = env::string("CHORUS_BACKEND"))
     config.backend = *value;
+  config.device = "cuda:" + std::to_string(config.localRank);
+  if (auto value = env::string("CHORUS_DEVICE")) {
+    CHORUS_CHECK_ARG(isDeviceName(*value),
+                     "CHORUS_DEVICE must be 'cpu' or 'cuda:N' (N >= 0), not '", *value, "'");
+    config.device = *value;
+  }
   return config;
 }
 
@@ -87,7 +106,8 @@ std::string DistConfig::dumps() const {
       << "zero_opt_level: " << zeroOptLevel << "\n"
       << "bucket_mb: " << (bucketBytes >> 20) << "\n"
       << "timeout_s: " << timeout.count() / 1000.0 << "\n"
-      << "backend: " << backend << "\n";
+      << "backend: " << backend << "\n"
+      << "device: " << device << "\n";
   return out.str();
 }
 

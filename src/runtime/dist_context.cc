@@ -96,6 +96,8 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
       state.config.localRank = state.connector->localRank();
       state.config.localSize = state.connector->localSize();
       state.config.nodeRank = state.connector->nodeRank();
+      if (!env::string("CHORUS_DEVICE"))
+        state.config.device = "cuda:" + std::to_string(state.config.localRank);
     }
     detail::WorldOptions options;
     options.rank = state.connector->rank();

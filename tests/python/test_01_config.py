@@ -1,5 +1,9 @@
 """DistConfig, communicator attributes, the op namespace and pmap (DESIGN §4)."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -107,3 +111,19 @@ def test_pmap_splits_applies_and_gathers(size, kind):
     assert seen_rows == [(3, 2)], f"fn should see this rank's (3, 2) slice, saw {seen_rows}"
     got = result.numpy() if isinstance(result, torch.Tensor) else np.asarray(result)
     np.testing.assert_array_equal(got, full * 2 + 1)
+
+
+def test_config_device_defaults_to_the_local_gpu_and_reads_chorus_device():
+    cfg = dist.get_config()
+    assert cfg.device == f"cuda:{cfg.local_rank}"
+    assert f"device: cuda:{cfg.local_rank}" in cfg.dumps()
+    # A fresh one-rank process reads CHORUS_DEVICE, and refuses a malformed one, naming it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    read = "import chorus.distributed as d; print(d.get_config().device)"
+    for given, expected in (("cuda:3", "cuda:3"), ("cpu", "cpu")):
+        out = subprocess.run([sys.executable, "-c", read], env={**env, "CHORUS_DEVICE": given},
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == expected, out.stderr
+    bad = subprocess.run([sys.executable, "-c", read], env={**env, "CHORUS_DEVICE": "gpu1"},
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "CHORUS_DEVICE must be 'cpu' or 'cuda:N'" in bad.stderr
