@@ -17,6 +17,9 @@ import chorus.distributed as dist  # noqa: E402
 
 # Two cores are shared by all ranks: keep torch's own thread pool out of the way.
 torch.set_num_threads(1)
+# JAX (the grid's "jax_cuda" kind, helpers.py) would take 75% of the GPU in every rank at its
+# first use; the ranks of a test share one GPU.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 # The shared-GPU switch (issue 18): ranks that share a GPU need NCCL to see each one as a host of
 # its own, talking over loopback sockets; set before NCCL starts (the first CUDA collective).
