@@ -23,16 +23,22 @@ import numpy as np
 from . import _chorus
 
 
+_FRAMEWORK_OF_TYPE = {}  # type -> "cupy" / "jax" / None: a dict lookup per call after the first
+
+
 def _framework(x):
     """"cupy", "jax", or None for anything else (NumPy, torch, other DLPack objects)."""
-    module = type(x).__module__.split(".", 1)[0]
+    kind = type(x)
+    if kind in _FRAMEWORK_OF_TYPE:
+        return _FRAMEWORK_OF_TYPE[kind]
+    module = kind.__module__.split(".", 1)[0]
+    framework = None
     if module == "cupy" and "cupy" in sys.modules:
-        return "cupy"
-    if module in ("jax", "jaxlib") and "jax" in sys.modules:
-        jax = sys.modules["jax"]
-        if isinstance(x, jax.Array):
-            return "jax"
-    return None
+        framework = "cupy"
+    elif module in ("jax", "jaxlib") and "jax" in sys.modules:
+        framework = "jax" if isinstance(x, sys.modules["jax"].Array) else None
+    _FRAMEWORK_OF_TYPE[kind] = framework
+    return framework
 
 
 def _on_gpu(x):
@@ -78,6 +84,8 @@ def _convert(value, convert):
 
 def _framework_of(x):
     if isinstance(x, (list, tuple)):
+        if not x:
+            return None
         kinds = {_framework(item) for item in x}
         return kinds.pop() if len(kinds) == 1 else None
     return _framework(x)
@@ -103,6 +111,8 @@ def accepts_foreign(fn):
             key = None
         else:
             framework, key = _framework_of(kwargs.get("x")), "x"
+        if framework is None and not kwargs:
+            return fn(*args)  # the common case: NumPy or torch, nothing to convert
         if framework is None and kwargs.get("out") is not None:
             framework, key = _framework_of(kwargs["out"]), "out"
         if framework is None:
