@@ -43,7 +43,9 @@ class NcclCompletion final : public DeviceCompletion {
  public:
   NcclCompletion(std::shared_ptr<NcclState> state, cudaEvent_t event)
       : state_(std::move(state)), event_(event) {}
-  ~NcclCompletion() override { cudaEventDestroy(event_); }  // freed once the event completes
+  ~NcclCompletion() override { state_->returnEvent(event_); }
+
+  cudaEvent_t event() const { return event_; }
 
   bool isCompleted() override {
     state_->throwIfFailed();
@@ -82,6 +84,30 @@ class NcclCompletion final : public DeviceCompletion {
 };
 
 }  // namespace
+
+NcclState::~NcclState() {
+  for (cudaEvent_t event : freeEvents_) cudaEventDestroy(event);
+}
+
+cudaEvent_t NcclState::takeEvent() {
+  {
+    std::lock_guard<std::mutex> lock(eventsMutex_);
+    if (!freeEvents_.empty()) {
+      cudaEvent_t event = freeEvents_.back();
+      freeEvents_.pop_back();
+      return event;
+    }
+  }
+  cudaEvent_t event = nullptr;
+  checkCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags",
+            worldRank_);
+  return event;
+}
+
+void NcclState::returnEvent(cudaEvent_t event) noexcept {
+  std::lock_guard<std::mutex> lock(eventsMutex_);
+  freeEvents_.push_back(event);
+}
 
 void NcclState::fail(std::exception_ptr reason) noexcept {
   {
@@ -341,11 +367,8 @@ void* NcclBackend::scratch(size_t bytes) {
 
 std::shared_ptr<DeviceCompletion> NcclBackend::recordEnd() {
   state_->throwIfFailed();
-  cudaEvent_t event = nullptr;
-  checkCudaHere(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                "cudaEventCreateWithFlags");
-  auto completion = std::make_shared<NcclCompletion>(state_, event);
-  checkCudaHere(cudaEventRecord(event, stream_), "cudaEventRecord");
+  auto completion = std::make_shared<NcclCompletion>(state_, state_->takeEvent());
+  checkCudaHere(cudaEventRecord(completion->event(), stream_), "cudaEventRecord");
   return completion;
 }
 

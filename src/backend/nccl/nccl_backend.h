@@ -36,8 +36,15 @@ class NcclState {
   NcclState(std::unique_ptr<NcclCommunicator> comm, int worldRank)
       : comm_(std::move(comm)), worldRank_(worldRank) {}
 
+  ~NcclState();
+
   NcclCommunicator& comm() { return *comm_; }
   int worldRank() const { return worldRank_; }
+  // Events for completions, reused: cudaEventCreate and cudaEventDestroy on every call would cost
+  // about a microsecond each. An event goes back once its completion is dropped; a stream that
+  // waited on it took its state when the wait was queued, so reusing it is safe. Any thread.
+  cudaEvent_t takeEvent();
+  void returnEvent(cudaEvent_t event) noexcept;
   // Keeps the first failure and aborts the communicator. Any thread.
   void fail(std::exception_ptr reason) noexcept;
   // Rethrows the latched failure, if any; else turns an asynchronous NCCL error into one.
@@ -48,6 +55,8 @@ class NcclState {
   std::exception_ptr failure_ CHORUS_GUARDED_BY(mutex_);
   std::unique_ptr<NcclCommunicator> comm_;
   int worldRank_;
+  std::mutex eventsMutex_;
+  std::vector<cudaEvent_t> freeEvents_ CHORUS_GUARDED_BY(eventsMutex_);
 };
 
 class NcclBackend final : public Backend, public DeviceBackend {
