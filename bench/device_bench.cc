@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/nccl/nccl_status.h"
 #include "backend/nccl/nccl_types.h"  // the one dtype and op mapping, shared with the nccl backend
 #include "buffer.h"
 #include "chorus/error.h"
@@ -21,14 +22,16 @@
 namespace chorus::bench {
 namespace {
 
+// This process's rank, for the messages of the nccl backend's status checks (nccl_status.h),
+// which this file uses rather than converting CUDA and NCCL codes a second way.
+int benchRank = 0;
+
 void checkCuda(cudaError_t result, const char* what) {
-  if (result != cudaSuccess)
-    throw Error(std::string("chorus-bench: ") + what + " failed: " + cudaGetErrorString(result));
+  backend::nccl::checkCuda(result, what, benchRank);
 }
 
 void checkNcclCall(ncclResult_t result, const char* what) {
-  if (result != ncclSuccess)
-    throw Error(std::string("chorus-bench: ") + what + " failed: " + ncclGetErrorString(result));
+  backend::nccl::checkNccl(result, what, benchRank);
 }
 
 class DeviceMemory {
@@ -178,7 +181,8 @@ void NcclReference::run(const Collective& collective, const Call& call) const {
 
 }  // namespace
 
-void useLocalGpu(int localRank, int localSize) {
+void useLocalGpu(int rank, int localRank, int localSize) {
+  benchRank = rank;
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0)
     throw UnsupportedError("chorus-bench --device cuda: this process sees no CUDA GPU");

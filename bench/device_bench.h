@@ -31,9 +31,10 @@
 
 namespace chorus::bench {
 
-// Selects this rank's GPU (and NCCL's loopback mode where ranks share one). Call before the first
-// CUDA collective. Throws chorus::UnsupportedError when this process sees no GPU.
-void useLocalGpu(int localRank, int localSize);
+// Selects this rank's GPU (`rank`: this process's rank, for messages) (and NCCL's loopback mode
+// where ranks share one). Call before the first CUDA collective. Throws chorus::UnsupportedError
+// when this process sees no GPU.
+void useLocalGpu(int rank, int localRank, int localSize);
 
 // As runSweep (sweep.h), on GPU buffers; `compareNccl` adds raw NCCL beside chorus.
 int64_t runDeviceSweep(Communicator& comm,

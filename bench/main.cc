@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
 #ifdef CHORUS_WITH_NCCL
     if (options.onDevice) {
       const chorus::DistConfig& config = chorus::DistContext::get().config();
-      useLocalGpu(config.localRank, config.localSize);
+      useLocalGpu(rank, config.localRank, config.localSize);
     }
 #endif
     if (options.root >= comm->size()) {
