@@ -91,6 +91,10 @@ class Communicator {
   // into one operation: packed, reduced once, unpacked.
   WorkPtr allreduce(std::vector<Tensor> tensors, ReduceOp op = ReduceOp::kSum);
   WorkPtr allreduce(Tensor tensor, ReduceOp op = ReduceOp::kSum);
+  // Out of place: reads `input` and writes the reduction into `output`, which has the same dtype
+  // and number of elements (passing one tensor twice is in place; tensors that partly overlap are
+  // an InvalidArgumentError). The backend reads one and writes the other in one pass.
+  WorkPtr allreduce(Tensor input, Tensor output, ReduceOp op = ReduceOp::kSum);
   // Concatenates every rank's `input` along `axis` in rank order into `output`, whose extent along
   // `axis` is size() times the input's; all other extents equal.
   WorkPtr allgather(Tensor input, Tensor output, int axis = 0);
@@ -99,13 +103,21 @@ class Communicator {
   WorkPtr reduceScatter(Tensor input, Tensor output, ReduceOp op = ReduceOp::kSum);
   // Copies `root`'s tensor into every rank's tensor.
   WorkPtr broadcast(Tensor tensor, int root);
+  // Out of place: copies `root`'s `input` into every rank's `output` (the root's too). `input` is
+  // read on the root only and may be empty elsewhere; where given, it is checked as on the root,
+  // so every rank refuses a bad pair.
+  WorkPtr broadcast(Tensor input, Tensor output, int root);
   // Leaves the reduction in `root`'s tensor; other ranks' tensors are not modified.
   WorkPtr reduce(Tensor tensor, int root, ReduceOp op = ReduceOp::kSum);
-  // Concatenates every rank's `input` along `axis` into `output` on `root` (output is ignored and
-  // may be empty elsewhere).
+  // Out of place: reduces every rank's `input` into `root`'s `output`. `input` is never modified;
+  // `output` is written on the root only and may be empty elsewhere.
+  WorkPtr reduce(Tensor input, Tensor output, int root, ReduceOp op = ReduceOp::kSum);
+  // Concatenates every rank's `input` along `axis` into `output` on `root` (output is not written
+  // elsewhere and may be empty there; where given, it is checked as on the root).
   WorkPtr gather(Tensor input, Tensor output, int root, int axis = 0);
   // Splits `root`'s `input` along axis 0 into size() equal chunks and writes chunk r into rank r's
-  // `output` (input is ignored and may be empty elsewhere).
+  // `output` (input is not read elsewhere and may be empty there; where given, it is checked as on
+  // the root).
   WorkPtr scatter(Tensor input, Tensor output, int root);
   // Splits `input` along `splitAxis` into size() chunks, sends chunk i to rank i, and concatenates
   // what it receives along `concatAxis` in rank order into `output`.

@@ -179,7 +179,8 @@ def _prepare_numpy(original, array, name, writable):
             raise _unsupported_dtype(name, array.dtype.name)
     if writable and not original.flags.writeable:
         raise _chorus.InvalidArgumentError(
-            f"{name} is read-only; inplace=True needs a writable array")
+            f"{name} is read-only; chorus writes the result into it (inplace=True or out=), so "
+            "it must be writable")
     if not array.flags.c_contiguous or not array.flags.writeable:
         # DLPack cannot export read-only arrays; a contiguous copy also fixes strides.
         array = np.array(array, order="C", copy=True)

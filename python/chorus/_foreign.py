@@ -11,8 +11,9 @@ JAX arrays are immutable, so inplace=True on one is an InvalidArgumentError. A J
 CPU goes through NumPy instead (and back with jax.numpy.asarray, a copy), so torch is needed only
 for GPU arrays; without it they are an UnsupportedError that says so.
 
-`accepts_foreign(fn)` wraps an operation: the array argument (first, or `out=`), alone or in a
-list, is converted on the way in, and the result (or an async Work's result) on the way out.
+`accepts_foreign(fn)` wraps an operation: the array argument (first, or `x=`) and `out=`, each
+alone or in a list, are converted on the way in. The result (or an async Work's result) goes back
+to the input's framework on the way out; with out=, the caller's `out` itself is returned.
 """
 
 import functools
@@ -101,28 +102,40 @@ def _wrap_result(result, framework):
     return _convert(result, back)
 
 
+def _returning(result, out):
+    """`out` in place of the operation's result (or its Work's)."""
+    from ._ops import Work
+    if isinstance(result, Work):
+        finish = result._finish
+        result._finish = lambda: (finish(), out)[1]
+        return result
+    return out
+
+
 def accepts_foreign(fn):
     """Lets `fn(x, ...)` (and `fn(..., out=...)`) take CuPy and JAX arrays; see the module doc."""
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if args:
-            framework = _framework_of(args[0])
-            key = None
-        else:
-            framework, key = _framework_of(kwargs.get("x")), "x"
+        framework = _framework_of(args[0] if args else kwargs.get("x"))
         if framework is None and not kwargs:
             return fn(*args)  # the common case: NumPy or torch, nothing to convert
-        if framework is None and kwargs.get("out") is not None:
-            framework, key = _framework_of(kwargs["out"]), "out"
-        if framework is None:
+        out = kwargs.get("out")
+        out_framework = None if out is None else _framework_of(out)
+        if framework is None and out_framework is None:
             return fn(*args, **kwargs)
-        inplace = bool(kwargs.get("inplace", False)) or key == "out"
-        native = functools.partial(_to_native, framework=framework, inplace=inplace)
-        if key is None:
-            args = (_convert(args[0], native),) + args[1:]
-        else:
-            kwargs[key] = _convert(kwargs[key], native)
-        return _wrap_result(fn(*args, **kwargs), framework)
+        if framework is not None:
+            native = functools.partial(_to_native, framework=framework,
+                                       inplace=bool(kwargs.get("inplace", False)))
+            if args:
+                args = (_convert(args[0], native),) + args[1:]
+            else:
+                kwargs["x"] = _convert(kwargs["x"], native)
+        if out_framework is None:
+            return _wrap_result(fn(*args, **kwargs), framework)
+        # out= is written through a torch view of it; the caller gets `out` itself back.
+        kwargs["out"] = _convert(out, functools.partial(_to_native, framework=out_framework,
+                                                        inplace=True))
+        return _returning(fn(*args, **kwargs), out)
 
     return call

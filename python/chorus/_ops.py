@@ -135,20 +135,73 @@ def _inplace_result(buf):
     return buf.original
 
 
+def _targets(bufs, shapes, out, inplace, is_list):
+    """The Buffers an operation writes its results into: `bufs` themselves (inplace=True), the
+    caller's `out` (an array, or a list like x), or new arrays of `shapes` in the inputs'
+    framework. C++ checks each out's dtype and size against what the operation writes."""
+    if out is None:
+        if inplace:
+            return bufs
+        return [b.like(b.empty(shape)) for b, shape in zip(bufs, shapes)]
+    if inplace:
+        raise _chorus.InvalidArgumentError("pass either inplace=True or out=, not both")
+    if not is_list:
+        targets = [_arrays.prepare(out, "out", writable=True)]
+    elif not _is_list(out) or len(out) != len(bufs):
+        raise _chorus.InvalidArgumentError(
+            f"out must be a list of {len(bufs)} arrays, like x; got "
+            f"{len(out) if _is_list(out) else type(out).__name__}")
+    else:
+        targets = [_arrays.prepare(o, f"out[{i}]", writable=True) for i, o in enumerate(out)]
+    for b, t in zip(bufs, targets):
+        if t.dtype != b.dtype:  # before DLPack export, which carries bool as uint8
+            raise _chorus.InvalidArgumentError(f"out has dtype {t.dtype}, but x has {b.dtype}")
+    return targets
+
+
+def _results(targets, is_list):
+    """The caller's view of `targets` after the operation (out= written back if it was copied)."""
+    results = [_inplace_result(t) for t in targets]
+    return results if is_list else results[0]
+
+
+def _copy_on_stream(source, target):
+    """CUDA: the input copied into the target on torch's current stream, which the collective
+    follows; the collective then runs in place on the target."""
+    if target.array is not source.array:
+        with _arrays._torch().no_grad():
+            target.array.copy_(source.array)
+
+
 # --------------------------------------------------------------------------- reductions
 
 
-@accepts_foreign
-def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False):
+def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False,
+              out=None):
     """Reduces `x` element-wise across the ranks of the group and returns the result.
 
     A list of arrays (one dtype) is reduced as one fused message and gives a list.
     op: "sum", "prod", "min", "max", "avg" ("band", "bor", "bxor" for integers and bool).
-    inplace=True writes the result into `x` and returns it.
+    inplace=True writes the result into `x` and returns it; out= writes it into `out` (an array of
+    x's dtype and size, or a list like x) and returns `out`.
     """
+    if rank_list is None and async_op is False and synchronize is False and (
+            inplace is False or (inplace is True and out is None)):
+        # The common call, one NumPy array on the world, blocking, goes straight to C++; it
+        # answers NotImplemented for anything else (python/src/array_calls.cc).
+        result = _chorus.allreduce_array(_groups.world_native(), x, x if inplace is True else out,
+                                         op)
+        if result is not NotImplemented:
+            return result
+    return _allreduce(x, op, rank_list, async_op, inplace, synchronize, out)
+
+
+@accepts_foreign
+def _allreduce(x, op, rank_list, async_op, inplace, synchronize, out):
     _check_bool_flag(inplace, "inplace")
-    items = list(x) if _is_list(x) else [x]
-    bufs = [_arrays.prepare(item, f"x[{i}]" if _is_list(x) else "x", inplace)
+    is_list = _is_list(x)
+    items = list(x) if is_list else [x]
+    bufs = [_arrays.prepare(item, f"x[{i}]" if is_list else "x", inplace)
             for i, item in enumerate(items)]
     if not bufs:
         return [] if not async_op else Work([], lambda: [])
@@ -159,32 +212,26 @@ def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchr
                 f"allreduce of a list needs one dtype; x[0] is {dtype} but x[{i}] is {b.dtype}")
     _check_op(op, dtype)
     comm = _groups.get(rank_list)
-    if inplace:
-        ins, outs = [], None
-        out_caps = [b.capsule() for b in bufs]
-    elif any(b.cuda for b in bufs):
-        # CUDA: torch copies the input on the current stream, which the collective follows.
-        ins, outs = [], [b.array.clone() for b in bufs]
-        out_caps = [b.like(o).capsule() for o, b in zip(outs, bufs)]
-    else:
-        ins = [b.capsule() for b in bufs]
-        outs = [b.empty(b.shape) for b in bufs]
-        out_caps = [b.like(o).capsule() for o, b in zip(outs, bufs)]
+    targets = _targets(bufs, [b.shape for b in bufs], out, inplace, is_list)
+    if any(b.cuda for b in bufs):
+        for b, t in zip(bufs, targets):
+            _copy_on_stream(b, t)
+        ins = []
+    else:  # C++ reads the input and writes the target in one pass
+        ins = [] if targets is bufs else [b.capsule() for b in bufs]
+    out_caps = [t.capsule() for t in targets]
 
     def call(is_async):
         return _chorus.allreduce(comm._native, ins, out_caps, bufs[0].export_dtype, op, is_async)
 
-    def finish():
-        results = [_inplace_result(b) for b in bufs] if inplace else outs
-        return results if _is_list(x) else results[0]
-
-    return _complete([call], finish, async_op, synchronize)
+    return _complete([call], lambda: _results(targets, is_list), async_op, synchronize)
 
 
-def _rooted(collective, x, root, op, rank_list, async_op, inplace, synchronize):
-    """broadcast and reduce: in place on a copy of x (or on x for inplace=True)."""
+def _rooted(collective, x, root, op, rank_list, async_op, inplace, synchronize, out):
+    """broadcast and reduce: out of place from x into a new array, `out`, or x (inplace=True)."""
     _check_bool_flag(inplace, "inplace")
-    items = list(x) if _is_list(x) else [x]
+    is_list = _is_list(x)
+    items = list(x) if is_list else [x]
     bufs = [_arrays.prepare(item, "x", inplace) for item in items]
     if op is not None:
         for b in bufs:
@@ -192,48 +239,45 @@ def _rooted(collective, x, root, op, rank_list, async_op, inplace, synchronize):
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
     is_broadcast = collective == "broadcast"
-    calls, outs = [], []
-    for b in bufs:
-        if inplace:
-            out, in_cap, out_cap = b.array, None, b.capsule()
-        elif b.cuda:  # torch copies on the current stream, which the collective follows
-            out, in_cap = b.array.clone(), None
-            out_cap = b.like(out).capsule()
-        else:
-            out = b.empty(b.shape)
-            in_cap = b.capsule() if (not is_broadcast or comm.rank == group_root) else None
-            out_cap = b.like(out).capsule()
-        outs.append(out)
-        calls.append(lambda a, i=in_cap, o=out_cap, d=b.export_dtype: _chorus.rooted_in_place(
+    targets = _targets(bufs, [b.shape for b in bufs], out, inplace, is_list)
+    calls = []
+    for b, t in zip(bufs, targets):
+        if b.cuda:
+            _copy_on_stream(b, t)
+            in_cap = None
+        elif t is b:
+            in_cap = None  # in place
+        else:  # (a broadcast reads the root's only; the others' are checked against their out)
+            in_cap = b.capsule()
+        calls.append(lambda a, i=in_cap, o=t.capsule(), d=b.export_dtype: _chorus.rooted(
             comm._native, is_broadcast, i, o, d, group_root, op or "sum", a))
-
-    def finish():
-        results = [_inplace_result(b) for b in bufs] if inplace else outs
-        return results if _is_list(x) else results[0]
-
-    return _complete(calls, finish, async_op, synchronize)
+    return _complete(calls, lambda: _results(targets, is_list), async_op, synchronize)
 
 
 @accepts_foreign
-def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchronize=False):
+def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchronize=False,
+              out=None):
     """Returns root's `x` on every rank of the group (root is a world rank). A list broadcasts
-    each item. inplace=True overwrites `x` on non-roots."""
-    return _rooted("broadcast", x, root, None, rank_list, async_op, inplace, synchronize)
+    each item. inplace=True overwrites `x` on non-roots; out= writes into `out` and returns it."""
+    return _rooted("broadcast", x, root, None, rank_list, async_op, inplace, synchronize, out)
 
 
 @accepts_foreign
-def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False):
+def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False,
+           out=None):
     """Returns the reduction of `x` across the group on `root` (a world rank); other ranks get
-    their input back unchanged (a copy of it, or `x` itself with inplace=True)."""
-    return _rooted("reduce", x, root, op, rank_list, async_op, inplace, synchronize)
+    their input back unchanged (a copy of it, `x` itself with inplace=True, or `out` holding a copy
+    of it with out=)."""
+    return _rooted("reduce", x, root, op, rank_list, async_op, inplace, synchronize, out)
 
 
 @accepts_foreign
-def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=False):
+def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=False, out=None):
     """Reduces across the group and returns this rank's part of the result.
 
     An array: dimension 0 must be divisible by the group size; returns chunk `rank` along axis 0.
     A list of exactly group-size arrays: returns the reduction of item `rank`.
+    out= writes the part into `out` and returns it.
     """
     comm = _groups.get(rank_list)
     size = comm.size
@@ -247,7 +291,7 @@ def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=Fals
             _check_op(op, b.dtype)
         if any(b.dtype != first.dtype or b.shape != first.shape or b.torch != first.torch
                for b in bufs):
-            return _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize)
+            return _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize, out)
         stacked = _arrays.stack(bufs)
         buf = _arrays.Buffer(stacked, stacked, first.torch, first.dtype)
         out_shape = first.shape
@@ -256,76 +300,81 @@ def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=Fals
         _check_op(op, buf.dtype)
         chunk = _divisible(buf, 0, size, "reduce_scatter")
         out_shape = (chunk,) + buf.shape[1:]
-    out = buf.empty(out_shape)
-    in_cap, out_cap = buf.capsule(), buf.like(out).capsule()
+    target = _targets([buf], [out_shape], out, False, False)[0]
+    in_cap, out_cap = buf.capsule(), target.capsule()
 
     def call(is_async):
         return _chorus.out_of_place(comm._native, "reduce_scatter", in_cap, out_cap,
                                     buf.export_dtype, 0, 0, 0, op, is_async)
 
-    return _complete([call], lambda: out, async_op, synchronize)
+    return _complete([call], lambda: _results([target], False), async_op, synchronize)
 
 
-def _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize):
-    """reduce_scatter of items of different shapes: item i is reduced to group rank i."""
-    outs, calls = [], []
+def _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize, out):
+    """reduce_scatter of items of different shapes: item i is reduced to group rank i (its
+    reduce writes `out` there, if given; the other items' results go to scratch arrays)."""
+    mine = _targets([bufs[comm.rank]], [bufs[comm.rank].shape], out, False, False)[0]
+    calls = []
     for g, b in enumerate(bufs):
-        out = b.empty(b.shape)
-        in_cap, out_cap = b.capsule(), b.like(out).capsule()
-        outs.append(out)
-        calls.append(lambda a, i=in_cap, o=out_cap, r=g, d=b.export_dtype: _chorus.rooted_in_place(
-            comm._native, False, i, o, d, r, op, a))
-    return _complete(calls, lambda: outs[comm.rank], async_op, synchronize)
+        target = mine if g == comm.rank else b.like(b.empty(b.shape))
+        calls.append(lambda a, i=b.capsule(), o=target.capsule(), r=g, d=b.export_dtype:
+                     _chorus.rooted(comm._native, False, i, o, d, r, op, a))
+    return _complete(calls, lambda: _results([mine], False), async_op, synchronize)
 
 
 # --------------------------------------------------------------------------- data movement
 
 
 @accepts_foreign
-def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False):
-    """Concatenates every rank's `x` along `axis` in group-rank order. A list gathers each item."""
+def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=None):
+    """Concatenates every rank's `x` along `axis` in group-rank order. A list gathers each item.
+    out= writes into `out` (a list like x for a list) and returns it."""
     comm = _groups.get(rank_list)
-    items = list(x) if _is_list(x) else [x]
-    calls, outs = [], []
-    for i, item in enumerate(items):
-        b = _arrays.prepare(item, f"x[{i}]" if _is_list(x) else "x")
-        ax = _axis(axis, len(b.shape), "axis")
+    is_list = _is_list(x)
+    items = list(x) if is_list else [x]
+    bufs = [_arrays.prepare(item, f"x[{i}]" if is_list else "x") for i, item in enumerate(items)]
+    axes, shapes = [], []
+    for b in bufs:
+        axes.append(_axis(axis, len(b.shape), "axis"))
         shape = list(b.shape)
-        shape[ax] *= comm.size
-        out = b.empty(tuple(shape))
-        outs.append(out)
-        in_cap, out_cap = b.capsule(), b.like(out).capsule()
-        calls.append(lambda a, i=in_cap, o=out_cap, d=b.export_dtype, ax=ax: _chorus.out_of_place(
-            comm._native, "allgather", i, o, d, 0, ax, 0, "sum", a))
-    return _complete(calls, lambda: outs if _is_list(x) else outs[0], async_op, synchronize)
+        shape[axes[-1]] *= comm.size
+        shapes.append(tuple(shape))
+    targets = _targets(bufs, shapes, out, False, is_list)
+    calls = [lambda a, i=b.capsule(), o=t.capsule(), d=b.export_dtype, ax=ax: _chorus.out_of_place(
+        comm._native, "allgather", i, o, d, 0, ax, 0, "sum", a)
+        for b, t, ax in zip(bufs, targets, axes)]
+    return _complete(calls, lambda: _results(targets, is_list), async_op, synchronize)
 
 
 @accepts_foreign
-def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False):
-    """Concatenates every rank's `x` along `axis` on `root` (a world rank) and returns it there.
-    Non-root ranks get their input `x` back unchanged (the same object)."""
+def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False, out=None):
+    """Concatenates every rank's `x` along `axis` on `root` (a world rank) and returns it there
+    (in `out`, if given). Non-root ranks get their input `x` back unchanged (the same object) and
+    leave `out` untouched."""
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
     ax = _axis(axis, len(b.shape), "axis")
-    out, out_cap = None, None
-    if comm.rank == group_root:
+    target, out_cap = None, None
+    if comm.rank == group_root or out is not None:  # elsewhere out is checked, never written
         shape = list(b.shape)
         shape[ax] *= comm.size
-        out = b.empty(tuple(shape))
-        out_cap = b.like(out).capsule()
+        target = _targets([b], [tuple(shape)], out, False, False)[0]
+        out_cap = target.capsule()
     in_cap = b.capsule()
 
     def call(is_async):
         return _chorus.out_of_place(comm._native, "gather", in_cap, out_cap, b.export_dtype,
                                     group_root, ax, 0, "sum", is_async)
 
-    return _complete([call], lambda: out if out is not None else x, async_op, synchronize)
+    return _complete([call], lambda: _results([target], False) if comm.rank == group_root else x,
+                     async_op, synchronize)
 
 
 @accepts_foreign
-def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False):
-    """Splits root's `x` along axis 0 into group-size chunks and returns chunk `rank` on each rank.
+def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False, out=None):
+    """Splits root's `x` along axis 0 into group-size chunks and returns chunk `rank` on each rank
+    (in `out`, if given).
 
     Every rank passes an array of the full shape and dtype (root is a world rank); only root's
     content is read. Dimension 0 must be divisible by the group size.
@@ -334,21 +383,22 @@ def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False):
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
     chunk = _divisible(b, 0, comm.size, "scatter")
-    out = b.empty((chunk,) + b.shape[1:])
-    in_cap = b.capsule() if comm.rank == group_root else None
-    out_cap = b.like(out).capsule()
+    target = _targets([b], [(chunk,) + b.shape[1:]], out, False, False)[0]
+    in_cap = b.capsule()  # read on the root; checked against out everywhere
+    out_cap = target.capsule()
 
     def call(is_async):
         return _chorus.out_of_place(comm._native, "scatter", in_cap, out_cap, b.export_dtype,
                                     group_root, 0, 0, "sum", is_async)
 
-    return _complete([call], lambda: out, async_op, synchronize)
+    return _complete([call], lambda: _results([target], False), async_op, synchronize)
 
 
 @accepts_foreign
-def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, synchronize=False):
+def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, synchronize=False,
+               out=None):
     """Splits `x` along split_axis into group-size chunks, sends chunk i to group rank i, and
-    concatenates what arrives along concat_axis in group-rank order."""
+    concatenates what arrives along concat_axis in group-rank order (into `out`, if given)."""
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     split = _axis(split_axis, len(b.shape), "split_axis")
@@ -357,14 +407,14 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, s
     shape = list(b.shape)
     shape[split] //= comm.size
     shape[concat] *= comm.size
-    out = b.empty(tuple(shape))
-    in_cap, out_cap = b.capsule(), b.like(out).capsule()
+    target = _targets([b], [tuple(shape)], out, False, False)[0]
+    in_cap, out_cap = b.capsule(), target.capsule()
 
     def call(is_async):
         return _chorus.out_of_place(comm._native, "all_to_all", in_cap, out_cap, b.export_dtype,
                                     0, split, concat, "sum", is_async)
 
-    return _complete([call], lambda: out, async_op, synchronize)
+    return _complete([call], lambda: _results([target], False), async_op, synchronize)
 
 
 @accepts_foreign

@@ -74,6 +74,7 @@ PYBIND11_MODULE(_chorus, module) {
   bindConfig(module);
   bindWork(module);
   bindOperations(module);
+  bindArrayCalls(module);
   bindReducer(module);
   bindOptimizers(module);
   bindZero(module);

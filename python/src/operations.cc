@@ -1,8 +1,9 @@
 // The collective and point-to-point operations as seen from Python. Python allocates every result
-// buffer with the input's framework and passes DLPack capsules; this file views them as Tensors,
-// copies inputs into outputs where an operation works in place (allreduce, broadcast, reduce), and
-// issues the C++ operation (a blocking call under BlockingCalls, so it runs on this thread when the
-// communicator is idle). Copies and waits run with the GIL released.
+// buffer with the input's framework (or takes the caller's out=) and passes DLPack capsules; this
+// file views them as Tensors and issues the C++ operation, out of place where C++ has the form
+// (a fused allreduce copies its inputs into the outputs and reduces those in place). A blocking
+// call runs under BlockingCalls, so on this thread when the communicator is idle. Copies and waits
+// run with the GIL released.
 //
 // Every function takes `dtype`: empty, or the real element type when Python had to export the
 // buffer under another type of equal size (bool travels as uint8 because NumPy 1.24 and
@@ -23,9 +24,10 @@ namespace {
 constexpr size_t kHugePageThreshold = 4u << 20;
 
 void copyTensor(const Tensor& from, const Tensor& to) {
-  if (from.nbytes() != to.nbytes() || from.dtype() != to.dtype())
-    throw InternalError("internal: copy between tensors " + from.describe() + " and " +
-                        to.describe() + " of different sizes");
+  if (from.numel() != to.numel() || from.dtype() != to.dtype())
+    throw InvalidArgumentError("output (" + to.describe() +
+                               ") must have the input's dtype and number of elements (" +
+                               from.describe() + ")");
   if (from.data() == to.data() || from.nbytes() == 0)
     return;
   if (!from.device().isCpu() || !to.device().isCpu())  // the package copies CUDA tensors itself
@@ -65,41 +67,47 @@ py::object allreduce(Communicator& comm,
   std::vector<Tensor> in, out;
   for (auto capsule : inputs) in.push_back(tensorFromCapsule(capsule, dtype));
   for (auto capsule : outputs) out.push_back(tensorFromCapsule(capsule, dtype));
+  if (!in.empty() && in.size() != out.size())
+    throw InternalError("internal: allreduce got unequal input and output lists");
   std::shared_ptr<Work> work;
   {
     py::gil_scoped_release release;
     BlockingUnlessAsync blocking(async);
-    if (!in.empty()) {
-      if (in.size() != out.size())
-        throw InternalError("internal: allreduce got unequal input and output lists");
-      for (size_t i = 0; i < in.size(); ++i) copyTensor(in[i], out[i]);
+    if (in.size() == 1) {
+      work = comm.allreduce(in[0], out[0], reduceOp);  // one pass, input to output
+    } else {
+      for (size_t i = 0; i < in.size(); ++i) copyTensor(in[i], out[i]);  // fused: in place
+      work = out.size() == 1 ? comm.allreduce(out[0], reduceOp) : comm.allreduce(out, reduceOp);
     }
-    work = out.size() == 1 ? comm.allreduce(out[0], reduceOp) : comm.allreduce(out, reduceOp);
   }
   return finishOperation(std::move(work), py::make_tuple(inputs, outputs), async);
 }
 
-// broadcast and reduce work in place on `output`; `input` (optional) is copied into it first.
-py::object rootedInPlace(Communicator& comm,
-                         bool isBroadcast,
-                         py::object input,
-                         py::object output,
-                         const std::string& dtype,
-                         int root,
-                         const std::string& op,
-                         bool async) {
+// broadcast and reduce from `input` (none: in place) into `output`. A reduce's non-root ranks get
+// a copy of their input in `output`, so every rank's output holds what the package returns.
+py::object rooted(Communicator& comm,
+                  bool isBroadcast,
+                  py::object input,
+                  py::object output,
+                  const std::string& dtype,
+                  int root,
+                  const std::string& op,
+                  bool async) {
   sweepAbandonedWork();
-  Tensor in = optionalTensor(input, dtype);
   Tensor out = tensorFromCapsule(output, dtype);
+  Tensor in = present(input) ? tensorFromCapsule(input, dtype) : out;
   ReduceOp reduceOp = isBroadcast ? ReduceOp::kSum : parseReduceOp(op);
   std::shared_ptr<Work> work;
   {
     py::gil_scoped_release release;
     BlockingUnlessAsync blocking(async);
-    // A broadcast overwrites non-root buffers, so only the root needs its input copied.
-    if (present(input) && (!isBroadcast || comm.rank() == root))
-      copyTensor(in, out);
-    work = isBroadcast ? comm.broadcast(out, root) : comm.reduce(out, root, reduceOp);
+    if (isBroadcast) {
+      work = comm.broadcast(in, out, root);
+    } else {
+      if (comm.rank() != root)
+        copyTensor(in, out);
+      work = comm.reduce(in, out, root, reduceOp);
+    }
   }
   return finishOperation(std::move(work), py::make_tuple(input, output), async);
 }
@@ -218,7 +226,7 @@ void bindOperations(py::module_& module) {
           });
   module.def("communicator", &communicator, py::arg("rank_list"));
   module.def("allreduce", &allreduce);
-  module.def("rooted_in_place", &rootedInPlace);
+  module.def("rooted", &rooted);
   module.def("out_of_place", &outOfPlace);
   module.def("point_to_point", &pointToPoint);
   module.def("barrier", &barrier);

@@ -106,10 +106,41 @@ void stageOut(DataType to, DataType work, const void* source, void* destination,
 }  // namespace detail
 
 Communicator::WorkPtr Communicator::allreduce(Tensor tensor, ReduceOp op) {
-  return allreduce(std::vector<Tensor>{std::move(tensor)}, op);
+  return allreduce(tensor, tensor, op);
+}
+
+Communicator::WorkPtr Communicator::allreduce(Tensor input, Tensor output, ReduceOp op) {
+  const int me = worldRank();  // in messages (Note [One rank numbering])
+  detail::checkTensor(input, "input", "allreduce", me);
+  detail::checkOutputFor(input, output, "allreduce", me);
+  detail::checkReduction(op, input.dtype(), "allreduce", me);
+  const size_t count = input.numel();
+  auto fingerprint = detail::makeFingerprint(Collective::kAllreduce, count, input.dtype(), op, -1);
+  if (const int device = detail::deviceOf({&input, &output}, "allreduce", me); device >= 0)
+    return detail::deviceAllreduce(*state_, fingerprint, device, input, output, op);
+  auto& state = *state_;
+  return state_->submit(
+      fingerprint, [&state, input, output, op, count](const backend::CallContext& call) {
+        const DataType dtype = input.dtype();
+        const DataType work = detail::accumulationType(dtype);
+        const void* in = input.data();
+        void* out = output.data();
+        if (work != dtype) {  // widened into staging, reduced there in place, narrowed once
+          out = state.staging().get(count * dataTypeSize(work));
+          detail::stageIn(dtype, work, input.data(), out, count);
+          in = out;
+        }
+        const ReduceOp wire = state.backend().allreduceAverages() ? op : detail::wireOp(op);
+        state.backend().allreduce(call, {in, out, count, work, wire});
+        if (wire != op)
+          detail::finishAverage(op, work, out, count, state.info().size);
+        detail::stageOut(dtype, work, out, output.data(), count);
+      });
 }
 
 Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, ReduceOp op) {
+  if (tensors.size() == 1)
+    return allreduce(tensors[0], tensors[0], op);
   const int me = worldRank();  // in messages (Note [One rank numbering])
   CHORUS_CHECK_ARG(!tensors.empty(), "rank ", me, " (this process): allreduce of an empty list");
   const DataType dtype = tensors[0].dtype();
@@ -129,31 +160,24 @@ Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, Reduc
   auto& state = *state_;
   return state_->submit(fingerprint, [&state, tensors = std::move(tensors), op, dtype,
                                       total](const backend::CallContext& call) {
+    // Packed (and widened) into staging, reduced there once, unpacked.
     const DataType work = detail::accumulationType(dtype);
-    const bool direct = tensors.size() == 1 && work == dtype;
-    auto* buffer = static_cast<std::byte*>(
-        direct ? tensors[0].data() : state.staging().get(total * dataTypeSize(work)));
-    if (!direct) {
-      size_t offset = 0;
-      for (const auto& tensor : tensors) {
-        detail::stageIn(dtype, work, tensor.data(), buffer + offset * dataTypeSize(work),
-                        tensor.numel());
-        offset += tensor.numel();
-      }
+    auto* buffer = static_cast<std::byte*>(state.staging().get(total * dataTypeSize(work)));
+    size_t offset = 0;
+    for (const auto& tensor : tensors) {
+      detail::stageIn(dtype, work, tensor.data(), buffer + offset * dataTypeSize(work),
+                      tensor.numel());
+      offset += tensor.numel();
     }
-    if (state.backend().allreduceAverages()) {
-      state.backend().allreduce(call, {buffer, buffer, total, work, op});
-    } else {
-      state.backend().allreduce(call, {buffer, buffer, total, work, detail::wireOp(op)});
+    const ReduceOp wire = state.backend().allreduceAverages() ? op : detail::wireOp(op);
+    state.backend().allreduce(call, {buffer, buffer, total, work, wire});
+    if (wire != op)
       detail::finishAverage(op, work, buffer, total, state.info().size);
-    }
-    if (!direct) {
-      size_t offset = 0;
-      for (const auto& tensor : tensors) {
-        detail::stageOut(dtype, work, buffer + offset * dataTypeSize(work), tensor.data(),
-                         tensor.numel());
-        offset += tensor.numel();
-      }
+    offset = 0;
+    for (const auto& tensor : tensors) {
+      detail::stageOut(dtype, work, buffer + offset * dataTypeSize(work), tensor.data(),
+                       tensor.numel());
+      offset += tensor.numel();
     }
   });
 }
@@ -196,54 +220,74 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
 }
 
 Communicator::WorkPtr Communicator::broadcast(Tensor tensor, int root) {
+  return broadcast(tensor, tensor, root);
+}
+
+Communicator::WorkPtr Communicator::broadcast(Tensor input, Tensor output, int root) {
   const int me = worldRank();  // in messages (Note [One rank numbering])
-  detail::checkTensor(tensor, "tensor", "broadcast", me);
+  detail::checkTensor(output, "output", "broadcast", me);
   detail::checkRoot(root, size(), "broadcast", me);
-  auto fingerprint = detail::makeFingerprint(Collective::kBroadcast, tensor.numel(), tensor.dtype(),
+  const bool isRoot = rank() == root;
+  if (isRoot || input.data() != nullptr) {  // elsewhere checked where given, never read
+    detail::checkTensor(input, "input", "broadcast", me);
+    detail::checkOutputFor(input, output, "broadcast", me);
+  }
+  auto fingerprint = detail::makeFingerprint(Collective::kBroadcast, output.numel(), output.dtype(),
                                              std::nullopt, root);
-  if (const int device = detail::deviceOf({&tensor}, "broadcast", me); device >= 0)
-    return detail::deviceBroadcast(*state_, fingerprint, device, tensor, root);
+  const Tensor source = isRoot ? input : output;  // elsewhere the input is not read
+  if (const int device = detail::deviceOf({&source, &output}, "broadcast", me); device >= 0)
+    return detail::deviceBroadcast(*state_, fingerprint, device, source, output, root);
   auto& state = *state_;
-  return state_->submit(fingerprint, [&state, tensor, root](const backend::CallContext& call) {
-    state.backend().broadcast(call, {tensor.data(), tensor.data(), tensor.nbytes(), root});
-  });
+  return state_->submit(
+      fingerprint, [&state, source, output, root](const backend::CallContext& call) {
+        state.backend().broadcast(call, {source.data(), output.data(), output.nbytes(), root});
+      });
 }
 
 Communicator::WorkPtr Communicator::reduce(Tensor tensor, int root, ReduceOp op) {
+  return reduce(tensor, tensor, root, op);
+}
+
+Communicator::WorkPtr Communicator::reduce(Tensor input, Tensor output, int root, ReduceOp op) {
   const int me = worldRank();  // in messages (Note [One rank numbering])
-  detail::checkTensor(tensor, "tensor", "reduce", me);
+  detail::checkTensor(input, "input", "reduce", me);
   detail::checkRoot(root, size(), "reduce", me);
-  detail::checkReduction(op, tensor.dtype(), "reduce", me);
+  detail::checkReduction(op, input.dtype(), "reduce", me);
+  const bool isRoot = rank() == root;
+  if (isRoot)
+    detail::checkOutputFor(input, output, "reduce", me);
+  const Tensor target = isRoot ? output : Tensor();  // elsewhere the output is not written
   auto fingerprint =
-      detail::makeFingerprint(Collective::kReduce, tensor.numel(), tensor.dtype(), op, root);
-  if (const int device = detail::deviceOf({&tensor}, "reduce", me); device >= 0)
-    return detail::deviceReduce(*state_, fingerprint, device, tensor, root, op);
+      detail::makeFingerprint(Collective::kReduce, input.numel(), input.dtype(), op, root);
+  if (const int device = detail::deviceOf({&input, &target}, "reduce", me); device >= 0)
+    return detail::deviceReduce(*state_, fingerprint, device, input, target, root, op);
   auto& state = *state_;
-  return state_->submit(fingerprint, [&state, tensor, root, op](const backend::CallContext& call) {
-    const DataType dtype = tensor.dtype();
-    const DataType work = detail::accumulationType(dtype);
-    const size_t count = tensor.numel();
-    const size_t workBytes = count * dataTypeSize(work);
-    const bool isRoot = state.info().rank == root;
-    // The algorithm must not write its input, and only root's tensor may change: root reduces from
-    // a copy; a widened type reduces from and into staging.
-    const bool needsStaging = isRoot || work != dtype;
-    auto* staged =
-        static_cast<std::byte*>(needsStaging ? state.staging().get(2 * workBytes) : nullptr);
-    const void* in = tensor.data();
-    if (needsStaging) {
-      detail::stageIn(dtype, work, tensor.data(), staged, count);
-      in = staged;
-    }
-    void* out = nullptr;
-    if (isRoot)
-      out = work == dtype ? tensor.data() : staged + workBytes;
-    state.backend().reduce(call, {in, out, count, work, detail::wireOp(op), root});
-    if (isRoot) {
-      detail::finishAverage(op, work, out, count, state.info().size);
-      detail::stageOut(dtype, work, out, tensor.data(), count);
-    }
-  });
+  return state_->submit(
+      fingerprint, [&state, input, target, root, op](const backend::CallContext& call) {
+        const DataType dtype = input.dtype();
+        const DataType work = detail::accumulationType(dtype);
+        const size_t count = input.numel();
+        const size_t workBytes = count * dataTypeSize(work);
+        // The algorithm must not write its input: in place, the root reduces from a copy; a
+        // widened type reduces from and into staging.
+        const bool inPlace = target.data() == input.data();
+        const bool needsStaging = inPlace || work != dtype;
+        auto* staged =
+            static_cast<std::byte*>(needsStaging ? state.staging().get(2 * workBytes) : nullptr);
+        const void* in = input.data();
+        if (needsStaging) {
+          detail::stageIn(dtype, work, input.data(), staged, count);
+          in = staged;
+        }
+        void* out = target.data();
+        if (out != nullptr && work != dtype)
+          out = staged + workBytes;
+        state.backend().reduce(call, {in, out, count, work, detail::wireOp(op), root});
+        if (out != nullptr) {
+          detail::finishAverage(op, work, out, count, state.info().size);
+          detail::stageOut(dtype, work, out, target.data(), count);
+        }
+      });
 }
 
 }  // namespace chorus

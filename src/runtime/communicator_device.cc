@@ -73,11 +73,6 @@ WorkPtr deviceAllreduce(CommunicatorState& state,
   return state.submitDevice(
       fingerprint, device, [&](DeviceBackend& backend, const DeviceCallContext& call) {
         const DataType dtype = tensors[0].dtype();
-        if (tensors.size() == 1) {
-          void* data = tensors[0].data();
-          backend.allreduce(call, {data, data, static_cast<size_t>(tensors[0].numel()), dtype, op});
-          return;
-        }
         size_t total = 0;
         for (const Tensor& tensor : tensors) total += tensor.nbytes();
         auto* packed = static_cast<std::byte*>(backend.scratch(total));
@@ -95,6 +90,19 @@ WorkPtr deviceAllreduce(CommunicatorState& state,
       });
 }
 
+WorkPtr deviceAllreduce(CommunicatorState& state,
+                        const Fingerprint& fingerprint,
+                        int device,
+                        Tensor input,
+                        Tensor output,
+                        ReduceOp op) {
+  return state.submitDevice(
+      fingerprint, device, [&](DeviceBackend& backend, const DeviceCallContext& call) {
+        backend.allreduce(call, {input.data(), output.data(), static_cast<size_t>(input.numel()),
+                                 input.dtype(), op});
+      });
+}
+
 WorkPtr deviceReduceScatter(CommunicatorState& state,
                             const Fingerprint& fingerprint,
                             int device,
@@ -108,25 +116,30 @@ WorkPtr deviceReduceScatter(CommunicatorState& state,
       });
 }
 
-WorkPtr deviceBroadcast(
-    CommunicatorState& state, const Fingerprint& fingerprint, int device, Tensor tensor, int root) {
+WorkPtr deviceBroadcast(CommunicatorState& state,
+                        const Fingerprint& fingerprint,
+                        int device,
+                        Tensor input,
+                        Tensor output,
+                        int root) {
   return state.submitDevice(
       fingerprint, device, [&](DeviceBackend& backend, const DeviceCallContext& call) {
-        backend.broadcast(call, {tensor.data(), tensor.data(), tensor.nbytes(), root});
+        backend.broadcast(call, {input.data(), output.data(), output.nbytes(), root});
       });
 }
 
 WorkPtr deviceReduce(CommunicatorState& state,
                      const Fingerprint& fingerprint,
                      int device,
-                     Tensor tensor,
+                     Tensor input,
+                     Tensor output,
                      int root,
                      ReduceOp op) {
   return state.submitDevice(
       fingerprint, device, [&](DeviceBackend& backend, const DeviceCallContext& call) {
-        // In place: NCCL writes the output on the root only, so other ranks keep their input.
-        backend.reduce(call, {tensor.data(), tensor.data(), static_cast<size_t>(tensor.numel()),
-                              tensor.dtype(), op, root});
+        // NCCL writes the output on the root only, so other ranks keep their input.
+        backend.reduce(call, {input.data(), output.data(), static_cast<size_t>(input.numel()),
+                              input.dtype(), op, root});
       });
 }
 

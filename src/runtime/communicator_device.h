@@ -36,18 +36,31 @@ WorkPtr deviceAllreduce(CommunicatorState& state,
                         int device,
                         std::vector<Tensor> tensors,
                         ReduceOp op);
+WorkPtr deviceAllreduce(CommunicatorState& state,
+                        const Fingerprint& fingerprint,
+                        int device,
+                        Tensor input,
+                        Tensor output,
+                        ReduceOp op);
 WorkPtr deviceReduceScatter(CommunicatorState& state,
                             const Fingerprint& fingerprint,
                             int device,
                             Tensor input,
                             Tensor output,
                             ReduceOp op);
-WorkPtr deviceBroadcast(
-    CommunicatorState& state, const Fingerprint& fingerprint, int device, Tensor tensor, int root);
+// `input` is read on the root only (pass `output` elsewhere).
+WorkPtr deviceBroadcast(CommunicatorState& state,
+                        const Fingerprint& fingerprint,
+                        int device,
+                        Tensor input,
+                        Tensor output,
+                        int root);
+// `output` is written on the root only (empty elsewhere); it may be `input` (in place).
 WorkPtr deviceReduce(CommunicatorState& state,
                      const Fingerprint& fingerprint,
                      int device,
-                     Tensor tensor,
+                     Tensor input,
+                     Tensor output,
                      int root,
                      ReduceOp op);
 WorkPtr deviceAllgather(CommunicatorState& state,

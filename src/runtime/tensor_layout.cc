@@ -1,5 +1,6 @@
 #include "runtime/tensor_layout.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "core/check.h"
@@ -19,6 +20,19 @@ void checkListedTensor(const Tensor& tensor, size_t index, std::string_view op, 
   const bool fine = tensor.isContiguous() && (tensor.data() != nullptr || tensor.numel() == 0);
   if (!fine)
     checkTensor(tensor, concat("tensor ", index), op, rank);
+}
+
+void checkOutputFor(const Tensor& input, const Tensor& output, std::string_view op, int rank) {
+  checkTensor(output, "output", op, rank);
+  CHORUS_CHECK_ARG(output.dtype() == input.dtype() && output.numel() == input.numel(), "rank ",
+                   rank, " (this process): ", op, ": output (", output.describe(),
+                   ") must have the input's dtype and number of elements (", input.describe(), ")");
+  const auto in = reinterpret_cast<std::uintptr_t>(input.data());
+  const auto out = reinterpret_cast<std::uintptr_t>(output.data());
+  const bool disjoint = out + output.nbytes() <= in || in + input.nbytes() <= out;
+  CHORUS_CHECK_ARG(in == out || disjoint, "rank ", rank, " (this process): ", op,
+                   ": input and output overlap without being the same tensor; pass the same "
+                   "tensor twice (in place) or separate ones");
 }
 
 int normalizeAxis(int axis, int dims, std::string_view op, int rank) {

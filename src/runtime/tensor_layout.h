@@ -21,6 +21,9 @@ namespace chorus::detail {
 void checkTensor(const Tensor& tensor, std::string_view what, std::string_view op, int rank);
 // checkTensor for item `index` of a list ("tensor 2"); formats the name only for the message.
 void checkListedTensor(const Tensor& tensor, size_t index, std::string_view op, int rank);
+// The output of an out-of-place call (allreduce, broadcast, reduce) against its input: checkTensor
+// on it, the same dtype and number of elements, and either the same memory or none shared.
+void checkOutputFor(const Tensor& input, const Tensor& output, std::string_view op, int rank);
 // Normalizes a possibly negative axis; out of range is InvalidArgumentError.
 int normalizeAxis(int axis, int dims, std::string_view op, int rank);
 

@@ -1,0 +1,145 @@
+// The short path for the most common call from Python: a blocking allreduce of one NumPy array,
+// into a new array or the caller's `out`. It reads the arrays' fields directly (pybind11's
+// view of NumPy's structs: data, dimensions, flags, descr->type_num), allocates a new result with
+// NumPy's C API, and issues Communicator::allreduce(input, output) under BlockingCalls, all in one
+// GIL release. No DLPack capsule, no Python-level wrapping.
+//
+// Anything else (another array type, a strided, misaligned, byte-swapped or read-only output, an
+// op the dtype does not take, different dtypes or sizes) returns NotImplemented, and the package
+// takes its general path, which handles it or raises the error users see there. So this path
+// adds speed and changes no behaviour.
+#include <pybind11/numpy.h>
+
+#include <optional>
+#include <string_view>
+
+#include "bindings.h"
+#include "chorus/huge_pages.h"
+
+namespace chorus::python {
+namespace {
+
+using pybind11::detail::array_descriptor_proxy;
+using pybind11::detail::array_proxy;
+using pybind11::detail::npy_api;
+
+// New results of this size and more get huge pages before their first touch (as in operations.cc).
+constexpr size_t kHugePageThreshold = 4u << 20;
+constexpr int kNpyHalf = 23;  // NPY_HALF (pybind11's npy_api does not name it)
+
+std::optional<DataType> dataTypeOf(int typeNum) {
+  switch (typeNum) {
+    case npy_api::NPY_BOOL_:
+      return DataType::kBool;
+    case npy_api::NPY_INT8_:
+      return DataType::kInt8;
+    case npy_api::NPY_UINT8_:
+      return DataType::kUInt8;
+    case npy_api::NPY_INT_:
+      return DataType::kInt32;
+    case npy_api::NPY_LONG_:
+      return sizeof(long) == 8 ? DataType::kInt64 : DataType::kInt32;
+    case npy_api::NPY_LONGLONG_:
+      return DataType::kInt64;
+    case npy_api::NPY_FLOAT_:
+      return DataType::kFloat32;
+    case npy_api::NPY_DOUBLE_:
+      return DataType::kFloat64;
+    case kNpyHalf:
+      return DataType::kFloat16;
+    default:
+      return std::nullopt;
+  }
+}
+
+// A flat Tensor over `object` when it is exactly a NumPy ndarray (not a subclass) that is
+// C-contiguous, aligned, in native byte order, of a chorus dtype, and writable if `writable`.
+std::optional<Tensor> flatArray(py::handle object, bool writable) {
+  const auto& api = npy_api::get();
+  if (Py_TYPE(object.ptr()) != api.PyArray_Type_)
+    return std::nullopt;
+  const auto* array = array_proxy(object.ptr());
+  int required = npy_api::NPY_ARRAY_C_CONTIGUOUS_ | npy_api::NPY_ARRAY_ALIGNED_;
+  if (writable)
+    required |= npy_api::NPY_ARRAY_WRITEABLE_;
+  if ((array->flags & required) != required)
+    return std::nullopt;
+  const auto* descr = array_descriptor_proxy(array->descr);
+  const auto dtype = dataTypeOf(descr->type_num);
+  if (!dtype || descr->byteorder == '>')
+    return std::nullopt;
+  int64_t count = 1;
+  for (int d = 0; d < array->nd; ++d) count *= array->dimensions[d];
+  return Tensor(array->data, *dtype, {count});
+}
+
+std::optional<ReduceOp> reduceOpOf(py::handle op) {
+  Py_ssize_t length = 0;
+  const char* text =
+      PyUnicode_Check(op.ptr()) ? PyUnicode_AsUTF8AndSize(op.ptr(), &length) : nullptr;
+  if (text == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  const std::string_view name(text, static_cast<size_t>(length));
+  for (ReduceOp candidate : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin,
+                             ReduceOp::kProd, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
+    if (name == toString(candidate))
+      return candidate;
+  }
+  return std::nullopt;
+}
+
+// A new C-contiguous ndarray of `like`'s dtype and shape.
+py::object emptyLike(py::handle like) {
+  const auto& api = npy_api::get();
+  const auto* array = array_proxy(like.ptr());
+  Py_INCREF(array->descr);  // PyArray_NewFromDescr steals it
+  PyObject* result = api.PyArray_NewFromDescr_(api.PyArray_Type_, array->descr, array->nd,
+                                               array->dimensions, nullptr, nullptr, 0, nullptr);
+  if (result == nullptr)
+    throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(result);
+}
+
+py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::handle op) {
+  const auto input = flatArray(x, false);
+  const auto reduceOp = reduceOpOf(op);
+  if (!input || !reduceOp || !isValidReduction(*reduceOp, input->dtype()))
+    return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  py::object result;
+  std::optional<Tensor> output;
+  if (out.is_none()) {
+    result = emptyLike(x);
+    output = flatArray(result, true);
+    if (output->nbytes() >= kHugePageThreshold)
+      adviseHugePages(output->data(), output->nbytes());
+  } else {
+    output = flatArray(out, true);
+    if (!output || output->dtype() != input->dtype() || output->numel() != input->numel())
+      return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+    result = py::reinterpret_borrow<py::object>(out);
+  }
+  sweepAbandonedWork();
+  std::shared_ptr<Work> work;
+  bool done;
+  {
+    py::gil_scoped_release release;
+    BlockingCalls blocking;
+    work = comm.allreduce(*input, *output, *reduceOp);
+    done = work->waitFor(std::chrono::milliseconds::zero());  // rethrows its failure
+  }
+  if (!done)  // the communicator was busy: wait in slices that let Ctrl-C through
+    finishOperation(std::move(work), py::make_tuple(x, result), false);
+  return result;
+}
+
+}  // namespace
+
+void bindArrayCalls(py::module_& module) {
+  module.def("allreduce_array", &allreduceArray,
+             "allreduce(x, out=out, op=op) for one NumPy array, blocking; NotImplemented when "
+             "the call needs the package's general path");
+}
+
+}  // namespace chorus::python
