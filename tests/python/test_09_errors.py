@@ -1,8 +1,8 @@
 """Bad arguments (DESIGN §4): ValueError naming the argument and the valid choices, raised on every
 rank before anything is sent, input untouched; the communicator keeps working afterwards.
 
-This file runs last (files run in name order) so that a binding that wrongly aborts the
-communicator on a bad argument cannot take the other tests down with it.
+Files run in name order and later ones (10 and up) share the communicator, so a binding that
+wrongly aborts it on a bad argument fails them too; the failure here names the cause.
 """
 
 import numpy as np
