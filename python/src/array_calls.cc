@@ -14,7 +14,6 @@
 #include <string_view>
 
 #include "bindings.h"
-#include "chorus/huge_pages.h"
 
 namespace chorus::python {
 namespace {
@@ -23,8 +22,6 @@ using pybind11::detail::array_descriptor_proxy;
 using pybind11::detail::array_proxy;
 using pybind11::detail::npy_api;
 
-// New results of this size and more get huge pages before their first touch (as in operations.cc).
-constexpr size_t kHugePageThreshold = 4u << 20;
 constexpr int kNpyHalf = 23;  // NPY_HALF (pybind11's npy_api does not name it)
 
 std::optional<DataType> dataTypeOf(int typeNum) {
@@ -112,8 +109,7 @@ py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::
   if (out.is_none()) {
     result = emptyLike(x);
     output = flatArray(result, true);
-    if (output->nbytes() >= kHugePageThreshold)
-      adviseHugePages(output->data(), output->nbytes());
+    adviseHugePagesIfLarge(*output);
   } else {
     output = flatArray(out, true);
     if (!output || output->dtype() != input->dtype() || output->numel() != input->numel())

@@ -45,6 +45,10 @@ Tensor hostTensorFromCapsule(py::handle capsule, const std::string& dtype, const
 // unconsumed.
 py::capsule ownedViewCapsule(const Tensor& view, std::shared_ptr<const void> owner);
 
+// Results of 4 MiB and more get huge pages before their first touch (chorus/huge_pages.h): a
+// 64 MiB result would otherwise spend most of its time in page faults. Host tensors only.
+void adviseHugePagesIfLarge(const Tensor& result);
+
 // Finishes an issued operation: with `async` false waits (GIL released) and returns None; with
 // `async` true returns a PendingWork that keeps `keepAlive` (the Python buffers) until it is done.
 py::object finishOperation(std::shared_ptr<Work> work, py::object keepAlive, bool async);

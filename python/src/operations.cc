@@ -19,10 +19,6 @@
 namespace chorus::python {
 namespace {
 
-// Results of 4 MiB and more get huge pages before their first touch (chorus/huge_pages.h): a 64 MiB
-// result would otherwise spend most of its time in page faults.
-constexpr size_t kHugePageThreshold = 4u << 20;
-
 void copyTensor(const Tensor& from, const Tensor& to) {
   if (from.numel() != to.numel() || from.dtype() != to.dtype())
     throw InvalidArgumentError("output (" + to.describe() +
@@ -32,8 +28,7 @@ void copyTensor(const Tensor& from, const Tensor& to) {
     return;
   if (!from.device().isCpu() || !to.device().isCpu())  // the package copies CUDA tensors itself
     throw InternalError("internal: host copy asked for a " + from.device().toString() + " tensor");
-  if (to.nbytes() >= kHugePageThreshold)
-    adviseHugePages(to.data(), to.nbytes());
+  adviseHugePagesIfLarge(to);
   std::memcpy(to.data(), from.data(), from.nbytes());
 }
 
@@ -74,6 +69,7 @@ py::object allreduce(Communicator& comm,
     py::gil_scoped_release release;
     BlockingUnlessAsync blocking(async);
     if (in.size() == 1) {
+      adviseHugePagesIfLarge(out[0]);
       work = comm.allreduce(in[0], out[0], reduceOp);  // one pass, input to output
     } else {
       for (size_t i = 0; i < in.size(); ++i) copyTensor(in[i], out[i]);  // fused: in place
@@ -101,6 +97,8 @@ py::object rooted(Communicator& comm,
   {
     py::gil_scoped_release release;
     BlockingUnlessAsync blocking(async);
+    if (in.data() != out.data())
+      adviseHugePagesIfLarge(out);
     if (isBroadcast) {
       work = comm.broadcast(in, out, root);
     } else {
@@ -182,6 +180,12 @@ std::shared_ptr<Communicator> communicator(const RankList& rankList) {
 }
 
 }  // namespace
+
+void adviseHugePagesIfLarge(const Tensor& result) {
+  constexpr size_t kThreshold = 4u << 20;
+  if (result.device().isCpu() && result.nbytes() >= kThreshold)
+    adviseHugePages(result.data(), result.nbytes());
+}
 
 Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype) {
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
