@@ -2,8 +2,8 @@
 // and size from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), the node id from the processor name
 // (MPI_Get_processor_name, else the host name). There is no store and no token unless startStore()
 // made them (rank 0 serves a TCP store on 127.0.0.1 with a fresh token, sent to the others by
-// broadcast; one node only), so communicators of this job use the MPI backends ("auto" means "mpi")
-// unless the shm or tcp backend is asked for. barrier() and broadcast() run on a private duplicate
+// broadcast; one node only). DistContext starts it for the shm and tcp backends, and for "auto"
+// when the job is on one node (so "auto" picks shm there); without it "auto" means "mpi". barrier() and broadcast() run on a private duplicate
 // of MPI_COMM_WORLD, so they never match the program's own MPI traffic.
 //
 // See connector/mpi_environment.h for who initializes and finalizes MPI. Only compiled when

@@ -2,6 +2,7 @@
 // communicator and the pool of group communicators keyed by normalized rank_list.
 #include "chorus/dist_context.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -50,6 +51,20 @@ void shutDownBeforeMpiFinalize() {
   });
 }
 
+// Note [auto under mpirun]
+// MPI bootstraps a job started by mpirun, as in the seeds, but the data still moves over chorus's
+// own paths where it can: when the whole job is on one node, rank 0 serves a store on loopback and
+// "auto" then picks shm, as under chorusrun (the store is what makes "auto" choose shm over mpi;
+// factory.cc). A job that spans nodes keeps the native mpi backend for now; "mpi" and
+// "mpi_algorithms" stay available by name, and need no store.
+bool needsStoreUnderMpi(const std::string& backend, const std::vector<std::string>& nodeIds) {
+  if (backend == "shm" || backend == "tcp")
+    return true;  // startStore explains that these need one node
+  const bool oneNode = std::all_of(nodeIds.begin(), nodeIds.end(),
+                                   [&](const std::string& id) { return id == nodeIds.front(); });
+  return backend == "auto" && nodeIds.size() > 1 && oneNode;
+}
+
 }  // namespace
 
 DistContext& DistContext::get() {
@@ -87,8 +102,9 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
     state.connector = connector::connectFromEnvironment(state.config.timeout);
     if (state.connector->kind() == "mpi") {
       shutDownBeforeMpiFinalize();
-      // The store-based backends need a store, which mpirun does not provide.
-      if (state.config.backend == "shm" || state.config.backend == "tcp")
+      // The store-based backends need a store, which mpirun does not provide (Note [auto under
+      // mpirun]).
+      if (needsStoreUnderMpi(state.config.backend, state.connector->nodeIds()))
         state.connector->startStore(Deadline::after(state.config.timeout));
       // The connector's placement is authoritative (MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED).
       state.config.rank = state.connector->rank();
