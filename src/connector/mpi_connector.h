@@ -3,8 +3,9 @@
 // (MPI_Get_processor_name, else the host name). There is no store and no token unless startStore()
 // made them (rank 0 serves a TCP store on 127.0.0.1 with a fresh token, sent to the others by
 // broadcast; one node only). DistContext starts it for the shm and tcp backends, and for "auto"
-// when the job is on one node (so "auto" picks shm there); without it "auto" means "mpi". barrier() and broadcast() run on a private duplicate
-// of MPI_COMM_WORLD, so they never match the program's own MPI traffic.
+// when the job is on one node (so "auto" picks shm there); without it "auto" means "mpi". barrier()
+// and broadcast() run on a private duplicate of MPI_COMM_WORLD, so they never match the program's
+// own MPI traffic.
 //
 // See connector/mpi_environment.h for who initializes and finalizes MPI. Only compiled when
 // CHORUS_WITH_MPI is on.
