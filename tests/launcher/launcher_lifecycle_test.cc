@@ -5,7 +5,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 
 #include "launcher_process.h"
 
@@ -133,6 +136,60 @@ TEST(LauncherLifecycle, KilledRankIsNamedWithItsSignal) {
       << result.err;
   EXPECT_LT(result.elapsed, 10s);
   expectAllGone(dir, 5);
+}
+
+// The PID rank `rank`'s shell recorded in `dir` (recordAndSleep).
+pid_t recordedShell(const TempDir& dir, int rank) {
+  std::ifstream file(dir.str() + "/pid.sh." + std::to_string(rank));
+  pid_t pid = -1;
+  file >> pid;
+  return pid;
+}
+
+// Waits until `pid` has exited (a zombie: its parent has not reaped it); false at `deadline`.
+bool awaitZombie(pid_t pid, Deadline deadline) {
+  while (!deadline.expired()) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');  // the state follows the command name
+    if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z')
+      return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+// A rank is killed, and its peers fail over it and exit before the launcher looks (as on a loaded
+// machine): the killed rank is still the cause, named first, and its signal is the job's exit
+// status, though the others come first in rank order. The launcher is stopped while it happens,
+// so it sees all three exits at once.
+TEST(LauncherLifecycle, AKilledRankIsTheCauseThoughItsPeersExitedBeforeTheLauncherLooked) {
+  TempDir dir;
+  constexpr int kRanks = 3;
+  LauncherProcess launcher(shJob(kRanks, "trap 'exit 1' USR1; " + recordAndSleep(dir)));
+  ASSERT_TRUE(launcher.waitForStdout(
+      [](const std::string& out) { return std::count(out.begin(), out.end(), '\n') == kRanks; },
+      Deadline::after(20s)));
+  launcher.signal(SIGSTOP);
+  const pid_t killed = recordedShell(dir, 2);
+  ASSERT_GT(killed, 0);
+  kill(killed, SIGKILL);
+  ASSERT_TRUE(awaitZombie(killed, Deadline::after(20s)));
+  for (int rank : {0, 1}) {
+    const pid_t peer = recordedShell(dir, rank);
+    ASSERT_GT(peer, 0);
+    kill(peer, SIGUSR1);  // its trap exits 1, as a rank reporting the dead peer would
+    ASSERT_TRUE(awaitZombie(peer, Deadline::after(20s)));
+  }
+  launcher.signal(SIGCONT);
+  LaunchResult result = launcher.finish(Deadline::after(20s));
+  EXPECT_FALSE(result.timedOut);
+  EXPECT_EQ(result.exitCode, 128 + SIGKILL) << result.err;
+  EXPECT_NE(result.err.find("chorusrun: rank 2 was killed by signal 9 (SIGKILL); then rank 0 "
+                            "exited with code 1, rank 1 exited with code 1"),
+            std::string::npos)
+      << result.err;
+  expectAllGone(dir, 2 * kRanks);
 }
 
 TEST(LauncherLifecycle, SigtermToTheLauncherStopsEverything) {

@@ -306,30 +306,41 @@ void Launcher::handleSignals() {
 }
 
 void Launcher::checkRankExits() {
+  // The exits seen this time. A rank killed by a signal the launcher never sent comes first: when
+  // it died and its peers then failed over it before the launcher looked (a loaded machine), its
+  // death is the cause and theirs the consequence, whatever their rank order.
+  std::vector<std::pair<RankProcess*, ExitStatus>> exits;
+  for (RankProcess& process : ranks_) {
+    if (std::optional<ExitStatus> status = process.pollExit())
+      exits.emplace_back(&process, *status);
+  }
+  std::stable_partition(exits.begin(), exits.end(), [&](const auto& exit) {
+    return exit.second.signaled && !sentSignals_.contains(exit.second.signal);
+  });
   std::optional<int> failedCode;
   std::string failure;
-  for (RankProcess& process : ranks_) {
-    std::optional<ExitStatus> status = process.pollExit();
-    if (status && status->success() && !finishing_ && !stopping_) {
+  for (auto& [rankProcess, status] : exits) {
+    RankProcess& process = *rankProcess;
+    if (status.success() && !finishing_ && !stopping_) {
       earlyExits_.insert(process.rank());  // only worth saying if the job then fails
     }
-    if (!status || status->success()) {
+    if (status.success()) {
       continue;
     }
     // After a stop began, exits are what the launcher asked for, except deaths by a signal it
     // never sent: a rank killed at nearly the moment another failed (whose exit the launcher may
     // have seen first, e.g. a survivor reporting the dead peer) is named too.
-    if (stopping_ && !(status->signaled && !sentSignals_.contains(status->signal))) {
+    if (stopping_ && !(status.signaled && !sentSignals_.contains(status.signal))) {
       continue;
     }
     // Forward the rank's last output before saying why it ended.
     auto [out, err] = rankStreams_[process.rank() - options_.nodeRank * options_.nprocPerNode];
     output_->drainAvailable(out);
     output_->drainAvailable(err);
-    std::string what = nodeName() + status->describe(process.rank());
+    std::string what = nodeName() + status.describe(process.rank());
     failures_.push_back(what);
     if (!failedCode) {
-      failedCode = status->launcherExitCode();
+      failedCode = status.launcherExitCode();
       failure = what;
       if (!failed_)
         recordRankFailure(process.rank(), what);
