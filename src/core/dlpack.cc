@@ -95,22 +95,22 @@ Tensor Tensor::fromDLPack(const DLManagedTensor* managed) {
                    tensor.ndim, " has a null shape");
   DataType dtype = fromDLDataType(tensor.dtype);
   Device device = fromDLDevice(tensor.device);
-  std::vector<int64_t> shape(tensor.shape, tensor.shape + tensor.ndim);
+  const std::span<const int64_t> shape(tensor.shape, static_cast<size_t>(tensor.ndim));
   for (int64_t extent : shape) {
     CHORUS_CHECK_ARG(extent >= 0, "DLPack tensor has a negative dimension ", extent);
   }
-  std::vector<int64_t> strides =
-      tensor.strides != nullptr ? std::vector<int64_t>(tensor.strides, tensor.strides + tensor.ndim)
-                                : contiguousStrides(shape);
   void* data = static_cast<char*>(tensor.data) + tensor.byte_offset;
-  return Tensor(data, dtype, std::move(shape), std::move(strides), device);
+  if (tensor.strides == nullptr)
+    return Tensor(data, dtype, shape, device);
+  return Tensor(data, dtype, shape,
+                std::span<const int64_t>(tensor.strides, static_cast<size_t>(tensor.ndim)), device);
 }
 
 DLManagedTensor* Tensor::toDLPack(std::shared_ptr<const void> owner) const {
   auto exported = std::make_unique<ExportedTensor>();
   exported->owner = std::move(owner);
-  exported->shape = shape_;
-  exported->strides = strides_;
+  exported->shape.assign(shape().begin(), shape().end());
+  exported->strides.assign(strides().begin(), strides().end());
   DLTensor& tensor = exported->managed.dl_tensor;
   tensor.data = data_;
   tensor.device = device_.isCpu() ? DLDevice{kDLCPU, 0} : DLDevice{kDLCUDA, device_.index};

@@ -2,6 +2,7 @@
 // strides; everything else is arithmetic on them.
 #include "chorus/tensor.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/check.h"
@@ -9,13 +10,13 @@
 namespace chorus {
 namespace {
 
-void checkShape(const std::vector<int64_t>& shape) {
+void checkShape(std::span<const int64_t> shape) {
   for (size_t i = 0; i < shape.size(); ++i) {
     CHORUS_CHECK_ARG(shape[i] >= 0, "tensor dimension ", i, " has negative extent ", shape[i]);
   }
 }
 
-void appendList(std::ostringstream& out, const std::vector<int64_t>& values) {
+void appendList(std::ostringstream& out, std::span<const int64_t> values) {
   out << '[';
   for (size_t i = 0; i < values.size(); ++i) {
     out << (i == 0 ? "" : ", ") << values[i];
@@ -23,34 +24,50 @@ void appendList(std::ostringstream& out, const std::vector<int64_t>& values) {
   out << ']';
 }
 
+// Row-major strides of `shape` into `strides` (as many).
+void fillContiguousStrides(std::span<const int64_t> shape, int64_t* strides) {
+  int64_t stride = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i] > 0 ? shape[i] : 1;
+  }
+}
+
 }  // namespace
 
-Tensor::Tensor(void* data, DataType dtype, std::vector<int64_t> shape, Device device)
-    : data_(data), dtype_(dtype), shape_(std::move(shape)), device_(device) {
-  checkShape(shape_);
+void Tensor::resize(size_t dim) {
+  dim_ = static_cast<int>(dim);
+  if (dim_ > kInlineDims)
+    heap_.assign(2 * dim, 0);
+}
+
+Tensor::Tensor(void* data, DataType dtype, std::span<const int64_t> shape, Device device)
+    : data_(data), dtype_(dtype), device_(device) {
+  checkShape(shape);
   dataTypeSize(dtype_);  // throws on an out-of-range dtype
-  strides_ = contiguousStrides(shape_);
+  resize(shape.size());
+  std::copy(shape.begin(), shape.end(), extents());
+  fillContiguousStrides(shape, extents() + dim_);
 }
 
 Tensor::Tensor(void* data,
                DataType dtype,
-               std::vector<int64_t> shape,
-               std::vector<int64_t> strides,
+               std::span<const int64_t> shape,
+               std::span<const int64_t> strides,
                Device device)
-    : data_(data),
-      dtype_(dtype),
-      shape_(std::move(shape)),
-      strides_(std::move(strides)),
-      device_(device) {
-  checkShape(shape_);
+    : data_(data), dtype_(dtype), device_(device) {
+  checkShape(shape);
   dataTypeSize(dtype_);
-  CHORUS_CHECK_ARG(strides_.size() == shape_.size(), "tensor has ", shape_.size(),
-                   " dimensions but ", strides_.size(), " strides; pass one stride per dimension");
+  CHORUS_CHECK_ARG(strides.size() == shape.size(), "tensor has ", shape.size(), " dimensions but ",
+                   strides.size(), " strides; pass one stride per dimension");
+  resize(shape.size());
+  std::copy(shape.begin(), shape.end(), extents());
+  std::copy(strides.begin(), strides.end(), extents() + dim_);
 }
 
 int64_t Tensor::numel() const {
   int64_t count = 1;
-  for (int64_t extent : shape_) {
+  for (int64_t extent : shape()) {
     count *= extent;
   }
   return count;
@@ -60,24 +77,26 @@ bool Tensor::isContiguous() const {
   if (numel() == 0) {
     return true;  // no element is ever addressed
   }
+  const auto extent = shape();
+  const auto stride = strides();
   int64_t expected = 1;
-  for (size_t i = shape_.size(); i-- > 0;) {
-    if (shape_[i] == 1) {
+  for (size_t i = extent.size(); i-- > 0;) {
+    if (extent[i] == 1) {
       continue;
     }
-    if (strides_[i] != expected) {
+    if (stride[i] != expected) {
       return false;
     }
-    expected *= shape_[i];
+    expected *= extent[i];
   }
   return true;
 }
 
-Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
+Tensor Tensor::reshaped(std::span<const int64_t> shape) const {
   CHORUS_CHECK_ARG(isContiguous(), "cannot reshape the non-contiguous tensor ", describe(),
                    "; make it contiguous first (e.g. .contiguous() in PyTorch)");
   checkShape(shape);
-  Tensor result(data_, dtype_, std::move(shape), device_);
+  Tensor result(data_, dtype_, shape, device_);
   CHORUS_CHECK_ARG(result.numel() == numel(), "cannot view ", describe(), " (", numel(),
                    " elements) as ", result.describe(), " (", result.numel(), " elements)");
   return result;
@@ -86,22 +105,18 @@ Tensor Tensor::reshaped(std::vector<int64_t> shape) const {
 std::string Tensor::describe() const {
   std::ostringstream out;
   out << toString(dtype_);
-  appendList(out, shape_);
+  appendList(out, shape());
   out << ' ' << device_.toString();
   if (!isContiguous()) {
     out << " strides ";
-    appendList(out, strides_);
+    appendList(out, strides());
   }
   return out.str();
 }
 
-std::vector<int64_t> Tensor::contiguousStrides(const std::vector<int64_t>& shape) {
+std::vector<int64_t> Tensor::contiguousStrides(std::span<const int64_t> shape) {
   std::vector<int64_t> strides(shape.size());
-  int64_t stride = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    strides[i] = stride;
-    stride *= shape[i] > 0 ? shape[i] : 1;
-  }
+  fillContiguousStrides(shape, strides.data());
   return strides;
 }
 

@@ -36,10 +36,11 @@ void checkConcatShape(const Tensor& input,
                    " multiplied by ", factor);
 }
 
-std::vector<int64_t> withAxisScaled(std::vector<int64_t> shape,
+std::vector<int64_t> withAxisScaled(std::span<const int64_t> extents,
                                     int axis,
                                     int64_t multiply,
                                     int64_t divide) {
+  std::vector<int64_t> shape(extents.begin(), extents.end());
   shape[axis] = shape[axis] * multiply / divide;
   return shape;
 }

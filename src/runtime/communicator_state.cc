@@ -1,6 +1,7 @@
 #include "runtime/communicator_state.h"
 
 #include <algorithm>
+#include <memory_resource>
 #include <optional>
 
 #include "backend/factory.h"
@@ -46,6 +47,21 @@ class QueuedWork : public Work {
   // Weak: the operation holds the Work, and is dropped once it has run.
   std::weak_ptr<std::function<void()>> operation_;
 };
+
+// The memory of every QueuedWork: a pool, so a warmed call allocates none. Never destroyed, as a
+// Work may outlive every communicator.
+std::pmr::memory_resource& workMemory() {
+  static auto* pool = new std::pmr::synchronized_pool_resource();
+  return *pool;
+}
+
+std::shared_ptr<QueuedWork> makeWork(int rank,
+                                     const Fingerprint& fingerprint,
+                                     std::weak_ptr<CommunicatorState> state) {
+  return std::allocate_shared<QueuedWork>(
+      std::pmr::polymorphic_allocator<QueuedWork>(&workMemory()), rank, fingerprint,
+      std::move(state));
+}
 
 }  // namespace
 
@@ -96,34 +112,36 @@ CommunicatorState::~CommunicatorState() {
     deviceBackend_->close();
 }
 
-std::shared_ptr<Work> CommunicatorState::submit(Fingerprint fingerprint, Body body) {
-  return enqueue(fingerprint, std::move(body), /*number=*/true, BlockingCalls::active());
-}
-
-std::shared_ptr<Work> CommunicatorState::enqueue(Fingerprint fingerprint,
-                                                 Body body,
-                                                 bool number,
-                                                 bool mayRunHere) {
+std::shared_ptr<Work> CommunicatorState::enqueue(Fingerprint fingerprint, Body body, bool number) {
   std::shared_ptr<QueuedWork> work;
-  OperationQueue::Operation operation;
-  bool runHere = false;
   {
     // Numbering and queueing happen under one lock, so the queue's order is the numbers' order.
     std::lock_guard lock(mutex_);
     if (number && fingerprint.collective != Collective::kPointToPoint) {
       fingerprint.sequence = ++collectiveSequence_;
     }
-    work = std::make_shared<QueuedWork>(info_.worldRank, fingerprint, weak_from_this());
-    operation = std::make_shared<std::function<void()>>(
-        [this, work, fingerprint, body = std::move(body)] { execute(*work, fingerprint, body); });
+    work = makeWork(info_.worldRank, fingerprint, weak_from_this());
+    auto operation =
+        std::make_shared<std::function<void()>>([this, work, fingerprint, body = std::move(body)] {
+          execute(*work, fingerprint, BodyRef(body));
+        });
     work->setOperation(operation);
-    if (mayRunHere)
-      runHere = queue_.claimOrPush(operation);
-    else
-      queue_.push(operation);
+    queue_.push(std::move(operation));
   }
-  if (runHere)
-    queue_.runClaimed(operation);  // outside the lock: the operation takes it too
+  return work;
+}
+
+std::shared_ptr<Work> CommunicatorState::runHereIfIdle(Fingerprint fingerprint, BodyRef body) {
+  std::shared_ptr<QueuedWork> work;
+  {
+    std::lock_guard lock(mutex_);  // numbering and claiming together, as in enqueue
+    if (!queue_.claimIfIdle())
+      return nullptr;
+    if (fingerprint.collective != Collective::kPointToPoint)
+      fingerprint.sequence = ++collectiveSequence_;
+    work = makeWork(info_.worldRank, fingerprint, weak_from_this());
+  }
+  execute(*work, fingerprint, body);  // releases the queue
   return work;
 }
 
@@ -135,7 +153,7 @@ std::string describeFingerprint(const void* fingerprint) {
 }
 }  // namespace
 
-void CommunicatorState::execute(Work& work, const Fingerprint& fingerprint, const Body& body) {
+void CommunicatorState::execute(Work& work, const Fingerprint& fingerprint, BodyRef body) {
   std::exception_ptr earlier;
   std::chrono::milliseconds timeout;
   {
@@ -241,7 +259,7 @@ std::shared_ptr<Work> CommunicatorState::checkOnHost(const Fingerprint& fingerpr
   }
   return enqueue(
       fingerprint, [this](const backend::CallContext& call) { backend_->barrier(call); },
-      /*number=*/false, /*mayRunHere=*/false);
+      /*number=*/false);
 }
 
 std::shared_ptr<Work> CommunicatorState::failDevice(const Fingerprint& fingerprint,

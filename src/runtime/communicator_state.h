@@ -14,7 +14,9 @@
 #include "backend/backend.h"
 #include "backend/device_backend.h"
 #include "backend/options.h"
+#include "chorus/communicator.h"
 #include "chorus/work.h"
+#include "core/function_ref.h"
 #include "core/rank_names.h"
 #include "core/thread_annotations.h"
 #include "core/workspace.h"
@@ -73,6 +75,9 @@ backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
 
 class DeviceWatchdog;
 
+// A reference to an operation's body for the time of one call: no copy, no allocation.
+using BodyRef = FunctionRef<void(const backend::CallContext&)>;
+
 class CommunicatorState : public std::enable_shared_from_this<CommunicatorState> {
  public:
   using Body = std::function<void(const backend::CallContext&)>;
@@ -93,7 +98,18 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // their fingerprint; point-to-point keeps sequence 0. The body runs on the worker thread with a
   // deadline of now + timeout(); its exception fails the Work and aborts the communicator. The
   // body runs on the worker thread, or on the thread that waits for the Work (runIfNext).
-  std::shared_ptr<Work> submit(Fingerprint fingerprint, Body body);
+  //
+  // Under BlockingCalls, a call that finds the queue idle runs here and now on the calling thread
+  // (runHereIfIdle), with `body` referenced, not copied: a warmed blocking call allocates nothing
+  // (its Work comes from a pool).
+  template <typename F>
+  std::shared_ptr<Work> submit(Fingerprint fingerprint, F&& body) {
+    if (BlockingCalls::active()) {
+      if (std::shared_ptr<Work> work = runHereIfIdle(fingerprint, BodyRef(body)))
+        return work;
+    }
+    return enqueue(fingerprint, Body(std::forward<F>(body)), /*number=*/true);
+  }
 
   // A collective on CUDA tensors of device `device` (Note [Device call order]): on the calling
   // thread, after the communicator's checks, `body` enqueues on the device backend (made at the
@@ -133,8 +149,11 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
 
  private:
   // Queues `body` as an operation; numbers collectives first when `number` is set.
-  std::shared_ptr<Work> enqueue(Fingerprint fingerprint, Body body, bool number, bool mayRunHere);
-  void execute(Work& work, const Fingerprint& fingerprint, const Body& body);
+  std::shared_ptr<Work> enqueue(Fingerprint fingerprint, Body body, bool number);
+  // When nothing is queued or running: numbers the collective, runs `body` on this thread and
+  // returns its completed Work. Otherwise null, and nothing is done.
+  std::shared_ptr<Work> runHereIfIdle(Fingerprint fingerprint, BodyRef body);
+  void execute(Work& work, const Fingerprint& fingerprint, BodyRef body);
   // Latches `error` as the communicator's failure (unless one is latched) and aborts its
   // backends, host and device, with it: peers hear of it, and NCCL's kernels end. Any thread.
   void failWith(std::exception_ptr error) noexcept;

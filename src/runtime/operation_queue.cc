@@ -24,16 +24,12 @@ void OperationQueue::push(Operation operation) {
   wake_.notify_one();
 }
 
-bool OperationQueue::claimOrPush(const Operation& operation) {
-  {
-    std::lock_guard lock(mutex_);
-    if (!running_ && pending_.empty()) {
-      running_ = true;
-      return true;
-    }
-  }
-  push(operation);
-  return false;
+bool OperationQueue::claimIfIdle() {
+  std::lock_guard lock(mutex_);
+  if (running_ || !pending_.empty())
+    return false;
+  running_ = true;
+  return true;
 }
 
 bool OperationQueue::runIfNext(const Operation& operation) {

@@ -28,10 +28,9 @@ class OperationQueue {
   OperationQueue& operator=(const OperationQueue&) = delete;
 
   void push(Operation operation);
-  // If nothing is queued or running, claims the queue for `operation` and returns true: the caller
-  // must then runClaimed(operation). Otherwise pushes it and returns false.
-  bool claimOrPush(const Operation& operation);
-  void runClaimed(const Operation& operation) { run(operation); }
+  // If nothing is queued or running, claims the queue and returns true: the caller then runs its
+  // operation itself and calls releaseRunning() when it is done. Otherwise returns false.
+  bool claimIfIdle();
   // Runs `operation` on the calling thread if it is next and nothing is running; returns whether
   // it did. Otherwise the worker will run it.
   bool runIfNext(const Operation& operation);

@@ -10,6 +10,10 @@
 // have `uint64_t tag() const`. Messages have stable addresses until removed, so a transport may
 // keep pointing at one while its bytes stream in. Few are pending at a time, so lookups are linear.
 // Not thread-safe: the transport's lock guards it.
+//
+// Removed records are kept (up to kSpareMessages) and handed out again by bufferMessage, so that a
+// warmed exchange allocates nothing: a record is reset with its `recycle()` when Message has one
+// (which may keep a buffer for the next message), else assigned a fresh Message().
 #pragma once
 
 #include <algorithm>
@@ -36,8 +40,25 @@ class PeerMatching {
     return op;
   }
 
+  // Makes the kSpareMessages records bufferMessage hands out first, each passed to `prepare` (to
+  // give it a buffer): messages that arrive early then need no allocation, even the first time.
+  template <typename Prepare>
+  void prepareSpares(const Prepare& prepare) {
+    while (spare_.size() < kSpareMessages) prepare(spare_.emplace_back());
+  }
+
   // A new, empty record at the end of the buffered messages, for the transport to fill in.
-  Message& bufferMessage() { return messages_.emplace_back(); }
+  Message& bufferMessage() {
+    if (spare_.empty())
+      return messages_.emplace_back();
+    messages_.splice(messages_.end(), spare_, spare_.begin());  // moves the node: no allocation
+    Message& message = messages_.back();
+    if constexpr (requires { message.recycle(); })
+      message.recycle();
+    else
+      message = Message();
+    return message;
+  }
   // The message buffered last.
   Message& newestMessage() { return messages_.back(); }
 
@@ -50,7 +71,11 @@ class PeerMatching {
   void removeMessage(const Message* message) {
     auto it = std::find_if(messages_.begin(), messages_.end(),
                            [message](const Message& held) { return &held == message; });
-    if (it != messages_.end())
+    if (it == messages_.end())
+      return;
+    if (spare_.size() < kSpareMessages)
+      spare_.splice(spare_.end(), messages_, it);
+    else
       messages_.erase(it);
   }
 
@@ -60,11 +85,14 @@ class PeerMatching {
   void clear() {
     receives_.clear();
     messages_.clear();
+    spare_.clear();
   }
 
  private:
+  static constexpr size_t kSpareMessages = 4;
   std::vector<Op*> receives_;    // in posting order
   std::list<Message> messages_;  // in arrival order
+  std::list<Message> spare_;     // removed records, for bufferMessage to reuse
 };
 
 }  // namespace chorus::transport

@@ -8,6 +8,10 @@
 namespace chorus {
 namespace {
 
+std::vector<int64_t> asVector(std::span<const int64_t> values) {
+  return {values.begin(), values.end()};
+}
+
 TEST(TensorTest, ContiguousConstruction) {
   float values[6] = {};
   Tensor tensor(values, {2, 3});
@@ -17,7 +21,7 @@ TEST(TensorTest, ContiguousConstruction) {
   EXPECT_EQ(tensor.numel(), 6);
   EXPECT_EQ(tensor.nbytes(), 24u);
   EXPECT_EQ(tensor.elementSize(), 4u);
-  EXPECT_EQ(tensor.strides(), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(asVector(tensor.strides()), (std::vector<int64_t>{3, 1}));
   EXPECT_TRUE(tensor.isContiguous());
   EXPECT_TRUE(tensor.device().isCpu());
 }
@@ -64,14 +68,40 @@ TEST(TensorTest, Reshaped) {
   uint8_t values[24] = {};
   Tensor tensor(values, {2, 3, 4});
   Tensor flat = tensor.reshaped({24});
-  EXPECT_EQ(flat.shape(), (std::vector<int64_t>{24}));
-  EXPECT_EQ(flat.strides(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(asVector(flat.shape()), (std::vector<int64_t>{24}));
+  EXPECT_EQ(asVector(flat.strides()), (std::vector<int64_t>{1}));
   EXPECT_EQ(flat.data(), values);
   EXPECT_EQ(flat.dtype(), DataType::kUInt8);
-  EXPECT_EQ(tensor.reshaped({6, 4}).strides(), (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(asVector(tensor.reshaped({6, 4}).strides()), (std::vector<int64_t>{4, 1}));
   EXPECT_THROW(tensor.reshaped({5, 5}), InvalidArgumentError);
   Tensor strided(values, DataType::kUInt8, {4, 3}, {1, 4});
   EXPECT_THROW(strided.reshaped({12}), InvalidArgumentError);
+}
+
+// Past kInlineDims the extents live on the heap: construction, copies, assignment and strides
+// behave the same on both sides of the boundary.
+TEST(TensorTest, ManyDimensions) {
+  uint8_t values[256] = {};
+  for (int dim : {Tensor::kInlineDims, Tensor::kInlineDims + 1, 8}) {
+    const std::vector<int64_t> shape(dim, 2);
+    std::vector<int64_t> expectedStrides(dim);
+    for (int d = 0; d < dim; ++d) expectedStrides[d] = int64_t{1} << (dim - 1 - d);
+    Tensor tensor(values, shape);
+    Tensor copy = tensor;
+    Tensor assigned(values, {1});
+    assigned = copy;
+    for (const Tensor* t : {&tensor, &copy, &assigned}) {
+      EXPECT_EQ(t->dim(), dim);
+      EXPECT_EQ(t->numel(), int64_t{1} << dim);
+      EXPECT_EQ(asVector(t->shape()), shape);
+      EXPECT_EQ(asVector(t->strides()), expectedStrides);
+      EXPECT_TRUE(t->isContiguous());
+    }
+    std::vector<int64_t> reversed(expectedStrides.rbegin(), expectedStrides.rend());
+    Tensor strided(values, DataType::kUInt8, shape, reversed);
+    EXPECT_EQ(asVector(strided.strides()), reversed);
+    EXPECT_FALSE(strided.isContiguous());
+  }
 }
 
 TEST(TensorTest, Describe) {

@@ -1,5 +1,5 @@
 // OperationQueue: operations run one at a time in push order, whether the worker, a waiting
-// thread (runIfNext) or a blocking caller (claimOrPush) runs them.
+// thread (runIfNext) or a blocking caller (claimIfIdle) runs them.
 #include "runtime/operation_queue.h"
 
 #include <gtest/gtest.h>
@@ -66,34 +66,30 @@ TEST(OperationQueueTest, OnlyTheHeadCanBeClaimed) {
   EXPECT_EQ(ran, 2);
 }
 
-// claimOrPush: an idle queue is claimed (the caller runs the operation on its own thread, and no
-// worker thread is involved); a busy one queues the operation behind what is there.
-TEST(OperationQueueTest, ClaimOrPushRunsHereOnlyWhenIdle) {
+// claimIfIdle: an idle queue is claimed (the caller runs its operation on its own thread, and no
+// worker thread is involved) until releaseRunning(); a busy one is not, and nothing is queued.
+TEST(OperationQueueTest, ClaimIfIdleOnlyWhenIdle) {
   OperationQueue queue;
-  std::thread::id ranOn;
-  auto here = std::make_shared<std::function<void()>>([&] { ranOn = std::this_thread::get_id(); });
-  ASSERT_TRUE(queue.claimOrPush(here));
-  queue.runClaimed(here);
-  EXPECT_EQ(ranOn, std::this_thread::get_id());
+  ASSERT_TRUE(queue.claimIfIdle());
+  EXPECT_FALSE(queue.claimIfIdle());  // claimed: the next caller must queue
+  std::promise<std::thread::id> queuedRanOn;
+  auto queued = std::make_shared<std::function<void()>>(
+      [&] { queuedRanOn.set_value(std::this_thread::get_id()); });
+  queue.push(queued);  // waits for the claim to end
+  auto ran = queuedRanOn.get_future();
+  EXPECT_EQ(ran.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  queue.releaseRunning();
+  EXPECT_NE(ran.get(), std::this_thread::get_id());  // the worker ran it, after the release
 
   std::promise<void> release;
   auto gate = release.get_future().share();
-  std::vector<int> order;
-  auto first = std::make_shared<std::function<void()>>([&] {
-    gate.wait();
-    order.push_back(1);
-  });
-  std::promise<std::thread::id> secondRanOn;
-  auto second = std::make_shared<std::function<void()>>([&] {
-    order.push_back(2);
-    secondRanOn.set_value(std::this_thread::get_id());
-  });
+  auto first = std::make_shared<std::function<void()>>([&] { gate.wait(); });
   queue.push(first);
-  EXPECT_FALSE(queue.claimOrPush(second));  // `first` is queued or running: `second` waits
+  EXPECT_FALSE(queue.claimIfIdle());  // `first` is queued or running
   release.set_value();
-  EXPECT_NE(secondRanOn.get_future().get(), std::this_thread::get_id());  // the worker ran it
   queue.shutdown();
-  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(queue.claimIfIdle());  // idle again once everything ran
+  queue.releaseRunning();
 }
 
 }  // namespace

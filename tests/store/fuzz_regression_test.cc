@@ -5,7 +5,7 @@
 // of it arrived, so one authenticated connection could make the server (or a client) commit 64 MiB
 // per frame by sending four bytes and stalling. Memory must follow the bytes that arrive.
 //
-// This is its own executable: it links chorus_largest_allocation, which replaces the global
+// This is its own executable: it links chorus_counted_allocations, which replaces the global
 // operator new to record the largest single allocation.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -19,7 +19,7 @@
 
 #include "chorus/error.h"
 #include "core/net/socket.h"
-#include "harness/largest_allocation.h"
+#include "harness/counted_allocations.h"
 #include "net_test_util.h"
 #include "store/tcp_store.h"
 #include "store/tcp_store_protocol.h"

@@ -5,7 +5,7 @@
 // hostile header made the process reserve up to a terabyte (under a sanitizer, or without
 // overcommit, an out-of-memory abort or error) from 48 bytes. The buffer now grows as bytes arrive.
 //
-// This is its own executable: it links chorus_largest_allocation, which replaces the global
+// This is its own executable: it links chorus_counted_allocations, which replaces the global
 // operator new to record the largest single allocation.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "chorus/error.h"
-#include "harness/largest_allocation.h"
+#include "harness/counted_allocations.h"
 #include "transport/tcp/connection.h"
 
 namespace chorus::transport::tcp {

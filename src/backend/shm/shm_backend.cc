@@ -59,11 +59,8 @@ uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t by
 
 // Step s (counted over the communicator's life) uses the slots of parity s & 1, which the readers
 // of step s - 2 must have left: kDone says a rank has finished reading a step.
-void ShmBackend::exchangeChunks(const CallContext& call,
-                                size_t steps,
-                                const FillStep& fill,
-                                const SlotStep& drain,
-                                const SlotStep& reduce) {
+void ShmBackend::exchangeChunks(
+    const CallContext& call, size_t steps, FillStep fill, SlotStep drain, SlotStep reduce) {
   for (size_t i = 0; i < steps; ++i) {
     const uint64_t step = chunkSteps_;
     if (step >= 2)
@@ -82,7 +79,7 @@ void ShmBackend::exchangeChunks(const CallContext& call,
   }
 }
 
-void ShmBackend::moveDirect(const CallContext& call, const void* input, const ReadPeers& read) {
+void ShmBackend::moveDirect(const CallContext& call, const void* input, ReadPeers read) {
   const auto address = reinterpret_cast<uintptr_t>(input);
   const uint64_t sequence = arrive(call, &address, sizeof address);
   for (int q = 0; q < size(); ++q)

@@ -28,6 +28,7 @@
 #include "backend/backend.h"
 #include "backend/options.h"
 #include "backend/shm/shm_group.h"
+#include "core/function_ref.h"
 
 namespace chorus::backend::shm {
 
@@ -75,8 +76,8 @@ class ShmBackend : public Backend {
     }
   }
   // Step `i` of a chunked exchange: fill this rank's slot / act on the slots of parity `parity`.
-  using FillStep = std::function<void(size_t i, std::byte* slot)>;
-  using SlotStep = std::function<void(size_t i, uint64_t parity)>;
+  using FillStep = detail::FunctionRef<void(size_t i, std::byte* slot)>;
+  using SlotStep = detail::FunctionRef<void(size_t i, uint64_t parity)>;
 
   // The arrival round: publishes the fingerprint and `bytes` of `data` (this rank's contribution,
   // possibly none) in its small slot, waits for every rank, and checks their fingerprints.
@@ -87,9 +88,9 @@ class ShmBackend : public Backend {
   // works in place in this rank's slot, and once every rank has reduced, `drain` reads.
   void exchangeChunks(const CallContext& call,
                       size_t steps,
-                      const FillStep& fill,
-                      const SlotStep& drain,
-                      const SlotStep& reduce = nullptr);
+                      FillStep fill,
+                      SlotStep drain,
+                      SlotStep reduce = nullptr);
   static size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
   // Chunked reduction of `count` elements of `input` into `output` on `outputRank` (every rank
   // when kEveryRank); output may alias input.
@@ -114,8 +115,8 @@ class ShmBackend : public Backend {
   // the arrival round, `read(addresses)` copies what this rank needs out of its peers' memory
   // (addresses[q] is rank q's input), and a second round keeps every input in place until all its
   // readers are done.
-  using ReadPeers = std::function<void(const std::vector<uintptr_t>& addresses)>;
-  void moveDirect(const CallContext& call, const void* input, const ReadPeers& read);
+  using ReadPeers = detail::FunctionRef<void(const std::vector<uintptr_t>& addresses)>;
+  void moveDirect(const CallContext& call, const void* input, ReadPeers read);
   // Bytes of each of `pieces` pieces per chunk slot (cache-line multiples).
   size_t pieceBytes(int pieces) const;
 

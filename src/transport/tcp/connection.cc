@@ -8,7 +8,11 @@
 // is still arriving, the rest streams straight into the receive's buffer). That buffer starts at
 // up to kFirstUnexpectedBytes (1 MiB) and doubles as bytes arrive (messages over 1 MiB pay about
 // one more copy): the size in a header is the peer's claim, and memory follows what was actually
-// sent, so a corrupt or hostile header cannot make this process reserve a terabyte.
+// sent, so a corrupt or hostile header cannot make this process reserve a terabyte. A buffer is at
+// least kSmallestUnexpectedBuffer (4 KiB), and the record that holds it is reused for a later
+// message (PeerMatching keeps a few, with buffers up to kKeptUnexpectedBytes). Each connection
+// starts with a few such records, with 4 KiB each: messages of up to 4 KiB that arrive early never
+// allocate; a larger one allocates the first time a record meets its size, and not after.
 // Writes: queued frames go out with one sendmsg of up to kMaxIov pieces, header and payload
 // together, so small messages cost one system call.
 #include "transport/tcp/connection.h"
@@ -35,6 +39,7 @@ constexpr size_t kDirectReadMin = 16 * 1024;
 constexpr size_t kReadBudget = 16 << 20;
 constexpr int kMaxIov = 64;
 constexpr size_t kFirstUnexpectedBytes = 1 << 20;
+constexpr size_t kSmallestUnexpectedBuffer = 4096;
 constexpr size_t kZeroBytes = 64 * 1024;
 const char kZeros[kZeroBytes] = {};
 
@@ -52,6 +57,10 @@ Connection::Connection(int peer, int selfName, int peerName, net::Socket socket)
       socket_(std::move(socket)),
       inBuffer_(std::make_unique_for_overwrite<char[]>(kInBufferBytes)) {
   socket_.setNonBlocking(true);
+  matching_.prepareSpares([](Unexpected& message) {
+    message.payload = std::make_unique_for_overwrite<char[]>(kSmallestUnexpectedBuffer);
+    message.capacity = kSmallestUnexpectedBuffer;
+  });
 }
 
 Connection::Event Connection::send(Op& op) {
@@ -244,23 +253,24 @@ Connection::Event Connection::onHeader() {
 
 void Connection::growUnexpected(size_t more) {
   Unexpected& message = matching_.newestMessage();
-  size_t got = message.header.bytes - remaining_;
-  if (message.payload != nullptr && got + more <= message.capacity)
-    return;
-  size_t capacity =
-      std::min<uint64_t>(message.header.bytes, std::max(got + more, 2 * message.capacity));
-  std::unique_ptr<char[]> grown;
-  try {
-    grown = std::make_unique_for_overwrite<char[]>(capacity);
-  } catch (const std::bad_alloc&) {
-    throw Error(detail::concat("rank ", selfName_, " (this process): out of memory buffering a ",
-                               message.header.bytes, "-byte message from rank ", peerName_,
-                               " that arrived before its receive was posted"));
+  const size_t got = message.header.bytes - remaining_;
+  if (got + more > message.capacity) {  // a reused record may have room already
+    const size_t capacity = std::max<size_t>(
+        kSmallestUnexpectedBuffer,
+        std::min<uint64_t>(message.header.bytes, std::max(got + more, 2 * message.capacity)));
+    std::unique_ptr<char[]> grown;
+    try {
+      grown = std::make_unique_for_overwrite<char[]>(capacity);
+    } catch (const std::bad_alloc&) {
+      throw Error(detail::concat("rank ", selfName_, " (this process): out of memory buffering a ",
+                                 message.header.bytes, "-byte message from rank ", peerName_,
+                                 " that arrived before its receive was posted"));
+    }
+    if (got > 0)
+      std::memcpy(grown.get(), message.payload.get(), got);
+    message.payload = std::move(grown);
+    message.capacity = capacity;
   }
-  if (got > 0)
-    std::memcpy(grown.get(), message.payload.get(), got);
-  message.payload = std::move(grown);
-  message.capacity = capacity;
   dest_ = message.payload.get() + got;
 }
 
@@ -359,7 +369,7 @@ void Connection::dropRequests() {
   dropped_ = true;
   matching_.dropReceives();
   recvOp_ = nullptr;
-  std::deque<OutFrame> kept;
+  detail::RecyclingQueue<OutFrame> kept;
   for (OutFrame& frame : out_) {
     if (frame.op == nullptr) {
       kept.push_back(std::move(frame));

@@ -11,11 +11,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <vector>
 
 #include "core/net/socket.h"
+#include "core/recycling_queue.h"
 #include "transport/matching.h"
 #include "transport/op_pool.h"
 #include "transport/transport.h"
@@ -38,6 +38,8 @@ inline constexpr uint32_t kFrameMagic = 0x46524843;  // "CHRF"
 // Larger messages that arrive before their receive are refused as a protocol error. Below it, the
 // buffer of such a message grows as its bytes arrive, so a header alone commits no memory.
 inline constexpr uint64_t kMaxUnexpectedBytes = uint64_t{1} << 40;
+// The largest buffer a reused record of an unexpected message keeps for the next one.
+inline constexpr size_t kKeptUnexpectedBytes = size_t{1} << 20;
 inline constexpr uint64_t kMaxAbortBytes = uint64_t{1} << 20;
 
 // A posted send or receive, owned by the transport while pending.
@@ -99,6 +101,16 @@ class Connection {
     size_t capacity = 0;
     bool complete = false;
     uint64_t tag() const { return header.tag; }
+    // Ready for the next message (PeerMatching reuses records): a buffer of up to
+    // kKeptUnexpectedBytes stays for it.
+    void recycle() {
+      header = FrameHeader{};
+      complete = false;
+      if (capacity > kKeptUnexpectedBytes) {
+        payload.reset();
+        capacity = 0;
+      }
+    }
   };
 
   Event consumeBuffered();
@@ -118,7 +130,7 @@ class Connection {
   bool dropped_ = false;      // after dropRequests(): nothing is read any more
 
   // Outgoing frames in order; the front one may be partly written.
-  std::deque<OutFrame> out_;
+  detail::RecyclingQueue<OutFrame> out_;
 
   // Incoming: receives waiting for a message, messages waiting for a receive.
   PeerMatching<Op, Unexpected> matching_;
