@@ -44,6 +44,9 @@ uint64_t allocationCount() { return count.load(); }
 
 }  // namespace chorus::testing
 
+// For a process that loads this as a preloaded library (LD_PRELOAD) and reads it through ctypes.
+extern "C" uint64_t chorus_testing_allocation_count() { return chorus::testing::allocationCount(); }
+
 void* operator new(size_t size) { return chorus::testing::countedAllocation(size); }
 void* operator new[](size_t size) { return chorus::testing::countedAllocation(size); }
 void* operator new(size_t size, std::align_val_t alignment) {

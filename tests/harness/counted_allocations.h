@@ -6,6 +6,8 @@
 // Linking chorus_counted_allocations replaces the global operator new and delete of the whole test
 // executable (every form, aligned ones included; malloc and free underneath), so use it in its own
 // executable. Both records are process-wide and thread-safe: every thread's allocations count.
+// chorus_allocation_counter is the same as a shared library, for LD_PRELOAD into a process that is
+// not a C++ executable (Python): it exports chorus_testing_allocation_count() for ctypes.
 #pragma once
 
 #include <cstddef>

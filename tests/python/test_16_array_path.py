@@ -127,3 +127,14 @@ def test_declined_calls_behave_as_before():
     with pytest.raises(chorus.InvalidArgumentError, match="inplace must be True or False"):
         chorus.allreduce(np.ones(4, np.float32), inplace=1)
     np.testing.assert_array_equal(chorus.allreduce(np.ones(3, np.int32)), np.full(3, size))
+
+
+def test_bad_calls_of_the_short_path_raise_python_errors():
+    """CPython calls the short path directly (no pybind11 dispatch): its C++ exceptions still
+    become Python exceptions, through the translators pybind11 registered."""
+    x = np.ones(4, np.float32)
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        _chorus.allreduce_array(_native(), x)
+    with pytest.raises(RuntimeError, match="Unable to cast"):
+        _chorus.allreduce_array(object(), x, None, "sum")
+    np.testing.assert_array_equal(chorus.allreduce(x), np.full(4, rank_size()[1]))
