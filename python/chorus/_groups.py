@@ -2,7 +2,8 @@
 
 A rank_list is a list of lists of world ranks, or a flat list (one group). Ranks in no group run
 standalone (a group of one). Communicators come from the C++ pool (DistContext::communicator) and
-are cached here by normalized rank_list, so the hot path of a collective is one dict lookup. Roots
+are cached here by normalized rank_list, and by the rank_list as the caller wrote it, so the hot
+path of a collective is one dict lookup. Roots
 and peers are given as world ranks and mapped to ranks within the caller's group.
 """
 
@@ -12,6 +13,7 @@ from . import _chorus
 
 _lock = threading.Lock()
 _cache = {}  # normalized rank_list (tuple of tuples) or None -> Communicator
+_given = {}  # a rank_list as the caller wrote it (as tuples) -> Communicator, checked before
 _world = None
 
 
@@ -117,10 +119,39 @@ def normalize(rank_list, world_size):
     return tuple(groups)
 
 
+def _as_given(rank_list):
+    """`rank_list` as hashable tuples, exactly as written (ints only: True would hash as 1), or
+    None when it is not a list of ints or of lists of ints."""
+    if not isinstance(rank_list, (list, tuple)):
+        return None
+    given = []
+    for entry in rank_list:
+        if type(entry) is int:
+            given.append(entry)
+        elif isinstance(entry, (list, tuple)) and all(type(r) is int for r in entry):
+            given.append(tuple(entry))
+        else:
+            return None
+    return tuple(given)
+
+
 def get(rank_list=None):
-    """The caller's communicator for `rank_list` (collective on first use of a rank_list)."""
+    """The caller's communicator for `rank_list` (collective on first use of a rank_list).
+
+    A rank_list seen before, written the same way, is one dict lookup away (keyed on what the
+    caller passed); a new one is checked and normalized once, then cached under both keys."""
     if rank_list is None:
         return _world if _world is not None else _world_communicator()
+    given = _as_given(rank_list)
+    comm = _given.get(given) if given is not None else None
+    if comm is None:
+        comm = _get_normalized(rank_list)
+        if given is not None:
+            _given[given] = comm
+    return comm
+
+
+def _get_normalized(rank_list):
     world = _world_communicator()
     key = normalize(rank_list, world.world_size)
     if key is None:
@@ -143,4 +174,5 @@ def reset():
     global _world
     with _lock:
         _cache.clear()
+        _given.clear()
         _world = None

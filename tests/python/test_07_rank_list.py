@@ -66,3 +66,22 @@ def test_rank_twice_is_value_error(rank, size):
     x = np.ones((2,), dtype=np.float32)
     with pytest.raises(ValueError, match="once"):
         chorus.allreduce(x, rank_list=[[0], [0]])
+
+
+def test_a_rank_list_seen_before_is_checked_as_written(rank, size):
+    """The cache keyed on the rank_list as written (python/chorus/_groups.py) serves a list seen
+    before, and the same list mutated since, by its current content; a bool never passes for the
+    int it hashes as, and a bad list is refused every time, not only the first."""
+    from chorus import _groups
+    groups = [[r] for r in range(size)]
+    assert _groups.get(groups) is _groups.get([[r] for r in range(size)])
+    assert _groups.get(groups).size == 1
+    groups[:] = [list(range(size))]  # now the whole world
+    assert _groups.get(groups).size == size
+    x = np.ones((2,), dtype=np.float32)
+    chorus.allreduce(x, rank_list=[list(range(size))])  # cached as (0, 1, ...)
+    for _ in range(2):
+        with pytest.raises(chorus.InvalidArgumentError, match="not an int"):
+            chorus.allreduce(x, rank_list=[[False] + list(range(1, size))])  # False == 0
+        with pytest.raises(ValueError, match="once"):
+            chorus.allreduce(x, rank_list=[[0], [0]])
