@@ -54,6 +54,11 @@ class Backend {
   // where the data is in cache); otherwise the front end sends kSum and divides afterwards, an
   // extra pass over the whole buffer.
   virtual bool allreduceAverages() const { return false; }
+  // True when the reductions (allreduce, reduce, reduceScatter) take float16 and bfloat16 as they
+  // are and accumulate them in float32, rounding once per element (a single reduceMany over every
+  // rank's contribution): the front end then sends them unwidened, half the bytes. Otherwise it
+  // widens them to float32 first and narrows the result.
+  virtual bool reducesHalfTypes() const { return false; }
   virtual void reduceScatter(const CallContext& call, const ReduceScatterArgs& args) = 0;
   virtual void allgather(const CallContext& call, const AllgatherArgs& args) = 0;
   virtual void broadcast(const CallContext& call, const BroadcastArgs& args) = 0;

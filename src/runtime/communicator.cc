@@ -77,6 +77,12 @@ DataType accumulationType(DataType dtype) {
   return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ? DataType::kFloat32 : dtype;
 }
 
+DataType workType(const backend::Backend& backend, DataType dtype, ReduceOp op) {
+  if (backend.reducesHalfTypes() && op != ReduceOp::kAvg)
+    return dtype;
+  return accumulationType(dtype);
+}
+
 ReduceOp wireOp(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
 
 void finishAverage(ReduceOp op, DataType work, void* data, size_t count, int size) {
@@ -122,7 +128,7 @@ Communicator::WorkPtr Communicator::allreduce(Tensor input, Tensor output, Reduc
   return state_->submit(
       fingerprint, [&state, input, output, op, count](const backend::CallContext& call) {
         const DataType dtype = input.dtype();
-        const DataType work = detail::accumulationType(dtype);
+        const DataType work = detail::workType(state.backend(), dtype, op);
         const void* in = input.data();
         void* out = output.data();
         if (work != dtype) {  // widened into staging, reduced there in place, narrowed once
@@ -161,7 +167,7 @@ Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, Reduc
   return state_->submit(fingerprint, [&state, tensors = std::move(tensors), op, dtype,
                                       total](const backend::CallContext& call) {
     // Packed (and widened) into staging, reduced there once, unpacked.
-    const DataType work = detail::accumulationType(dtype);
+    const DataType work = detail::workType(state.backend(), dtype, op);
     auto* buffer = static_cast<std::byte*>(state.staging().get(total * dataTypeSize(work)));
     size_t offset = 0;
     for (const auto& tensor : tensors) {
@@ -203,7 +209,7 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
   return state_->submit(
       fingerprint, [&state, input, output, op, count](const backend::CallContext& call) {
         const DataType dtype = input.dtype();
-        const DataType work = detail::accumulationType(dtype);
+        const DataType work = detail::workType(state.backend(), dtype, op);
         const int size = state.info().size;
         const void* in = input.data();
         void* out = output.data();
@@ -265,7 +271,7 @@ Communicator::WorkPtr Communicator::reduce(Tensor input, Tensor output, int root
   return state_->submit(
       fingerprint, [&state, input, target, root, op](const backend::CallContext& call) {
         const DataType dtype = input.dtype();
-        const DataType work = detail::accumulationType(dtype);
+        const DataType work = detail::workType(state.backend(), dtype, op);
         const size_t count = input.numel();
         const size_t workBytes = count * dataTypeSize(work);
         // The algorithm must not write its input: in place, the root reduces from a copy; a

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string_view>
 
+#include "backend/backend.h"
 #include "chorus/types.h"
 #include "core/collective.h"
 
@@ -18,6 +19,10 @@ void checkReduction(ReduceOp op, DataType dtype, std::string_view opName, int ra
 void checkRoot(int root, int size, std::string_view opName, int rank);
 // float32 for float16/bfloat16 (one rounding at the end), else the dtype itself.
 DataType accumulationType(DataType dtype);
+// The type `backend` reduces a `dtype` tensor in for `op`: the dtype itself when the backend
+// accumulates half types in float32 itself (Backend::reducesHalfTypes), except for avg, whose
+// division must come before the one rounding too; otherwise accumulationType(dtype).
+DataType workType(const backend::Backend& backend, DataType dtype, ReduceOp op);
 // avg travels as sum.
 ReduceOp wireOp(ReduceOp op);
 void finishAverage(ReduceOp op, DataType work, void* data, size_t count, int size);

@@ -127,6 +127,41 @@ TEST_P(CollectivesTest, Bfloat16AccumulatesInFloat32AndRoundsOnce) {
   });
 }
 
+// The same rounding on the paths of large messages (chunked on shm, which reduces half types
+// itself without widening them) for allreduce, reduce and reduce_scatter: every element of the
+// result is the exact sum rounded once.
+TEST_P(CollectivesTest, Bfloat16RoundsOnceInLargeReductions) {
+  const int p = GetParam().size;
+  const std::map<int, float> roundedOnce = {{1, 256}, {2, 256}, {3, 258},
+                                            {4, 260}, {7, 262}, {8, 264}};
+  const uint16_t bf16One = 0x3f80, bf16_256 = 0x4380;
+  auto asFloat = [](uint16_t v) {
+    const uint32_t bits = uint32_t{v} << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
+  runRanks(p, [&](Communicator& comm) {
+    const int64_t count = 300007 * p;  // > 512 KiB per rank: past every small-message path
+    const uint16_t mine = comm.rank() == 0 ? bf16_256 : bf16One;
+    std::vector<uint16_t> values(count, mine), reduced(count, 0), chunk(count / p, 0);
+    comm.allreduce(Tensor(values.data(), DataType::kBFloat16, {count}),
+                   Tensor(reduced.data(), DataType::kBFloat16, {count}))
+        ->wait();
+    comm.reduceScatter(Tensor(values.data(), DataType::kBFloat16, {count}),
+                       Tensor(chunk.data(), DataType::kBFloat16, {count / p}))
+        ->wait();
+    const int root = p - 1;
+    comm.reduce(Tensor(values.data(), DataType::kBFloat16, {count}), root)->wait();
+    size_t wrong = 0;
+    for (uint16_t v : reduced) wrong += asFloat(v) != roundedOnce.at(p);
+    for (uint16_t v : chunk) wrong += asFloat(v) != roundedOnce.at(p);
+    for (uint16_t v : values)
+      wrong += asFloat(v) != (comm.rank() == root ? roundedOnce.at(p) : asFloat(mine));
+    EXPECT_EQ(wrong, 0u) << "rank " << comm.rank();
+  });
+}
+
 TEST_P(CollectivesTest, Float16Sum) {
   const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {

@@ -46,6 +46,8 @@ class ShmBackend : public Backend {
 
   std::string name() const override { return "shm"; }
   bool allreduceAverages() const override { return true; }
+  // Every reduction is one reduceMany over all ranks' slots (kernels round half types once).
+  bool reducesHalfTypes() const override { return true; }
   int rank() const override { return group_->rank(); }
   int size() const override { return group_->size(); }
 
