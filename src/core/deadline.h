@@ -2,12 +2,25 @@
 // Every blocking call in chorus takes one.
 #pragma once
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 
 namespace chorus {
 
 using Clock = std::chrono::steady_clock;
+
+// Clock::now() to within a few milliseconds (CLOCK_MONOTONIC_COARSE, the clock steady_clock reads,
+// at the kernel's tick): a fraction of the cost of a precise read, which in a VM is a good part of
+// a small collective. For the start of an operation, whose deadline and stall warnings are seconds
+// away; never for timing.
+inline Clock::time_point coarseNow() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return Clock::time_point(std::chrono::seconds(now.tv_sec) +
+                           std::chrono::nanoseconds(now.tv_nsec));
+}
 
 class Deadline {
  public:

@@ -133,6 +133,8 @@ std::shared_ptr<Work> CommunicatorState::enqueue(Fingerprint fingerprint, Body b
 
 std::shared_ptr<Work> CommunicatorState::runHereIfIdle(Fingerprint fingerprint, BodyRef body) {
   std::shared_ptr<QueuedWork> work;
+  std::exception_ptr earlier;
+  std::chrono::milliseconds timeout;
   {
     std::lock_guard lock(mutex_);  // numbering and claiming together, as in enqueue
     if (!queue_.claimIfIdle())
@@ -140,8 +142,10 @@ std::shared_ptr<Work> CommunicatorState::runHereIfIdle(Fingerprint fingerprint, 
     if (fingerprint.collective != Collective::kPointToPoint)
       fingerprint.sequence = ++collectiveSequence_;
     work = makeWork(info_.worldRank, fingerprint, weak_from_this());
+    earlier = failure_;
+    timeout = timeout_;
   }
-  execute(*work, fingerprint, body);  // releases the queue
+  execute(*work, fingerprint, body, earlier, timeout);  // releases the queue
   return work;
 }
 
@@ -161,6 +165,14 @@ void CommunicatorState::execute(Work& work, const Fingerprint& fingerprint, Body
     earlier = failure_;
     timeout = timeout_;
   }
+  execute(work, fingerprint, body, earlier, timeout);
+}
+
+void CommunicatorState::execute(Work& work,
+                                const Fingerprint& fingerprint,
+                                BodyRef body,
+                                std::exception_ptr earlier,
+                                std::chrono::milliseconds timeout) {
   if (earlier) {
     queue_.releaseRunning();
     work.finish(earlier);
@@ -168,7 +180,7 @@ void CommunicatorState::execute(Work& work, const Fingerprint& fingerprint, Body
   }
   std::exception_ptr error;
   try {
-    const Clock::time_point startedAt = Clock::now();
+    const Clock::time_point startedAt = coarseNow();  // its deadline is seconds away
     // The census (Note [Stall inspector]): in the store, else the backend's own, if it has one.
     std::optional<StoreCensus> storeCensus;
     stall::Census* census = nullptr;

@@ -153,7 +153,14 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // When nothing is queued or running: numbers the collective, runs `body` on this thread and
   // returns its completed Work. Otherwise null, and nothing is done.
   std::shared_ptr<Work> runHereIfIdle(Fingerprint fingerprint, BodyRef body);
+  // Runs `body` as the queue's running operation and finishes `work`; releases the queue. The
+  // second form takes the failure and timeout its caller read under mutex_.
   void execute(Work& work, const Fingerprint& fingerprint, BodyRef body);
+  void execute(Work& work,
+               const Fingerprint& fingerprint,
+               BodyRef body,
+               std::exception_ptr earlier,
+               std::chrono::milliseconds timeout);
   // Latches `error` as the communicator's failure (unless one is latched) and aborts its
   // backends, host and device, with it: peers hear of it, and NCCL's kernels end. Any thread.
   void failWith(std::exception_ptr error) noexcept;
