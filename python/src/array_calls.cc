@@ -1,4 +1,5 @@
-// The short path for the most common call from Python: a blocking allreduce of one NumPy array,
+// The short paths for the most common calls from Python. A blocking barrier of the world. And a
+// blocking allreduce of one NumPy array,
 // into a new array or the caller's `out`. It reads the arrays' fields directly (pybind11's
 // view of NumPy's structs: data, dimensions, flags, descr->type_num), allocates a new result with
 // NumPy's C API, and issues Communicator::allreduce(input, output) under BlockingCalls, all in one
@@ -153,6 +154,41 @@ PyObject* allreduceArrayCall(PyObject* /*module*/, PyObject* const* args, Py_ssi
   return nullptr;
 }
 
+// barrier_world(native): a blocking barrier of the world, as CPython calls it (METH_FASTCALL).
+PyObject* barrierWorldCall(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  try {
+    if (nargs != 1)
+      throw py::type_error("barrier_world(native) takes 1 argument");
+    auto& comm = py::cast<Communicator&>(py::handle(args[0]));
+    sweepAbandonedWork();
+    std::shared_ptr<Work> work;
+    bool done;
+    {
+      py::gil_scoped_release release;
+      BlockingCalls blocking;
+      work = comm.barrier();
+      done = work->waitFor(std::chrono::milliseconds::zero());  // rethrows its failure
+    }
+    if (!done)  // the communicator was busy: wait in slices that let Ctrl-C through
+      finishOperation(std::move(work), py::none(), false);
+    Py_RETURN_NONE;
+  } catch (py::error_already_set& error) {
+    error.restore();
+  } catch (...) {
+    if (!py::detail::apply_exception_translators(
+            py::detail::get_local_internals().registered_exception_translators) &&
+        !py::detail::apply_exception_translators(
+            py::detail::get_internals().registered_exception_translators)) {
+      PyErr_SetString(PyExc_SystemError, "an exception escaped chorus's translators");
+    }
+  }
+  return nullptr;
+}
+
+PyMethodDef barrierWorldMethod = {
+    "barrier_world", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(barrierWorldCall)),
+    METH_FASTCALL, "barrier_world(native): a blocking barrier of the world communicator"};
+
 PyMethodDef allreduceArrayMethod = {
     "allreduce_array",
     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allreduceArrayCall)), METH_FASTCALL,
@@ -162,10 +198,12 @@ PyMethodDef allreduceArrayMethod = {
 }  // namespace
 
 void bindArrayCalls(py::module_& module) {
-  PyObject* function = PyCFunction_NewEx(&allreduceArrayMethod, nullptr, nullptr);
-  if (function == nullptr)
-    throw py::error_already_set();
-  module.attr("allreduce_array") = py::reinterpret_steal<py::object>(function);
+  for (PyMethodDef* method : {&allreduceArrayMethod, &barrierWorldMethod}) {
+    PyObject* function = PyCFunction_NewEx(method, nullptr, nullptr);
+    if (function == nullptr)
+      throw py::error_already_set();
+    module.attr(method->ml_name) = py::reinterpret_steal<py::object>(function);
+  }
 }
 
 }  // namespace chorus::python

@@ -1,6 +1,6 @@
 """A warmed blocking allreduce of a NumPy array allocates nothing on the C++ heap beyond its result
 (issue 19, item 2): with `out=`, in place, and with a fresh result (NumPy allocates that one with
-malloc, outside the count), at 8 B, 4 KiB and 1 MiB. Every operator new of the process counts: the
+malloc, outside the count), at 8 B, 4 KiB and 1 MiB; nor does a blocking barrier of the world. Every operator new of the process counts: the
 test preloads tests/harness's chorus_allocation_counter (LD_PRELOAD, set by ctest's
 python_allocations_np2) and reads it through ctypes. Results are checked against closed forms.
 Prints "allocations: OK" on rank 0 when every rank saw zero."""
@@ -43,6 +43,14 @@ for count in (2, 1024, 262144):  # float32: 8 B, 4 KiB, 1 MiB
             failures.append(f"{name} at {4 * count} B gave a wrong result")
         if allocated:
             failures.append(f"{name} at {4 * count} B: {allocated} allocations in {COUNTED} calls")
+
+for _ in range(WARM):
+    chorus.barrier()
+before = counter()
+for _ in range(COUNTED):
+    chorus.barrier()
+if counter() - before:
+    failures.append(f"barrier: {counter() - before} allocations in {COUNTED} calls")
 
 for failure in failures:
     print(f"rank {rank}: FAIL {failure}", flush=True)
