@@ -132,15 +132,11 @@ py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::
   return result;
 }
 
-// allreduce_array(native, x, out, op) as CPython calls it (METH_FASTCALL): pybind11's dispatcher
-// would add two vector allocations and its overload resolution to every call. Exceptions become
-// Python's through the translators pybind11 registered (errors.cc), as in its dispatcher.
-PyObject* allreduceArrayCall(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+// Sets the Python error for the C++ exception being handled, as pybind11's dispatcher does (through
+// the translators it registered, errors.cc); returns null for the caller to return to CPython.
+PyObject* setPythonError() noexcept {
   try {
-    if (nargs != 4)
-      throw py::type_error("allreduce_array(native, x, out, op) takes 4 arguments");
-    auto& comm = py::cast<Communicator&>(py::handle(args[0]));
-    return allreduceArray(comm, args[1], args[2], args[3]).release().ptr();
+    throw;
   } catch (py::error_already_set& error) {
     error.restore();
   } catch (...) {
@@ -152,6 +148,20 @@ PyObject* allreduceArrayCall(PyObject* /*module*/, PyObject* const* args, Py_ssi
     }
   }
   return nullptr;
+}
+
+// allreduce_array(native, x, out, op) as CPython calls it (METH_FASTCALL): pybind11's dispatcher
+// would add two vector allocations and its overload resolution to every call. Exceptions become
+// Python's through the translators pybind11 registered (errors.cc), as in its dispatcher.
+PyObject* allreduceArrayCall(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  try {
+    if (nargs != 4)
+      throw py::type_error("allreduce_array(native, x, out, op) takes 4 arguments");
+    auto& comm = py::cast<Communicator&>(py::handle(args[0]));
+    return allreduceArray(comm, args[1], args[2], args[3]).release().ptr();
+  } catch (...) {
+    return setPythonError();
+  }
 }
 
 // barrier_world(native): a blocking barrier of the world, as CPython calls it (METH_FASTCALL).
@@ -172,17 +182,9 @@ PyObject* barrierWorldCall(PyObject* /*module*/, PyObject* const* args, Py_ssize
     if (!done)  // the communicator was busy: wait in slices that let Ctrl-C through
       finishOperation(std::move(work), py::none(), false);
     Py_RETURN_NONE;
-  } catch (py::error_already_set& error) {
-    error.restore();
   } catch (...) {
-    if (!py::detail::apply_exception_translators(
-            py::detail::get_local_internals().registered_exception_translators) &&
-        !py::detail::apply_exception_translators(
-            py::detail::get_internals().registered_exception_translators)) {
-      PyErr_SetString(PyExc_SystemError, "an exception escaped chorus's translators");
-    }
+    return setPythonError();
   }
-  return nullptr;
 }
 
 PyMethodDef barrierWorldMethod = {
