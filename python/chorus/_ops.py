@@ -188,7 +188,7 @@ def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchr
     if rank_list is None and async_op is False and synchronize is False and (
             inplace is False or (inplace is True and out is None)):
         # The common call, one NumPy array on the world, blocking, goes straight to C++; it
-        # answers NotImplemented for anything else (python/src/array_calls.cc).
+        # answers NotImplemented for anything else (python/src/short_calls.cc).
         result = _chorus.allreduce_array(_groups.world_native(), x, x if inplace is True else out,
                                          op)
         if result is not NotImplemented:
@@ -471,7 +471,7 @@ def _tag(tag):
 def barrier(rank_list=None, async_op=False, synchronize=False):
     """Returns once every rank of the group has entered it."""
     if rank_list is None and async_op is False and synchronize is False:
-        return _chorus.barrier_world(_groups.world_native())  # straight to C++ (array_calls.cc)
+        return _chorus.barrier_world(_groups.world_native())  # straight to C++ (short_calls.cc)
     comm = _groups.get(rank_list)
     return _complete([lambda a: _chorus.barrier(comm._native, a)], lambda: None, async_op,
                      synchronize)

@@ -22,7 +22,7 @@ void bindConfig(py::module_& module);
 // Communicator objects and the collective / point-to-point operations.
 void bindOperations(py::module_& module);
 // The short path of a blocking allreduce of one NumPy array (allreduce_array).
-void bindArrayCalls(py::module_& module);
+void bindShortCalls(py::module_& module);
 // PendingWork, the handle of an async operation.
 void bindWork(py::module_& module);
 // GradientReducer, the data-parallel core under chorus.torch.DistributedDataParallel.

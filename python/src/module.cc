@@ -74,7 +74,7 @@ PYBIND11_MODULE(_chorus, module) {
   bindConfig(module);
   bindWork(module);
   bindOperations(module);
-  bindArrayCalls(module);
+  bindShortCalls(module);
   bindReducer(module);
   bindOptimizers(module);
   bindZero(module);

@@ -21,12 +21,11 @@ bool Work::waitFor(std::chrono::milliseconds timeout) {
   if (unbounded)
     runIfNext();
   std::unique_lock lock(mutex_);
-  if (completed_) {
-    // Done already (a blocking call that ran on this thread): no clock read for a deadline.
-  } else if (unbounded) {
-    done_.wait(lock, [&] { return completed_; });
-  } else if (!done_.wait_for(lock, timeout, [&] { return completed_; })) {
-    return false;
+  if (!completed_) {  // done already (a blocking call that ran here): no clock read for a deadline
+    if (unbounded)
+      done_.wait(lock, [&] { return completed_; });
+    else if (!done_.wait_for(lock, timeout, [&] { return completed_; }))
+      return false;
   }
   if (error_)
     std::rethrow_exception(error_);

@@ -1,4 +1,4 @@
-"""The short path of a blocking allreduce of one NumPy array (python/src/array_calls.cc).
+"""The short path of a blocking allreduce of one NumPy array (python/src/short_calls.cc).
 
 chorus.allreduce hands the plain case straight to C++ (`_chorus.allreduce_array`), which answers
 NotImplemented for anything it does not take, so the general path handles it. These tests check
@@ -137,4 +137,8 @@ def test_bad_calls_of_the_short_path_raise_python_errors():
         _chorus.allreduce_array(_native(), x)
     with pytest.raises(RuntimeError, match="Unable to cast"):
         _chorus.allreduce_array(object(), x, None, "sum")
+    with pytest.raises(TypeError, match="takes 1 argument"):
+        _chorus.barrier_world()
+    with pytest.raises(RuntimeError, match="Unable to cast"):
+        _chorus.barrier_world(x)
     np.testing.assert_array_equal(chorus.allreduce(x), np.full(4, rank_size()[1]))

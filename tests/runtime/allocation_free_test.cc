@@ -45,7 +45,7 @@ struct Buffers {
   }
   void fill(int rank) {
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(rank + 1 + i % 3);
-    for (float& value : root) value = static_cast<float>(rank == 0 ? 7 + 0 : -1);
+    for (float& value : root) value = rank == 0 ? 7.0f : -1.0f;
   }
   std::vector<float> data, output, gathered, root;
   Tensor in, out, all, broadcastBuffer;

@@ -1,10 +1,11 @@
-// The short paths for the most common calls from Python. A blocking barrier of the world. And a
-// blocking allreduce of one NumPy array,
-// into a new array or the caller's `out`. It reads the arrays' fields directly (pybind11's
-// view of NumPy's structs: data, dimensions, flags, descr->type_num), allocates a new result with
-// NumPy's C API, and issues Communicator::allreduce(input, output) under BlockingCalls, all in one
-// GIL release. No DLPack capsule, no Python-level wrapping, and no pybind11 dispatch: CPython
-// calls it directly (METH_FASTCALL). A warmed call allocates nothing on the heap but the result.
+// The short paths for the most common calls from Python, each a CPython function (METH_FASTCALL,
+// no pybind11 dispatch) that allocates nothing on the heap once warm but its result:
+//  - barrier_world(native): a blocking barrier of the world;
+//  - allreduce_array(native, x, out, op): a blocking allreduce of one NumPy array, into a new array
+//    or the caller's `out`. It reads the arrays' fields directly (pybind11's view of NumPy's
+//    structs: data, dimensions, flags, descr->type_num), allocates a new result with NumPy's C
+//    API, and issues Communicator::allreduce(input, output) under BlockingCalls, all in one GIL
+//    release. No DLPack capsule, no Python-level wrapping.
 //
 // Anything else (another array type, a strided, misaligned, byte-swapped or read-only output, an
 // op the dtype does not take, different dtypes or sizes) returns NotImplemented, and the package
@@ -199,7 +200,7 @@ PyMethodDef allreduceArrayMethod = {
 
 }  // namespace
 
-void bindArrayCalls(py::module_& module) {
+void bindShortCalls(py::module_& module) {
   for (PyMethodDef* method : {&allreduceArrayMethod, &barrierWorldMethod}) {
     PyObject* function = PyCFunction_NewEx(method, nullptr, nullptr);
     if (function == nullptr)
