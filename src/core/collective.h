@@ -45,6 +45,8 @@ struct Fingerprint {
   uint8_t dataType = kNoDataType;  // a chorus::DataType, or kNoDataType
   uint8_t algorithm = 0;           // row of the collective's algorithm table (0 when untabled)
 
+  bool operator==(const Fingerprint&) const = default;
+
   static constexpr uint8_t kNoReduceOp = 0xff;
   static constexpr uint8_t kNoDataType = 0xff;
 

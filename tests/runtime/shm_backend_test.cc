@@ -163,8 +163,8 @@ TEST(ShmGroupTest, APeerThatClosesAfterPublishingDoesNotFailTheWait) {
   };
 
   auto groups = formGroups("left-after-publishing");
-  groups[0]->publish(Step::kArrived, 1);
-  groups[2]->publish(Step::kArrived, 1);
+  groups[0]->arrive(1, Fingerprint{}, nullptr, 0);
+  groups[2]->arrive(1, Fingerprint{}, nullptr, 0);
   groups[2]->close();
   try {
     groups[0]->waitAll(Step::kArrived, 1, Deadline::after(std::chrono::milliseconds(300)));
@@ -176,8 +176,8 @@ TEST(ShmGroupTest, APeerThatClosesAfterPublishingDoesNotFailTheWait) {
   }
 
   auto late = formGroups("left-after-publishing-2");
-  late[0]->publish(Step::kArrived, 1);
-  late[2]->publish(Step::kArrived, 1);
+  late[0]->arrive(1, Fingerprint{}, nullptr, 0);
+  late[2]->arrive(1, Fingerprint{}, nullptr, 0);
   late[2]->close();
   auto waiter = std::async(std::launch::async, [&] {
     late[0]->waitAll(Step::kArrived, 1, Deadline::after(std::chrono::seconds(20)));
@@ -185,7 +185,7 @@ TEST(ShmGroupTest, APeerThatClosesAfterPublishingDoesNotFailTheWait) {
   // Not for correctness: only so that the waiter is likely asleep in its slow path, where the
   // closed peer used to be seen.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  late[1]->publish(Step::kArrived, 1);
+  late[1]->arrive(1, Fingerprint{}, nullptr, 0);
   EXPECT_NO_THROW(waiter.get());
 }
 

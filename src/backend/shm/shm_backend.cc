@@ -43,14 +43,11 @@ ShmBackend::~ShmBackend() { close(); }
 
 uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t bytes) {
   const uint64_t sequence = ++sequence_;
-  group_->setFingerprint(sequence, call.fingerprint);
-  if (bytes > 0)
-    std::memcpy(group_->smallSlot(rank(), sequence), data, bytes);
-  group_->publish(Step::kArrived, sequence);
+  group_->arrive(sequence, call.fingerprint, data, bytes);
   group_->waitAll(Step::kArrived, sequence, call.deadline);
   for (int peer = 0; peer < size(); ++peer) {
-    const Fingerprint theirs = group_->fingerprint(peer, sequence);
-    if (peer != rank() && !call.fingerprint.firstDifference(theirs).empty())
+    const Fingerprint& theirs = group_->arrivalFingerprint(peer, sequence);
+    if (!(theirs == call.fingerprint))  // this rank's own record is equal
       throw makeMismatchError(group_->names()(rank()), group_->names()(peer), call.fingerprint,
                               theirs);
   }
@@ -83,7 +80,7 @@ void ShmBackend::moveDirect(const CallContext& call, const void* input, ReadPeer
   const auto address = reinterpret_cast<uintptr_t>(input);
   const uint64_t sequence = arrive(call, &address, sizeof address);
   for (int q = 0; q < size(); ++q)
-    std::memcpy(&addresses_[q], group_->smallSlot(q, sequence), sizeof(uintptr_t));
+    std::memcpy(&addresses_[q], group_->arrivalData(q, sequence, sizeof address), sizeof address);
   read(addresses_);
   arrive(call);
 }

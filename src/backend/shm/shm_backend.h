@@ -8,8 +8,9 @@
 // Every collective is native (shm_reducing.cc: allreduce, reduce, reduce_scatter; shm_moving.cc:
 // allgather, gather, broadcast, scatter, all_to_all), in one of two shapes:
 //  - small (each rank's contribution fits ShmGroup::kSmallSlotBytes): the data travels with the
-//    arrival, and each rank then reads what it needs straight out of its peers' small slots. One
-//    synchronization per call.
+//    arrival (in the arrival record itself up to ShmGroup::kInlineBytes), and each rank then reads
+//    what it needs straight out of its peers' records or small slots. One synchronization per
+//    call.
 //  - chunked: a pipeline of steps through the double-buffered chunk slots (cache-sized): each rank
 //    copies its piece of the step in, and once every rank has, each reads what it needs out of
 //    its peers' slots (allreduce and reduce add a step where each rank reduces its 1/p slice).
@@ -82,8 +83,8 @@ class ShmBackend : public Backend {
   using SlotStep = detail::FunctionRef<void(size_t i, uint64_t parity)>;
 
   // The arrival round: publishes the fingerprint and `bytes` of `data` (this rank's contribution,
-  // possibly none) in its small slot, waits for every rank, and checks their fingerprints.
-  // Returns the collective's number, the parity of the small slots it filled.
+  // possibly none; ShmGroup::arrivalData finds it), waits for every rank, and checks their
+  // fingerprints. Returns the collective's number.
   uint64_t arrive(const CallContext& call, const void* data = nullptr, size_t bytes = 0);
   // `steps` steps through the chunk slots: per step, once no rank still reads this rank's slot of
   // that parity, `fill` writes this rank's pieces; once every rank has filled, `reduce` (if any)

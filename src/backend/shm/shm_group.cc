@@ -53,11 +53,29 @@ struct alignas(kCacheLine) Counter {
   std::atomic<uint64_t> value{0};
 };
 
+// Note [Arrival record]: a rank arrives at collective s by filling its record of parity s & 1
+// (the fingerprint, and the data when it fits inline) and then storing s in it. A peer that waits
+// for s polls that word; the line it then holds also carries the fingerprint and the data, so a
+// small collective moves one cache line per peer (with the fingerprint, the counter and the data
+// apart it was three, one after the other). Two records suffice: a rank arrives at s + 2 only
+// after every rank arrived at s + 1, which each does only after it has read what it needed of s.
+// For the same reason a record holds s, or s - 2 while its rank has not yet arrived at s, when a
+// rank waits for s: never s + 2, so "the record of parity s & 1 is below s" is "behind".
+struct alignas(kCacheLine) ArrivalRecord {
+  std::atomic<uint64_t> sequence{0};
+  Fingerprint fingerprint;
+  std::byte data[ShmGroup::kInlineBytes];
+};
+static_assert(sizeof(ArrivalRecord) == kCacheLine, "an arrival record is one cache line");
+
+constexpr int kArrivedIndex = static_cast<int>(Step::kArrived);
+static_assert(kArrivedIndex == 0, "the counters in ControlBlock::steps follow kArrived");
+
 }  // namespace
 
 struct ControlBlock {
-  Counter steps[static_cast<int>(Step::kCount)];
-  alignas(kCacheLine) Fingerprint fingerprints[2];  // by sequence parity
+  ArrivalRecord arrivals[2];                          // by sequence parity
+  Counter steps[static_cast<int>(Step::kCount) - 1];  // kCopied, kReduced, kDone
   alignas(kCacheLine) std::atomic<uint32_t> state{kOpen};
   pid_t pid = 0;
   // For the direct-read probe: `probe` holds kProbeValue, at `probeAddress` in the owner's memory.
@@ -210,16 +228,39 @@ std::byte* ShmGroup::chunkSlot(int rank, uint64_t parity) const {
   return chunkSlotIn(segments_[rank], parity);
 }
 
-void ShmGroup::setFingerprint(uint64_t sequence, const Fingerprint& fingerprint) {
-  block(rank_).fingerprints[sequence & 1] = fingerprint;
+std::atomic<uint64_t>& ShmGroup::counter(int rank, int index, uint64_t value) const {
+  ControlBlock& theirs = block(rank);
+  return index == kArrivedIndex ? theirs.arrivals[value & 1].sequence
+                                : theirs.steps[index - 1].value;
 }
 
-Fingerprint ShmGroup::fingerprint(int rank, uint64_t sequence) const {
-  return block(rank).fingerprints[sequence & 1];
+void ShmGroup::arrive(uint64_t sequence,
+                      const Fingerprint& fingerprint,
+                      const void* data,
+                      size_t bytes) {
+  ArrivalRecord& record = block(rank_).arrivals[sequence & 1];
+  record.fingerprint = fingerprint;
+  if (bytes > 0)
+    std::memcpy(bytes <= kInlineBytes ? record.data : smallSlot(rank_, sequence), data, bytes);
+  announce(record.sequence, sequence);
+}
+
+const Fingerprint& ShmGroup::arrivalFingerprint(int rank, uint64_t sequence) const {
+  return block(rank).arrivals[sequence & 1].fingerprint;
+}
+
+const std::byte* ShmGroup::arrivalData(int rank, uint64_t sequence, size_t bytes) const {
+  return bytes <= kInlineBytes ? block(rank).arrivals[sequence & 1].data
+                               : smallSlot(rank, sequence);
 }
 
 void ShmGroup::publish(Step step, uint64_t value) {
-  block(rank_).steps[static_cast<int>(step)].value.store(value, std::memory_order_seq_cst);
+  CHORUS_ASSERT(step != Step::kArrived);
+  announce(counter(rank_, static_cast<int>(step), value), value);
+}
+
+void ShmGroup::announce(std::atomic<uint64_t>& counter, uint64_t value) {
+  counter.store(value, std::memory_order_seq_cst);  // seq_cst: against the sleepers check below
   ControlBlock& hub = block(0);
   if (hub.sleepers.load(std::memory_order_seq_cst) > 0) {
     hub.bell.fetch_add(1, std::memory_order_seq_cst);
@@ -246,7 +287,7 @@ void ShmGroup::throwIfFailed() const {
 }
 
 bool ShmGroup::isBehind(int rank, int index, uint64_t value) const {
-  return block(rank).steps[index].value.load(std::memory_order_acquire) < value;
+  return counter(rank, index, value).load(std::memory_order_acquire) < value;
 }
 
 void ShmGroup::checkPeer(int peer) const {

@@ -1,9 +1,11 @@
 // ShmGroup: the shared memory behind the shm backend's native collectives, for the ranks of one
 // communicator on one node.
 //
-// Each rank owns one segment: a control block (its step counters, the fingerprints of its two most
-// recent collectives, its state, and room for an error), two small slots and two chunk slots (the
-// slot of a step is chosen by its parity: double buffering). Every rank maps every segment, so a
+// Each rank owns one segment: a control block (its two most recent arrival records, its step
+// counters, its state, and room for an error), two small slots and two chunk slots (the record or
+// slot of a step is chosen by its parity: double buffering). An arrival record is one cache line:
+// the collective's number, its fingerprint and up to kInlineBytes of data, so a small collective
+// costs a peer one cache-line transfer per rank (Note [Arrival record]). Every rank maps every segment, so a
 // rank reads its peers' data straight out of their memory. Segments are created and exchanged
 // through the communicator's store, and unlinked as soon as every rank has mapped every segment,
 // so no name is left in /dev/shm after setup, even if a rank is later killed (chorusrun also
@@ -52,8 +54,10 @@ enum class Step : int { kArrived = 0, kCopied, kReduced, kDone, kCount };
 
 class ShmGroup {
  public:
-  // Bytes of each small slot (data that travels with the arrival) and of each chunk slot.
+  // Bytes of data that travel with the arrival: at most kSmallSlotBytes, of which up to
+  // kInlineBytes inside the arrival record itself. Bytes of each chunk slot.
   static constexpr size_t kSmallSlotBytes = 32 * 1024;
+  static constexpr size_t kInlineBytes = 32;
   static constexpr size_t kChunkSlotBytes = 512 * 1024;
 
   // Creates this rank's segment, maps every peer's through `store` (already scoped to the
@@ -74,16 +78,21 @@ class ShmGroup {
   const detail::RankNames& names() const { return names_; }
   int size() const { return size_; }
 
-  // Slot `parity` (0 or 1) of `rank`'s small or chunk area.
-  std::byte* smallSlot(int rank, uint64_t parity) const;
+  // Slot `parity` (0 or 1) of `rank`'s chunk area.
   std::byte* chunkSlot(int rank, uint64_t parity) const;
 
-  // This rank's fingerprint for collective number `sequence` (1, 2, ...), read by peers once it
-  // has arrived; and a peer's.
-  void setFingerprint(uint64_t sequence, const Fingerprint& fingerprint);
-  Fingerprint fingerprint(int rank, uint64_t sequence) const;
+  // This rank arrives at collective number `sequence` (1, 2, ...): publishes its `fingerprint` and
+  // `bytes` (at most kSmallSlotBytes) of `data`, which makes its kArrived step `sequence`, and
+  // wakes sleeping waiters.
+  void arrive(uint64_t sequence, const Fingerprint& fingerprint, const void* data, size_t bytes);
+  // What `rank` published on arriving at `sequence`, valid once waitAll(kArrived, sequence) has
+  // returned and until this rank arrives at sequence + 1: its fingerprint, and its data of
+  // `bytes` (the size it was published with).
+  const Fingerprint& arrivalFingerprint(int rank, uint64_t sequence) const;
+  const std::byte* arrivalData(int rank, uint64_t sequence, size_t bytes) const;
 
-  // Stores this rank's counter of `step` (release) and wakes sleeping waiters.
+  // Stores this rank's counter of `step` (not kArrived: arrive() publishes that) and wakes
+  // sleeping waiters.
   void publish(Step step, uint64_t value);
   // Waits until every rank's counter of `step` is at least `value`. Throws the group's failure,
   // PeerError for a peer that died or said goodbye before reaching `value` (one that got there
@@ -108,6 +117,12 @@ class ShmGroup {
 
  private:
   ControlBlock& block(int rank) const;
+  // Slot `parity` (0 or 1) of `rank`'s small area.
+  std::byte* smallSlot(int rank, uint64_t parity) const;
+  // Stores `value` in this rank's `counter` and rings the bell if anyone sleeps on it.
+  void announce(std::atomic<uint64_t>& counter, uint64_t value);
+  // `rank`'s counter of step `index` for a wait until it reaches `value`.
+  std::atomic<uint64_t>& counter(int rank, int index, uint64_t value) const;
   // Whether `rank`'s counter of step `index` is still below `value`.
   bool isBehind(int rank, int index, uint64_t value) const;
   // Throws the group's failure if a rank is still behind on counter `index` (Note [Only needed

@@ -50,7 +50,7 @@ void ShmBackend::gatherBlocks(
   if (bytes <= ShmGroup::kSmallSlotBytes) {
     const uint64_t sequence = arrive(call, in, fills ? bytes : 0);
     for (int q = 0; reads && q < size(); ++q) {
-      const std::byte* from = q == me ? in : group_->smallSlot(q, sequence);
+      const std::byte* from = q == me ? in : group_->arrivalData(q, sequence, bytes);
       copyUnlessSame(out + q * bytes, from, bytes);
     }
     return;
@@ -100,7 +100,7 @@ void ShmBackend::scatterBlocks(
     const uint64_t sequence = arrive(call, in, writes ? bytes * p : 0);
     for (int q = 0; q < p; ++q) {
       if (isWriter(q)) {
-        const std::byte* from = q == me ? in : group_->smallSlot(q, sequence);
+        const std::byte* from = q == me ? in : group_->arrivalData(q, sequence, bytes * p);
         copyBytes(destination(q), from + me * bytes, bytes);
       }
     }
@@ -166,7 +166,7 @@ void ShmBackend::broadcast(const CallContext& call, const BroadcastArgs& args) {
     if (args.bytes <= ShmGroup::kSmallSlotBytes) {
       const uint64_t sequence = arrive(call, data, isRoot ? args.bytes : 0);
       if (!isRoot)
-        copyBytes(data, group_->smallSlot(root, sequence), args.bytes);
+        copyBytes(data, group_->arrivalData(root, sequence, args.bytes), args.bytes);
       return;
     }
     if (group_->directReads() && args.bytes <= kDirectBroadcastMaxBytes) {

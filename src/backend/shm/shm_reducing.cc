@@ -52,7 +52,7 @@ void ShmBackend::allreduce(const CallContext& call, const AllreduceArgs& args) {
     const uint64_t sequence = arrive(call, args.input, bytes);
     if (args.count == 0)
       return;
-    for (int q = 0; q < size(); ++q) sources_[q] = group_->smallSlot(q, sequence);
+    for (int q = 0; q < size(); ++q) sources_[q] = group_->arrivalData(q, sequence, bytes);
     kernels::reduceMany(args.op, args.dtype, args.output, sources_, args.count);
     if (args.op == ReduceOp::kAvg)
       kernels::divideBy(args.dtype, args.output, args.count, size());
@@ -70,7 +70,7 @@ void ShmBackend::reduce(const CallContext& call, const ReduceArgs& args) {
     const uint64_t sequence = arrive(call, args.input, bytes);
     if (args.count == 0 || rank() != args.root)
       return;
-    for (int q = 0; q < size(); ++q) sources_[q] = group_->smallSlot(q, sequence);
+    for (int q = 0; q < size(); ++q) sources_[q] = group_->arrivalData(q, sequence, bytes);
     kernels::reduceMany(args.op, args.dtype, args.output, sources_, args.count);
   });
 }
@@ -130,7 +130,8 @@ void ShmBackend::reduceScatter(const CallContext& call, const ReduceScatterArgs&
       const uint64_t sequence = arrive(call, in, blockBytes * p);
       if (args.countPerRank == 0)
         return;
-      for (int q = 0; q < p; ++q) sources_[q] = group_->smallSlot(q, sequence) + me * blockBytes;
+      for (int q = 0; q < p; ++q)
+        sources_[q] = group_->arrivalData(q, sequence, blockBytes * p) + me * blockBytes;
       kernels::reduceMany(args.op, args.dtype, out, sources_, args.countPerRank);
       return;
     }
