@@ -26,10 +26,10 @@
 //    on the host (for host operations, synchronize() is wait()).
 #pragma once
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
+#include <cstdint>
 #include <exception>
-#include <mutex>
 #include <string>
 
 namespace chorus {
@@ -61,8 +61,8 @@ class Work {
   std::string description() const { return describe(); }
 
  protected:
-  // Marks the operation done; `error` null means success. Called once, by the implementation;
-  // later calls are ignored.
+  // Marks the operation done; `error` null means success. Called once, by the implementation,
+  // which holds a reference to the Work for the length of the call; later calls are ignored.
   void finish(std::exception_ptr error = nullptr) noexcept;
   // Called by a wait without a timeout before it blocks: an implementation may run the operation
   // here, on the waiting thread, if nothing must run before it. Default: nothing.
@@ -78,11 +78,19 @@ class Work {
   // The runtime's communicators run the operations and finish their Works.
   friend class detail::CommunicatorState;
 
+  // Waits until completed_ is set, or until `timeout` has passed unless `unbounded`. False: the
+  // timeout passed first.
+  bool awaitCompletion(bool unbounded, std::chrono::milliseconds timeout);
+
+  // Completion without a lock (a blocking call that ran on its caller's thread takes none): the
+  // finisher writes error_, then sets completed_ (1), then wakes the futex on completed_ if a
+  // waiter has announced itself in waiters_; a waiter announces itself, then checks completed_
+  // before it sleeps (both sequentially consistent, so one of them sees the other).
   const std::string description_;
-  mutable std::mutex mutex_;
-  std::condition_variable done_;
-  bool completed_ = false;
-  std::exception_ptr error_;
+  std::atomic<bool> finishing_{false};  // the first finish() wins
+  std::atomic<uint32_t> completed_{0};
+  std::atomic<uint32_t> waiters_{0};
+  std::exception_ptr error_;  // written before completed_, read after it
 };
 
 }  // namespace chorus

@@ -1,7 +1,6 @@
 #include "runtime/communicator_state.h"
 
 #include <algorithm>
-#include <memory_resource>
 #include <optional>
 
 #include "backend/factory.h"
@@ -11,6 +10,7 @@
 #include "core/check.h"
 #include "core/error_codec.h"
 #include "core/stall_watch.h"
+#include "core/thread_cached_allocator.h"
 #include "runtime/arrival_census.h"
 #include "runtime/device_watchdog.h"
 #include "runtime/device_work.h"
@@ -48,19 +48,12 @@ class QueuedWork : public Work {
   std::weak_ptr<std::function<void()>> operation_;
 };
 
-// The memory of every QueuedWork: a pool, so a warmed call allocates none. Never destroyed, as a
-// Work may outlive every communicator.
-std::pmr::memory_resource& workMemory() {
-  static auto* pool = new std::pmr::synchronized_pool_resource();
-  return *pool;
-}
-
 std::shared_ptr<QueuedWork> makeWork(int rank,
                                      const Fingerprint& fingerprint,
                                      std::weak_ptr<CommunicatorState> state) {
-  return std::allocate_shared<QueuedWork>(
-      std::pmr::polymorphic_allocator<QueuedWork>(&workMemory()), rank, fingerprint,
-      std::move(state));
+  // Per-thread cached memory: a warmed call allocates none.
+  return std::allocate_shared<QueuedWork>(ThreadCachedAllocator<QueuedWork>(), rank, fingerprint,
+                                          std::move(state));
 }
 
 }  // namespace

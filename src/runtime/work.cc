@@ -1,6 +1,9 @@
 #include "chorus/work.h"
 
+#include <algorithm>
+
 #include "core/check.h"
+#include "core/shared_memory.h"
 
 namespace chorus {
 
@@ -16,15 +19,13 @@ void Work::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Work::waitFor(std::chrono::milliseconds timeout) {
-  const bool unbounded = timeout < std::chrono::milliseconds::zero();
   beforeWait();
-  if (unbounded)
-    runIfNext();
-  std::unique_lock lock(mutex_);
-  if (!completed_) {  // done already (a blocking call that ran here): no clock read for a deadline
+  if (completed_.load(std::memory_order_acquire) == 0) {
+    // not done yet (a blocking call that ran here is: no clock read for a deadline then)
+    const bool unbounded = timeout < std::chrono::milliseconds::zero();
     if (unbounded)
-      done_.wait(lock, [&] { return completed_; });
-    else if (!done_.wait_for(lock, timeout, [&] { return completed_; }))
+      runIfNext();
+    if (!awaitCompletion(unbounded, timeout))
       return false;
   }
   if (error_)
@@ -32,27 +33,44 @@ bool Work::waitFor(std::chrono::milliseconds timeout) {
   return true;
 }
 
-bool Work::isCompleted() const {
-  std::lock_guard lock(mutex_);
-  return completed_;
+bool Work::awaitCompletion(bool unbounded, std::chrono::milliseconds timeout) {
+  constexpr std::chrono::microseconds kSlice = std::chrono::hours(1);  // unbounded: no wake lost
+  const auto deadline = unbounded ? std::chrono::steady_clock::time_point::max()
+                                  : std::chrono::steady_clock::now() + timeout;
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  bool done = true;
+  while (completed_.load(std::memory_order_seq_cst) == 0) {
+    auto slice = kSlice;
+    if (!unbounded) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        done = false;
+        break;
+      }
+      slice = std::min(slice, left);
+    }
+    detail::futexWait(completed_, 0, slice);
+  }
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  return done;
 }
+
+bool Work::isCompleted() const { return completed_.load(std::memory_order_acquire) != 0; }
 
 void Work::synchronize() { wait(); }
 
 std::exception_ptr Work::exception() const {
-  std::lock_guard lock(mutex_);
-  return error_;
+  return completed_.load(std::memory_order_acquire) != 0 ? error_ : nullptr;
 }
 
 void Work::finish(std::exception_ptr error) noexcept {
-  {
-    std::lock_guard lock(mutex_);
-    if (completed_)
-      return;
-    completed_ = true;
-    error_ = std::move(error);
-  }
-  done_.notify_all();
+  if (finishing_.exchange(true, std::memory_order_acq_rel))
+    return;
+  error_ = std::move(error);
+  completed_.store(1, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) > 0)
+    detail::futexWakeAll(completed_);
 }
 
 }  // namespace chorus

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <exception>
 #include <future>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,34 @@ TEST(WorkTest, WaitForReturnsTrueOnceAnotherThreadFinishesTheWork) {
   EXPECT_TRUE(work.waitFor(0ms));
   EXPECT_TRUE(work.waitFor(Work::kNoTimeout));
   EXPECT_NO_THROW(work.wait());
+}
+
+// Completion takes no lock (an atomic word and a futex): every waiter, bounded or not, already
+// asleep or just arriving, must be woken by a finish from another thread, and the first finish
+// wins. Many rounds, so that the finish lands at every point of a waiter's way into its sleep. A
+// lost wake would leave a waiter asleep for good: the test gives each 30 s, then fails.
+TEST(WorkTest, EveryWaiterIsWokenByAFinishFromAnotherThread) {
+  constexpr int kRounds = 300;
+  for (int round = 0; round < kRounds; ++round) {
+    auto work = std::make_shared<ManualWork>();
+    std::vector<std::future<bool>> woken;
+    for (int i = 0; i < 4; ++i) {
+      std::promise<bool> result;
+      woken.push_back(result.get_future());
+      // Detached: a waiter that is never woken must not hang the test at its end.
+      std::thread([work, i, result = std::move(result)]() mutable {
+        result.set_value(i % 2 == 0 ? work->waitFor(Work::kNoTimeout) : work->waitFor(60s));
+      }).detach();
+    }
+    work->finish();
+    work->finish(std::make_exception_ptr(InternalError("a second finish")));  // ignored
+    for (auto& waiter : woken) {
+      ASSERT_EQ(waiter.wait_for(30s), std::future_status::ready)
+          << "round " << round << ": a waiter was not woken";
+      ASSERT_TRUE(waiter.get()) << "round " << round;
+    }
+    ASSERT_EQ(work->exception(), nullptr);
+  }
 }
 
 TEST(WorkTest, WaitForRethrowsTheFailure) {
