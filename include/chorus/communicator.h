@@ -110,7 +110,8 @@ class Communicator {
   // Leaves the reduction in `root`'s tensor; other ranks' tensors are not modified.
   WorkPtr reduce(Tensor tensor, int root, ReduceOp op = ReduceOp::kSum);
   // Out of place: reduces every rank's `input` into `root`'s `output`. `input` is never modified;
-  // `output` is written on the root only and may be empty elsewhere.
+  // `output` is written on the root only and may be empty elsewhere; where given, it is checked as
+  // on the root, so every rank refuses a bad pair.
   WorkPtr reduce(Tensor input, Tensor output, int root, ReduceOp op = ReduceOp::kSum);
   // Concatenates every rank's `input` along `axis` into `output` on `root` (output is not written
   // elsewhere and may be empty there; where given, it is checked as on the root).

@@ -25,7 +25,7 @@ _NUMPY_DTYPES = {
 }
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32",
                     "int64", "bool")
-FLOAT_DTYPES = frozenset(("float16", "bfloat16", "float32", "float64"))
+_BOOL = _chorus.DataType.bool  # the dtype override of a bool array exported as uint8
 _TORCH_DTYPE_NAMES = None  # torch.dtype -> chorus name, built on first torch input
 
 
@@ -102,14 +102,25 @@ class Buffer:
 
     @property
     def export_dtype(self):
-        """The dtype override for C++: "bool" when the capsule carries bool as uint8, else ""."""
-        return "bool" if self.dtype == "bool" else ""
+        """The dtype override for C++: DataType.bool when the capsule carries bool as uint8, else
+        None."""
+        return _BOOL if self.dtype == "bool" else None
 
     def empty(self, shape):
         """A new uninitialized array of this buffer's framework and dtype."""
         if self.torch:
             return _torch().empty(shape, dtype=self.array.dtype, device=self.array.device)
         return np.empty(shape, dtype=self.array.dtype)
+
+    def copy(self):
+        """A Buffer holding a new copy of this host array; C++ copies large ones (giving them huge
+        pages first)."""
+        a = self.array
+        if (a.numel() * a.element_size() if self.torch else a.nbytes) < _chorus.huge_pages_bytes:
+            return self.like(a.clone() if self.torch else a.copy())
+        copy = self.like(self.empty(self.shape))
+        _chorus.copy([self.capsule()], [copy.capsule()], self.export_dtype)
+        return copy
 
     def like(self, array):
         """A Buffer for `array`, a new contiguous array of this buffer's framework and dtype."""

@@ -5,6 +5,16 @@ the input's framework, and hands DLPack capsules to the C++ core, which does the
 released. Inputs are never modified unless inplace=True. async_op=True returns a Work whose wait()
 returns the result. CuPy and JAX arrays pass through torch (chorus._foreign). rank_list selects the
 caller's group (see chorus._groups); roots and peers are world ranks inside the caller's group.
+
+Each operation calls the _chorus function of the same name, which mirrors the C++ Communicator
+method (python/src/operations.cc). C++ checks each call before anything is sent, with the messages
+users see: the op against the dtype, axes, roots, peers and tags against the tensors and the group,
+outputs against inputs; and parse_reduce_op refuses an unknown op name. What this file checks is
+what C++ cannot see: the Python types of arguments (an axis or tag that is not an int, the flags),
+the package's own arguments (inplace= with out=, out= lists, recv's shape, the dimension 0 that
+reduce_scatter and scatter split along), world ranks that have no group rank, and dtypes that the
+export hides (bool travels as uint8 under one dtype override per call, so out= and the items of a
+list are compared with x before it).
 """
 
 import time
@@ -12,9 +22,17 @@ import time
 from . import _arrays, _chorus, _groups
 from ._foreign import accepts_foreign
 
-REDUCE_OPS = ("sum", "prod", "min", "max", "avg", "band", "bor", "bxor")
-_BITWISE_OPS = frozenset(("band", "bor", "bxor"))
-_OP_SET = frozenset(REDUCE_OPS)
+_OPS = dict(_chorus.ReduceOp.__members__)  # "sum": _chorus.ReduceOp.sum, ... in C++'s order
+REDUCE_OPS = tuple(_OPS)
+
+
+def _reduce_op(op):
+    """The _chorus.ReduceOp named `op`; C++ parses anything else (and refuses it, naming the valid
+    ones)."""
+    try:
+        return _OPS[op]
+    except (KeyError, TypeError):
+        return _chorus.parse_reduce_op(op)
 
 
 class Work:
@@ -83,43 +101,35 @@ def _complete(calls, finish, async_op, synchronize):
     return finish()
 
 
-def _check_op(op, dtype):
-    if not isinstance(op, str) or op not in _OP_SET:
-        raise _chorus.InvalidArgumentError(
-            f"op must be one of {', '.join(repr(o) for o in REDUCE_OPS)} ('band', 'bor', 'bxor' "
-            f"for integer and bool tensors); got {op!r}")
-    if op in _BITWISE_OPS and dtype in _arrays.FLOAT_DTYPES:
-        raise _chorus.InvalidArgumentError(
-            f"op {op!r} applies to integer and bool tensors only, not {dtype}; valid for {dtype}: "
-            "'sum', 'prod', 'min', 'max', 'avg'")
-    if op == "avg" and dtype == "bool":
-        raise _chorus.InvalidArgumentError(
-            "op 'avg' is not defined on bool tensors; valid for bool: 'sum', 'prod', 'min', "
-            "'max', 'band', 'bor', 'bxor'")
-
-
 def _check_bool_flag(value, name):
     if not isinstance(value, bool):
         raise _chorus.InvalidArgumentError(f"{name} must be True or False, not {value!r}")
 
 
-def _axis(axis, ndim, what):
-    if isinstance(axis, bool) or not isinstance(axis, int):
-        raise _chorus.InvalidArgumentError(f"{what} must be an int, not {type(axis).__name__}")
-    if ndim == 0:
-        raise _chorus.InvalidArgumentError(
-            f"{what}: the tensor is 0-dimensional; this operation needs at least one dimension")
-    if not -ndim <= axis < ndim:
-        raise _chorus.InvalidArgumentError(
-            f"{what}={axis} is out of range for a tensor of {ndim} dimensions")
-    return axis % ndim
+def _int(value, what):
+    """`value`, which must be an int (not a bool); C++ checks its range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _chorus.InvalidArgumentError(f"{what} must be an int, not {type(value).__name__}")
+    return value
 
 
-def _divisible(buf, axis, size, what):
-    extent = buf.shape[axis] if buf.shape else 0
+def _scaled(shape, axis, multiply=1, divide=1):
+    """`shape` with dimension `axis` (negative: from the end) multiplied by `multiply` and divided
+    by `divide`; `shape` itself when it has no such dimension, which C++ then refuses."""
+    if not -len(shape) <= axis < len(shape):
+        return shape
+    shape = list(shape)
+    shape[axis] = shape[axis] * multiply // divide
+    return tuple(shape)
+
+
+def _divisible(buf, size, what):
+    """The extent of chunk `rank` when `what` splits buf along dimension 0 (its rule, which C++'s
+    count check does not state)."""
+    extent = buf.shape[0] if buf.shape else 0
     if not buf.shape or extent % size != 0:
         raise _chorus.InvalidArgumentError(
-            f"{what} needs dimension {axis} ({extent if buf.shape else 'none: 0-d tensor'}) to be "
+            f"{what} needs dimension 0 ({extent if buf.shape else 'none: 0-d tensor'}) to be "
             f"divisible by the group size ({size})")
     return extent // size
 
@@ -138,7 +148,7 @@ def _inplace_result(buf):
 def _targets(bufs, shapes, out, inplace, is_list):
     """The Buffers an operation writes its results into: `bufs` themselves (inplace=True), the
     caller's `out` (an array, or a list like x), or new arrays of `shapes` in the inputs'
-    framework. C++ checks each out's dtype and size against what the operation writes."""
+    framework. C++ checks each out's size against what the operation writes."""
     if out is None:
         if inplace:
             return bufs
@@ -188,7 +198,8 @@ def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchr
     if rank_list is None and async_op is False and synchronize is False and (
             inplace is False or (inplace is True and out is None)):
         # The common call, one NumPy array on the world, blocking, goes straight to C++; it
-        # answers NotImplemented for anything else (python/src/short_calls.cc).
+        # answers NotImplemented for anything else (python/src/short_calls.cc). It looks the op
+        # name up in _chorus.ReduceOp's members itself, as _reduce_op does.
         result = _chorus.allreduce_array(_groups.world_native(), x, x if inplace is True else out,
                                          op)
         if result is not NotImplemented:
@@ -206,52 +217,87 @@ def _allreduce(x, op, rank_list, async_op, inplace, synchronize, out):
     if not bufs:
         return [] if not async_op else Work([], lambda: [])
     dtype = bufs[0].dtype
-    for i, b in enumerate(bufs):
+    for i, b in enumerate(bufs):  # before DLPack export, which carries bool as uint8
         if b.dtype != dtype:
             raise _chorus.InvalidArgumentError(
                 f"allreduce of a list needs one dtype; x[0] is {dtype} but x[{i}] is {b.dtype}")
-    _check_op(op, dtype)
+    native_op = _reduce_op(op)
     comm = _groups.get(rank_list)
     targets = _targets(bufs, [b.shape for b in bufs], out, inplace, is_list)
-    if any(b.cuda for b in bufs):
-        for b, t in zip(bufs, targets):
-            _copy_on_stream(b, t)
-        ins = []
-    else:  # C++ reads the input and writes the target in one pass
-        ins = [] if targets is bufs else [b.capsule() for b in bufs]
-    out_caps = [t.capsule() for t in targets]
+    native, export = comm._native, bufs[0].export_dtype
+    if len(bufs) == 1 and not bufs[0].cuda:  # C++ reads x and writes the target in one pass
+        out_cap = targets[0].capsule()
+        in_cap = out_cap if targets[0] is bufs[0] else bufs[0].capsule()
 
-    def call(is_async):
-        return _chorus.allreduce(comm._native, ins, out_caps, bufs[0].export_dtype, op, is_async)
+        def call(is_async):
+            return _chorus.allreduce(native, in_cap, out_cap, native_op, export, is_async)
+    else:  # fused (and CUDA): the targets hold the inputs and are reduced in place
+        caps = [t.capsule() for t in targets]
+        ins, outs = [], []  # the host items that are copied into their targets, in one call
+        for b, t, cap in zip(bufs, targets, caps):
+            if b.cuda:
+                _copy_on_stream(b, t)
+            elif t is not b:
+                ins.append(b.capsule())
+                outs.append(cap)
+        if ins:
+            _chorus.copy(ins, outs, export)
+
+        def call(is_async):
+            return _chorus.allreduce(native, caps, native_op, export, is_async)
 
     return _complete([call], lambda: _results(targets, is_list), async_op, synchronize)
 
 
-def _rooted(collective, x, root, op, rank_list, async_op, inplace, synchronize, out):
-    """broadcast and reduce: out of place from x into a new array, `out`, or x (inplace=True)."""
+def _rooted(x, root, op, rank_list, async_op, inplace, synchronize, out):
+    """broadcast (op None) and reduce: out of place from x into a new array, `out`, or x
+    (inplace=True). A reduce's other ranks return a copy of x, which C++ never writes there: a
+    new one is made here (C++ then gets no output), `out` is written once C++ has taken the
+    call."""
     _check_bool_flag(inplace, "inplace")
     is_list = _is_list(x)
     items = list(x) if is_list else [x]
     bufs = [_arrays.prepare(item, "x", inplace) for item in items]
-    if op is not None:
-        for b in bufs:
-            _check_op(op, b.dtype)
+    native_op = None if op is None else _reduce_op(op)
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
-    is_broadcast = collective == "broadcast"
-    targets = _targets(bufs, [b.shape for b in bufs], out, inplace, is_list)
+    copies = native_op is not None and comm.rank != group_root
+    made = copies and out is None and not inplace
+    if made:  # CUDA copies are made on the stream below
+        targets = [b.like(b.empty(b.shape)) if b.cuda else b.copy() for b in bufs]
+    else:
+        targets = _targets(bufs, [b.shape for b in bufs], out, inplace, is_list)
+    native = comm._native
     calls = []
     for b, t in zip(bufs, targets):
         if b.cuda:
             _copy_on_stream(b, t)
-            in_cap = None
-        elif t is b:
-            in_cap = None  # in place
-        else:  # (a broadcast reads the root's only; the others' are checked against their out)
-            in_cap = b.capsule()
-        calls.append(lambda a, i=in_cap, o=t.capsule(), d=b.export_dtype: _chorus.rooted(
-            comm._native, is_broadcast, i, o, d, group_root, op or "sum", a))
+        out_cap = None if made and not b.cuda else t.capsule()
+        # In place passes one capsule twice. (A broadcast reads the root's input only; the others'
+        # are checked against their out.)
+        in_cap = out_cap if b.cuda or t is b else b.capsule()
+        if native_op is None:
+            calls.append(lambda a, i=in_cap, o=out_cap, d=b.export_dtype: _chorus.broadcast(
+                native, i, o, group_root, d, a))
+        elif copies and out is not None:
+            calls.append(_reduce_then_copy(native, in_cap, out_cap, group_root, native_op,
+                                           b.export_dtype))
+        else:
+            calls.append(lambda a, i=in_cap, o=out_cap, d=b.export_dtype: _chorus.reduce(
+                native, i, o, group_root, native_op, d, a))
     return _complete(calls, lambda: _results(targets, is_list), async_op, synchronize)
+
+
+def _reduce_then_copy(native, in_cap, out_cap, root, op, export):
+    """The call (it takes the async flag) of a reduce on a rank other than the root, which then
+    copies its input into its `out` (C++ has checked the pair)."""
+
+    def call(is_async):
+        work = _chorus.reduce(native, in_cap, out_cap, root, op, export, is_async)
+        _chorus.copy([in_cap], [out_cap], export)
+        return work
+
+    return call
 
 
 @accepts_foreign
@@ -259,7 +305,7 @@ def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchron
               out=None):
     """Returns root's `x` on every rank of the group (root is a world rank). A list broadcasts
     each item. inplace=True overwrites `x` on non-roots; out= writes into `out` and returns it."""
-    return _rooted("broadcast", x, root, None, rank_list, async_op, inplace, synchronize, out)
+    return _rooted(x, root, None, rank_list, async_op, inplace, synchronize, out)
 
 
 @accepts_foreign
@@ -268,7 +314,7 @@ def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, s
     """Returns the reduction of `x` across the group on `root` (a world rank); other ranks get
     their input back unchanged (a copy of it, `x` itself with inplace=True, or `out` holding a copy
     of it with out=)."""
-    return _rooted("reduce", x, root, op, rank_list, async_op, inplace, synchronize, out)
+    return _rooted(x, root, op, rank_list, async_op, inplace, synchronize, out)
 
 
 @accepts_foreign
@@ -286,39 +332,38 @@ def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=Fals
             raise _chorus.InvalidArgumentError(
                 f"reduce_scatter of a list needs exactly group-size ({size}) items, got {len(x)}")
         bufs = [_arrays.prepare(item, f"x[{i}]") for i, item in enumerate(x)]
+        native_op = _reduce_op(op)
         first = bufs[0]
-        for b in bufs:
-            _check_op(op, b.dtype)
         if any(b.dtype != first.dtype or b.shape != first.shape or b.torch != first.torch
                for b in bufs):
-            return _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize, out)
+            return _reduce_scatter_uneven(comm, bufs, native_op, async_op, synchronize, out)
         stacked = _arrays.stack(bufs)
         buf = _arrays.Buffer(stacked, stacked, first.torch, first.dtype)
         out_shape = first.shape
     else:
         buf = _arrays.prepare(x)
-        _check_op(op, buf.dtype)
-        chunk = _divisible(buf, 0, size, "reduce_scatter")
-        out_shape = (chunk,) + buf.shape[1:]
+        native_op = _reduce_op(op)
+        out_shape = (_divisible(buf, size, "reduce_scatter"),) + buf.shape[1:]
     target = _targets([buf], [out_shape], out, False, False)[0]
     in_cap, out_cap = buf.capsule(), target.capsule()
 
     def call(is_async):
-        return _chorus.out_of_place(comm._native, "reduce_scatter", in_cap, out_cap,
-                                    buf.export_dtype, 0, 0, 0, op, is_async)
+        return _chorus.reduce_scatter(comm._native, in_cap, out_cap, native_op, buf.export_dtype,
+                                      is_async)
 
     return _complete([call], lambda: _results([target], False), async_op, synchronize)
 
 
 def _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize, out):
-    """reduce_scatter of items of different shapes: item i is reduced to group rank i (its
-    reduce writes `out` there, if given; the other items' results go to scratch arrays)."""
+    """reduce_scatter of items of different shapes: item g is reduced to group rank g, into `out`
+    (or a new array) there; the other ranks give no output."""
     mine = _targets([bufs[comm.rank]], [bufs[comm.rank].shape], out, False, False)[0]
     calls = []
     for g, b in enumerate(bufs):
-        target = mine if g == comm.rank else b.like(b.empty(b.shape))
-        calls.append(lambda a, i=b.capsule(), o=target.capsule(), r=g, d=b.export_dtype:
-                     _chorus.rooted(comm._native, False, i, o, d, r, op, a))
+        in_cap = b.capsule()
+        out_cap = mine.capsule() if g == comm.rank else None
+        calls.append(lambda a, i=in_cap, o=out_cap, r=g, d=b.export_dtype:
+                     _chorus.reduce(comm._native, i, o, r, op, d, a))
     return _complete(calls, lambda: _results([mine], False), async_op, synchronize)
 
 
@@ -333,16 +378,12 @@ def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=
     is_list = _is_list(x)
     items = list(x) if is_list else [x]
     bufs = [_arrays.prepare(item, f"x[{i}]" if is_list else "x") for i, item in enumerate(items)]
-    axes, shapes = [], []
-    for b in bufs:
-        axes.append(_axis(axis, len(b.shape), "axis"))
-        shape = list(b.shape)
-        shape[axes[-1]] *= comm.size
-        shapes.append(tuple(shape))
-    targets = _targets(bufs, shapes, out, False, is_list)
-    calls = [lambda a, i=b.capsule(), o=t.capsule(), d=b.export_dtype, ax=ax: _chorus.out_of_place(
-        comm._native, "allgather", i, o, d, 0, ax, 0, "sum", a)
-        for b, t, ax in zip(bufs, targets, axes)]
+    axis = _int(axis, "axis")
+    targets = _targets(bufs, [_scaled(b.shape, axis, comm.size) for b in bufs], out, False,
+                       is_list)
+    native = comm._native
+    calls = [lambda a, i=b.capsule(), o=t.capsule(), d=b.export_dtype: _chorus.allgather(
+        native, i, o, axis, d, a) for b, t in zip(bufs, targets)]
     return _complete(calls, lambda: _results(targets, is_list), async_op, synchronize)
 
 
@@ -354,18 +395,16 @@ def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False,
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
-    ax = _axis(axis, len(b.shape), "axis")
+    axis = _int(axis, "axis")
     target, out_cap = None, None
     if comm.rank == group_root or out is not None:  # elsewhere out is checked, never written
-        shape = list(b.shape)
-        shape[ax] *= comm.size
-        target = _targets([b], [tuple(shape)], out, False, False)[0]
+        target = _targets([b], [_scaled(b.shape, axis, comm.size)], out, False, False)[0]
         out_cap = target.capsule()
     in_cap = b.capsule()
 
     def call(is_async):
-        return _chorus.out_of_place(comm._native, "gather", in_cap, out_cap, b.export_dtype,
-                                    group_root, ax, 0, "sum", is_async)
+        return _chorus.gather(comm._native, in_cap, out_cap, group_root, axis, b.export_dtype,
+                              is_async)
 
     return _complete([call], lambda: _results([target], False) if comm.rank == group_root else x,
                      async_op, synchronize)
@@ -382,14 +421,13 @@ def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False, out=No
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
-    chunk = _divisible(b, 0, comm.size, "scatter")
+    chunk = _divisible(b, comm.size, "scatter")
     target = _targets([b], [(chunk,) + b.shape[1:]], out, False, False)[0]
     in_cap = b.capsule()  # read on the root; checked against out everywhere
     out_cap = target.capsule()
 
     def call(is_async):
-        return _chorus.out_of_place(comm._native, "scatter", in_cap, out_cap, b.export_dtype,
-                                    group_root, 0, 0, "sum", is_async)
+        return _chorus.scatter(comm._native, in_cap, out_cap, group_root, b.export_dtype, is_async)
 
     return _complete([call], lambda: _results([target], False), async_op, synchronize)
 
@@ -401,18 +439,15 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, s
     concatenates what arrives along concat_axis in group-rank order (into `out`, if given)."""
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
-    split = _axis(split_axis, len(b.shape), "split_axis")
-    concat = _axis(concat_axis, len(b.shape), "concat_axis")
-    _divisible(b, split, comm.size, "all_to_all")
-    shape = list(b.shape)
-    shape[split] //= comm.size
-    shape[concat] *= comm.size
-    target = _targets([b], [tuple(shape)], out, False, False)[0]
+    split = _int(split_axis, "split_axis")
+    concat = _int(concat_axis, "concat_axis")
+    shape = _scaled(_scaled(b.shape, split, 1, comm.size), concat, comm.size)
+    target = _targets([b], [shape], out, False, False)[0]
     in_cap, out_cap = b.capsule(), target.capsule()
 
     def call(is_async):
-        return _chorus.out_of_place(comm._native, "all_to_all", in_cap, out_cap, b.export_dtype,
-                                    0, split, concat, "sum", is_async)
+        return _chorus.all_to_all(comm._native, in_cap, out_cap, split, concat, b.export_dtype,
+                                  is_async)
 
     return _complete([call], lambda: _results([target], False), async_op, synchronize)
 
@@ -423,11 +458,11 @@ def send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False):
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_peer = comm.group_rank(peer, "peer")
+    tag = _tag(tag)
     cap = b.capsule()
 
     def call(is_async):
-        return _chorus.point_to_point(comm._native, True, cap, b.export_dtype, group_peer,
-                                      _tag(tag), is_async)
+        return _chorus.send(comm._native, cap, group_peer, tag, b.export_dtype, is_async)
 
     return _complete([call], lambda: None, async_op, synchronize)
 
@@ -453,17 +488,18 @@ def recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, asy
             import numpy as np
             array = np.empty(shape, dtype=dt)
         b = _arrays.Buffer(array, array, kind == "torch", name)
+    tag = _tag(tag)
     cap = b.capsule()
 
     def call(is_async):
-        return _chorus.point_to_point(comm._native, False, cap, b.export_dtype, group_peer,
-                                      _tag(tag), is_async)
+        return _chorus.recv(comm._native, cap, group_peer, tag, b.export_dtype, is_async)
 
     return _complete([call], lambda: _inplace_result(b), async_op, synchronize)
 
 
 def _tag(tag):
-    if isinstance(tag, bool) or not isinstance(tag, int) or tag < 0:
+    """`tag`, which must be an int (not a bool); C++ refuses a negative one."""
+    if isinstance(tag, bool) or not isinstance(tag, int):
         raise _chorus.InvalidArgumentError(f"tag must be a non-negative int, not {tag!r}")
     return tag
 

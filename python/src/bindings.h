@@ -5,7 +5,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,9 +21,11 @@ namespace py = pybind11;
 void bindErrors(py::module_& module);
 // DistConfig (a view of the process-wide config) and DistContext helpers.
 void bindConfig(py::module_& module);
-// Communicator objects and the collective / point-to-point operations.
+// Communicator objects, the ReduceOp and DataType enums, and one function per Communicator
+// operation (operations.cc).
 void bindOperations(py::module_& module);
-// The short path of a blocking allreduce of one NumPy array (allreduce_array).
+// The short paths of the commonest calls: allreduce_array (a blocking allreduce of one NumPy
+// array) and barrier_world (a blocking barrier of the world).
 void bindShortCalls(py::module_& module);
 // PendingWork, the handle of an async operation.
 void bindWork(py::module_& module);
@@ -33,20 +37,22 @@ void bindOptimizers(py::module_& module);
 void bindZero(py::module_& module);
 
 // A Tensor viewing the DLPack capsule `capsule` (which must stay alive while the view is used).
-// A non-empty `dtype` replaces the exported element type (bool arrives as uint8 of equal size).
+// A `dtype` replaces the exported element type (bool arrives as uint8 of equal size).
 // Host or CUDA memory: the collectives route CUDA tensors themselves.
-Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype);
+Tensor tensorFromCapsule(py::handle capsule, std::optional<DataType> dtype);
 // tensorFromCapsule for what reads the memory on the host (optimizers, ZeRO): UnsupportedError
 // naming `what` for a CUDA tensor.
-Tensor hostTensorFromCapsule(py::handle capsule, const std::string& dtype, const char* what);
+Tensor hostTensorFromCapsule(py::handle capsule, const char* what);
 
 // A DLPack capsule of `view` that keeps `owner` (the memory under the view) alive until the
 // consumer (e.g. torch.utils.dlpack.from_dlpack) drops the tensor, or until the capsule dies
 // unconsumed.
 py::capsule ownedViewCapsule(const Tensor& view, std::shared_ptr<const void> owner);
 
-// Results of 4 MiB and more get huge pages before their first touch (chorus/huge_pages.h): a
-// 64 MiB result would otherwise spend most of its time in page faults. Host tensors only.
+// Results of kHugePagesBytes (4 MiB) and more get huge pages before their first touch
+// (chorus/huge_pages.h): a 64 MiB result would otherwise spend most of its time in page faults.
+// Host tensors only.
+inline constexpr size_t kHugePagesBytes = 4u << 20;
 void adviseHugePagesIfLarge(const Tensor& result);
 
 // Finishes an issued operation: with `async` false waits (GIL released) and returns None; with
@@ -56,6 +62,30 @@ py::object finishOperation(std::shared_ptr<Work> work, py::object keepAlive, boo
 // Drops the Python references held for async operations that completed after their handle was
 // discarded. Call with the GIL held.
 void sweepAbandonedWork();
+
+// Runs one operation for Python, GIL held on entry: `issue()` issues it (returning its Work) with
+// the GIL released, under BlockingCalls unless `async` (so a blocking call on an idle communicator
+// runs on this thread). A blocking call returns None once the operation is done, rethrowing its
+// failure; an async one returns a PendingWork. `keepAlive()` gives the Python objects that own the
+// operation's memory; it is called only when they must outlive this call (async, or a blocking
+// call still running after issue), so a blocking call that finishes at once builds nothing.
+template <typename Issue, typename KeepAlive>
+py::object runOperation(bool async, Issue&& issue, KeepAlive&& keepAlive) {
+  sweepAbandonedWork();
+  std::shared_ptr<Work> work;
+  bool done;
+  {
+    py::gil_scoped_release release;
+    std::optional<BlockingCalls> blocking;
+    if (!async)
+      blocking.emplace();
+    work = issue();
+    done = !async && work->waitFor(std::chrono::milliseconds::zero());  // rethrows its failure
+  }
+  if (done)
+    return py::none();
+  return finishOperation(std::move(work), keepAlive(), async);  // waits in slices if blocking
+}
 // Waits (GIL released) for every abandoned operation, then drops their references.
 void drainAbandonedWork();
 

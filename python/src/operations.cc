@@ -1,13 +1,21 @@
-// The collective and point-to-point operations as seen from Python. Python allocates every result
-// buffer with the input's framework (or takes the caller's out=) and passes DLPack capsules; this
-// file views them as Tensors and issues the C++ operation, out of place where C++ has the form
-// (a fused allreduce copies its inputs into the outputs and reduces those in place). A blocking
-// call runs under BlockingCalls, so on this thread when the communicator is idle. Copies and waits
-// run with the GIL released.
+// The Communicator's operations as seen from Python: one function per C++ method (allreduce,
+// broadcast, reduce, allgather, reduce_scatter, gather, scatter, all_to_all, send, recv, barrier),
+// each taking that method's arguments in its order, and besides them only:
+//  - `native`, the Communicator, first;
+//  - tensors as DLPack capsules, which the package exports (python/chorus/_arrays.py) and which
+//    this file views as Tensors; the package passes one capsule twice for "in place";
+//  - `dtype`: None, or the real element type of every tensor of the call when the package had to
+//    export them under another type of equal size (bool travels as uint8 because NumPy 1.24 and
+//    PyTorch 1.13 do not export bool through DLPack);
+//  - `async`: false waits for the operation and returns None; true returns a PendingWork.
+// Reduce ops and dtypes are the C++ enums, bound here as _chorus.ReduceOp and _chorus.DataType; the
+// package turns the user's op name into a ReduceOp with a dict lookup, and parse_reduce_op (C++'s
+// parseReduceOp) refuses what the lookup does not know. Nothing here validates a call: each C++
+// method checks its own before anything is sent.
 //
-// Every function takes `dtype`: empty, or the real element type when Python had to export the
-// buffer under another type of equal size (bool travels as uint8 because NumPy 1.24 and
-// PyTorch 1.13 do not export bool through DLPack).
+// Besides the operations, copy(inputs, outputs, dtype) copies host memory for what the package
+// builds around them: the inputs of a fused out-of-place allreduce, which has no C++ form (so copy
+// checks that pair's dtype and size itself), and a reduce's result on ranks that are not its root.
 #include <pybind11/stl.h>
 
 #include <cstring>
@@ -19,159 +27,186 @@
 namespace chorus::python {
 namespace {
 
-void copyTensor(const Tensor& from, const Tensor& to) {
-  if (from.numel() != to.numel() || from.dtype() != to.dtype())
-    throw InvalidArgumentError("output (" + to.describe() +
-                               ") must have the input's dtype and number of elements (" +
-                               from.describe() + ")");
-  if (from.data() == to.data() || from.nbytes() == 0)
-    return;
-  if (!from.device().isCpu() || !to.device().isCpu())  // the package copies CUDA tensors itself
-    throw InternalError("internal: host copy asked for a " + from.device().toString() + " tensor");
-  adviseHugePagesIfLarge(to);
-  std::memcpy(to.data(), from.data(), from.nbytes());
+using Dtype = std::optional<DataType>;
+
+// A Tensor viewing `capsule`, or an empty Tensor for None (an output a rank may leave out).
+Tensor optionalTensor(py::handle capsule, Dtype dtype) {
+  return capsule.is_none() ? Tensor() : tensorFromCapsule(capsule, dtype);
 }
 
-bool present(py::handle capsule) { return !capsule.is_none(); }
-
-// A blocking call (not async) runs on this thread when its communicator is idle, instead of being
-// handed to the worker thread and back (BlockingCalls).
-class BlockingUnlessAsync {
- public:
-  explicit BlockingUnlessAsync(bool async) {
-    if (!async)
-      scope_.emplace();
-  }
-
- private:
-  std::optional<BlockingCalls> scope_;
-};
-
-Tensor optionalTensor(py::handle capsule, const std::string& dtype) {
-  return present(capsule) ? tensorFromCapsule(capsule, dtype) : Tensor();
+// The second tensor of an (input, output) pair: the first again when the package passed one
+// capsule twice (in place).
+Tensor outputTensor(py::handle input, const Tensor& in, py::handle output, Dtype dtype) {
+  return output.is(input) ? in : optionalTensor(output, dtype);
 }
 
-py::object allreduce(Communicator& comm,
-                     py::list inputs,
-                     py::list outputs,
-                     const std::string& dtype,
-                     const std::string& op,
-                     bool async) {
-  sweepAbandonedWork();
-  ReduceOp reduceOp = parseReduceOp(op);
-  std::vector<Tensor> in, out;
-  for (auto capsule : inputs) in.push_back(tensorFromCapsule(capsule, dtype));
-  for (auto capsule : outputs) out.push_back(tensorFromCapsule(capsule, dtype));
-  if (!in.empty() && in.size() != out.size())
-    throw InternalError("internal: allreduce got unequal input and output lists");
-  std::shared_ptr<Work> work;
-  {
-    py::gil_scoped_release release;
-    BlockingUnlessAsync blocking(async);
-    if (in.size() == 1) {
-      adviseHugePagesIfLarge(out[0]);
-      work = comm.allreduce(in[0], out[0], reduceOp);  // one pass, input to output
-    } else {
-      for (size_t i = 0; i < in.size(); ++i) copyTensor(in[i], out[i]);  // fused: in place
-      work = out.size() == 1 ? comm.allreduce(out[0], reduceOp) : comm.allreduce(out, reduceOp);
-    }
-  }
-  return finishOperation(std::move(work), py::make_tuple(inputs, outputs), async);
+py::object allreduceFused(
+    Communicator& comm, py::list tensors, ReduceOp op, Dtype dtype, bool async) {
+  std::vector<Tensor> views;
+  views.reserve(tensors.size());
+  for (auto capsule : tensors) views.push_back(tensorFromCapsule(capsule, dtype));
+  return runOperation(
+      async, [&] { return comm.allreduce(std::move(views), op); }, [&] { return tensors; });
 }
 
-// broadcast and reduce from `input` (none: in place) into `output`. A reduce's non-root ranks get
-// a copy of their input in `output`, so every rank's output holds what the package returns.
-py::object rooted(Communicator& comm,
-                  bool isBroadcast,
-                  py::object input,
-                  py::object output,
-                  const std::string& dtype,
+py::object allreduce(
+    Communicator& comm, py::handle input, py::handle output, ReduceOp op, Dtype dtype, bool async) {
+  const Tensor in = tensorFromCapsule(input, dtype);
+  const Tensor out = outputTensor(input, in, output, dtype);
+  return runOperation(
+      async,
+      [&] {
+        if (in.data() != out.data())
+          adviseHugePagesIfLarge(out);
+        return comm.allreduce(in, out, op);
+      },
+      [&] { return py::make_tuple(input, output); });
+}
+
+py::object broadcast(
+    Communicator& comm, py::handle input, py::handle output, int root, Dtype dtype, bool async) {
+  const Tensor in = tensorFromCapsule(input, dtype);
+  const Tensor out = outputTensor(input, in, output, dtype);
+  return runOperation(
+      async,
+      [&] {
+        if (in.data() != out.data())
+          adviseHugePagesIfLarge(out);
+        return comm.broadcast(in, out, root);
+      },
+      [&] { return py::make_tuple(input, output); });
+}
+
+// `output` may be None on ranks other than the root.
+py::object reduce(Communicator& comm,
+                  py::handle input,
+                  py::handle output,
                   int root,
-                  const std::string& op,
+                  ReduceOp op,
+                  Dtype dtype,
                   bool async) {
-  sweepAbandonedWork();
-  Tensor out = tensorFromCapsule(output, dtype);
-  Tensor in = present(input) ? tensorFromCapsule(input, dtype) : out;
-  ReduceOp reduceOp = isBroadcast ? ReduceOp::kSum : parseReduceOp(op);
-  std::shared_ptr<Work> work;
-  {
-    py::gil_scoped_release release;
-    BlockingUnlessAsync blocking(async);
-    if (in.data() != out.data())
-      adviseHugePagesIfLarge(out);
-    if (isBroadcast) {
-      work = comm.broadcast(in, out, root);
-    } else {
-      if (comm.rank() != root)
-        copyTensor(in, out);
-      work = comm.reduce(in, out, root, reduceOp);
-    }
-  }
-  return finishOperation(std::move(work), py::make_tuple(input, output), async);
+  const Tensor in = tensorFromCapsule(input, dtype);
+  const Tensor out = outputTensor(input, in, output, dtype);
+  return runOperation(
+      async,
+      [&] {
+        if (out.data() != nullptr && in.data() != out.data())
+          adviseHugePagesIfLarge(out);
+        return comm.reduce(in, out, root, op);
+      },
+      [&] { return py::make_tuple(input, output); });
 }
 
-// The out-of-place collectives: allgather, reduce_scatter, gather, scatter, all_to_all.
-py::object outOfPlace(Communicator& comm,
-                      const std::string& collective,
-                      py::object input,
-                      py::object output,
-                      const std::string& dtype,
-                      int root,
-                      int axis,
-                      int axis2,
-                      const std::string& op,
-                      bool async) {
-  sweepAbandonedWork();
-  Tensor in = optionalTensor(input, dtype);
-  Tensor out = optionalTensor(output, dtype);
-  ReduceOp reduceOp = collective == "reduce_scatter" ? parseReduceOp(op) : ReduceOp::kSum;
-  std::shared_ptr<Work> work;
-  {
-    py::gil_scoped_release release;
-    BlockingUnlessAsync blocking(async);
-    if (collective == "allgather")
-      work = comm.allgather(in, out, axis);
-    else if (collective == "reduce_scatter")
-      work = comm.reduceScatter(in, out, reduceOp);
-    else if (collective == "gather")
-      work = comm.gather(in, out, root, axis);
-    else if (collective == "scatter")
-      work = comm.scatter(in, out, root);
-    else if (collective == "all_to_all")
-      work = comm.allToAll(in, out, axis, axis2);
-    else
-      throw InternalError("internal: unknown collective " + collective);
-  }
-  return finishOperation(std::move(work), py::make_tuple(input, output), async);
+py::object reduceScatter(
+    Communicator& comm, py::handle input, py::handle output, ReduceOp op, Dtype dtype, bool async) {
+  const Tensor in = tensorFromCapsule(input, dtype);
+  const Tensor out = tensorFromCapsule(output, dtype);
+  return runOperation(
+      async, [&] { return comm.reduceScatter(in, out, op); },
+      [&] { return py::make_tuple(input, output); });
 }
 
-py::object pointToPoint(Communicator& comm,
-                        bool isSend,
-                        py::object buffer,
-                        const std::string& dtype,
-                        int peer,
-                        int tag,
-                        bool async) {
-  sweepAbandonedWork();
-  Tensor tensor = tensorFromCapsule(buffer, dtype);
-  std::shared_ptr<Work> work;
-  {
-    py::gil_scoped_release release;
-    BlockingUnlessAsync blocking(async);
-    work = isSend ? comm.send(tensor, peer, tag) : comm.recv(tensor, peer, tag);
-  }
-  return finishOperation(std::move(work), py::make_tuple(buffer), async);
+py::object allgather(
+    Communicator& comm, py::handle input, py::handle output, int axis, Dtype dtype, bool async) {
+  const Tensor in = tensorFromCapsule(input, dtype);
+  const Tensor out = tensorFromCapsule(output, dtype);
+  return runOperation(
+      async, [&] { return comm.allgather(in, out, axis); },
+      [&] { return py::make_tuple(input, output); });
+}
+
+// `output` may be None on ranks other than the root.
+py::object gather(Communicator& comm,
+                  py::handle input,
+                  py::handle output,
+                  int root,
+                  int axis,
+                  Dtype dtype,
+                  bool async) {
+  const Tensor in = tensorFromCapsule(input, dtype);
+  const Tensor out = optionalTensor(output, dtype);
+  return runOperation(
+      async, [&] { return comm.gather(in, out, root, axis); },
+      [&] { return py::make_tuple(input, output); });
+}
+
+py::object scatter(
+    Communicator& comm, py::handle input, py::handle output, int root, Dtype dtype, bool async) {
+  const Tensor in = tensorFromCapsule(input, dtype);
+  const Tensor out = tensorFromCapsule(output, dtype);
+  return runOperation(
+      async, [&] { return comm.scatter(in, out, root); },
+      [&] { return py::make_tuple(input, output); });
+}
+
+py::object allToAll(Communicator& comm,
+                    py::handle input,
+                    py::handle output,
+                    int splitAxis,
+                    int concatAxis,
+                    Dtype dtype,
+                    bool async) {
+  const Tensor in = tensorFromCapsule(input, dtype);
+  const Tensor out = tensorFromCapsule(output, dtype);
+  return runOperation(
+      async, [&] { return comm.allToAll(in, out, splitAxis, concatAxis); },
+      [&] { return py::make_tuple(input, output); });
+}
+
+py::object send(Communicator& comm, py::handle tensor, int peer, int tag, Dtype dtype, bool async) {
+  const Tensor view = tensorFromCapsule(tensor, dtype);
+  return runOperation(
+      async, [&] { return comm.send(view, peer, tag); },
+      [&] { return py::reinterpret_borrow<py::object>(tensor); });
+}
+
+py::object recv(Communicator& comm, py::handle tensor, int peer, int tag, Dtype dtype, bool async) {
+  const Tensor view = tensorFromCapsule(tensor, dtype);
+  return runOperation(
+      async, [&] { return comm.recv(view, peer, tag); },
+      [&] { return py::reinterpret_borrow<py::object>(tensor); });
 }
 
 py::object barrier(Communicator& comm, bool async) {
-  sweepAbandonedWork();
-  std::shared_ptr<Work> work;
-  {
-    py::gil_scoped_release release;
-    BlockingUnlessAsync blocking(async);
-    work = comm.barrier();
+  return runOperation(
+      async, [&] { return comm.barrier(); }, [] { return py::none(); });
+}
+
+// Copies each host inputs[i] into outputs[i], after checking every pair (the same dtype and
+// number of elements). Copies of 64 KiB and more in all run with the GIL released.
+void copy(py::list inputs, py::list outputs, Dtype dtype) {
+  if (inputs.size() != outputs.size())
+    throw InternalError("internal: copy got lists of different lengths");
+  std::vector<std::pair<Tensor, Tensor>> pairs;
+  size_t bytes = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor from = tensorFromCapsule(inputs[i], dtype);
+    const Tensor to = tensorFromCapsule(outputs[i], dtype);
+    if (from.numel() != to.numel() || from.dtype() != to.dtype())
+      throw InvalidArgumentError("output (" + to.describe() +
+                                 ") must have the input's dtype and number of elements (" +
+                                 from.describe() + ")");
+    if (from.data() == to.data() || from.nbytes() == 0)
+      continue;
+    if (!from.device().isCpu() || !to.device().isCpu())  // the package copies CUDA tensors itself
+      throw InternalError("internal: host copy asked for a " + from.device().toString() +
+                          " tensor");
+    pairs.emplace_back(from, to);
+    bytes += from.nbytes();
   }
-  return finishOperation(std::move(work), py::none(), async);
+  const auto copyAll = [&pairs] {
+    for (const auto& [from, to] : pairs) {
+      adviseHugePagesIfLarge(to);
+      std::memcpy(to.data(), from.data(), from.nbytes());
+    }
+  };
+  constexpr size_t kReleaseGilBytes = 64u << 10;
+  if (bytes < kReleaseGilBytes) {
+    copyAll();
+    return;
+  }
+  py::gil_scoped_release release;
+  copyAll();
 }
 
 std::shared_ptr<Communicator> communicator(const RankList& rankList) {
@@ -179,37 +214,29 @@ std::shared_ptr<Communicator> communicator(const RankList& rankList) {
   return DistContext::get().communicator(rankList);
 }
 
-}  // namespace
-
-void adviseHugePagesIfLarge(const Tensor& result) {
-  constexpr size_t kThreshold = 4u << 20;
-  if (result.device().isCpu() && result.nbytes() >= kThreshold)
-    adviseHugePages(result.data(), result.nbytes());
+// parseReduceOp for what the package's lookup did not know: a str is parsed (a str subclass with
+// an op's name is that op), anything else is refused through the same message, quoting its repr.
+ReduceOp parseReduceOpObject(py::handle name) {
+  if (py::isinstance<py::str>(name))
+    return parseReduceOp(name.cast<std::string>());
+  return parseReduceOp(std::string(py::repr(name)));
 }
 
-Tensor tensorFromCapsule(py::handle capsule, const std::string& dtype) {
-  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-  if (managed == nullptr)
-    throw py::error_already_set();
-  Tensor tensor = Tensor::fromDLPack(managed);  // CUDA tensors too: the runtime routes them
-  if (dtype.empty())
-    return tensor;
-  DataType real = parseDataType(dtype);
-  if (dataTypeSize(real) != tensor.elementSize())
-    throw InternalError("internal: dtype override " + dtype + " has another element size");
-  return Tensor(tensor.data(), real, tensor.shape(), tensor.strides(), tensor.device());
-}
-
-Tensor hostTensorFromCapsule(py::handle capsule, const std::string& dtype, const char* what) {
-  Tensor tensor = tensorFromCapsule(capsule, dtype);
-  if (!tensor.device().isCpu()) {
-    throw UnsupportedError(std::string(what) + " takes tensors in host memory, not " +
-                           tensor.device().toString() + " tensors (move them with .cpu())");
+void bindEnums(py::module_& module) {
+  py::enum_<ReduceOp> reduceOps(module, "ReduceOp");
+  for (int i = 0; i < kNumReduceOps; ++i) {
+    const auto op = static_cast<ReduceOp>(i);
+    reduceOps.value(std::string(toString(op)).c_str(), op);
   }
-  return tensor;
+  py::enum_<DataType> dataTypes(module, "DataType");
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    const auto dtype = static_cast<DataType>(i);
+    dataTypes.value(std::string(toString(dtype)).c_str(), dtype);
+  }
+  module.def("parse_reduce_op", &parseReduceOpObject, py::arg("name"));
 }
 
-void bindOperations(py::module_& module) {
+void bindCommunicator(py::module_& module) {
   py::class_<Communicator, std::shared_ptr<Communicator>>(module, "Communicator")
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("size", &Communicator::size)
@@ -229,11 +256,67 @@ void bindOperations(py::module_& module) {
             c.setTimeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0)));
           });
   module.def("communicator", &communicator, py::arg("rank_list"));
-  module.def("allreduce", &allreduce);
-  module.def("rooted", &rooted);
-  module.def("out_of_place", &outOfPlace);
-  module.def("point_to_point", &pointToPoint);
-  module.def("barrier", &barrier);
+}
+
+}  // namespace
+
+void adviseHugePagesIfLarge(const Tensor& result) {
+  if (result.device().isCpu() && result.nbytes() >= kHugePagesBytes)
+    adviseHugePages(result.data(), result.nbytes());
+}
+
+Tensor tensorFromCapsule(py::handle capsule, std::optional<DataType> dtype) {
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (managed == nullptr)
+    throw py::error_already_set();
+  Tensor tensor = Tensor::fromDLPack(managed);  // CUDA tensors too: the runtime routes them
+  if (!dtype)
+    return tensor;
+  if (dataTypeSize(*dtype) != tensor.elementSize())
+    throw InternalError("internal: dtype override " + std::string(toString(*dtype)) +
+                        " has another element size");
+  return Tensor(tensor.data(), *dtype, tensor.shape(), tensor.strides(), tensor.device());
+}
+
+Tensor hostTensorFromCapsule(py::handle capsule, const char* what) {
+  Tensor tensor = tensorFromCapsule(capsule, std::nullopt);
+  if (!tensor.device().isCpu()) {
+    throw UnsupportedError(std::string(what) + " takes tensors in host memory, not " +
+                           tensor.device().toString() + " tensors (move them with .cpu())");
+  }
+  return tensor;
+}
+
+void bindOperations(py::module_& module) {
+  bindEnums(module);
+  bindCommunicator(module);
+  const auto native = py::arg("native");
+  const auto input = py::arg("input");
+  const auto output = py::arg("output");
+  const auto op = py::arg("op");
+  const auto dtype = py::arg("dtype");
+  const auto async = py::arg("async");
+  // The out-of-place form first: it is the common call (one array, a new result).
+  module.def("allreduce", &allreduce, native, input, output, op, dtype, async);
+  module.def("allreduce", &allreduceFused, native, py::arg("tensors"), op, dtype, async);
+  module.def("broadcast", &broadcast, native, input, output, py::arg("root"), dtype, async);
+  module.def("reduce", &reduce, native, input, output, py::arg("root"), op, dtype, async);
+  module.def("reduce_scatter", &reduceScatter, native, input, output, op, dtype, async);
+  module.def("allgather", &allgather, native, input, output, py::arg("axis"), dtype, async);
+  module.def("gather", &gather, native, input, output, py::arg("root"), py::arg("axis"), dtype,
+             async);
+  module.def("scatter", &scatter, native, input, output, py::arg("root"), dtype, async);
+  module.def("all_to_all", &allToAll, native, input, output, py::arg("split_axis"),
+             py::arg("concat_axis"), dtype, async);
+  module.def("send", &send, native, py::arg("tensor"), py::arg("peer"), py::arg("tag"), dtype,
+             async);
+  module.def("recv", &recv, native, py::arg("tensor"), py::arg("peer"), py::arg("tag"), dtype,
+             async);
+  module.def("barrier", &barrier, native, async);
+  module.def("copy", &copy, py::arg("inputs"), py::arg("outputs"), dtype);
+  // Results of this size and more get huge pages (adviseHugePagesIfLarge), so the package has
+  // C++ copy them.
+  module.attr("huge_pages_bytes") = kHugePagesBytes;
   // CUDA tensors (chorus/stream.h): the stream the next collectives on CUDA tensors follow, set by
   // the package from the framework's current stream before each such call.
   module.def("set_current_stream", [](std::uintptr_t stream) { setCurrentStream(stream); });

@@ -21,7 +21,7 @@ std::shared_ptr<parallel::FlatOptimizer> makeOptimizer(const std::string& kind,
 }
 
 Tensor flatFloat32(py::handle capsule, size_t numel, const char* what) {
-  Tensor tensor = hostTensorFromCapsule(capsule, "", "the flat optimizer");
+  Tensor tensor = hostTensorFromCapsule(capsule, "the flat optimizer");
   if (tensor.dtype() != DataType::kFloat32 || !tensor.isContiguous() ||
       static_cast<size_t>(tensor.numel()) != numel)
     throw InvalidArgumentError(std::string("optimizer step: ") + what + " is " + tensor.describe() +

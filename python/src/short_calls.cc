@@ -1,20 +1,23 @@
 // The short paths for the most common calls from Python, each a CPython function (METH_FASTCALL,
-// no pybind11 dispatch) that allocates nothing on the heap once warm but its result:
+// no pybind11 dispatch) that allocates nothing on the heap once warm but its result. They run
+// their operation as operations.cc does (runOperation), on the arguments the user gave:
 //  - barrier_world(native): a blocking barrier of the world;
 //  - allreduce_array(native, x, out, op): a blocking allreduce of one NumPy array, into a new array
-//    or the caller's `out`. It reads the arrays' fields directly (pybind11's view of NumPy's
-//    structs: data, dimensions, flags, descr->type_num), allocates a new result with NumPy's C
-//    API, and issues Communicator::allreduce(input, output) under BlockingCalls, all in one GIL
-//    release. No DLPack capsule, no Python-level wrapping.
+//    or the caller's `out`. `op` is the user's op name, looked up here in _chorus.ReduceOp's
+//    members as the package's general path looks it up, so the package passes it on untouched.
+//    It reads the arrays' fields directly (pybind11's view of NumPy's structs: data, dimensions,
+//    flags, descr->type_num), allocates a new result with NumPy's C API, and issues
+//    Communicator::allreduce(input, output) under BlockingCalls, all in one GIL release. No DLPack
+//    capsule, no Python-level wrapping.
 //
 // Anything else (another array type, a strided, misaligned, byte-swapped or read-only output, an
-// op the dtype does not take, different dtypes or sizes) returns NotImplemented, and the package
-// takes its general path, which handles it or raises the error users see there. So this path
-// adds speed and changes no behaviour.
+// op that is not a ReduceOp's name or that the dtype does not take, different dtypes or sizes)
+// returns NotImplemented, and the package takes its general path, which handles it or raises the
+// error users see there (C++'s checks). So this path adds speed and changes no behaviour.
 #include <pybind11/numpy.h>
 
 #include <optional>
-#include <string_view>
+#include <typeinfo>
 
 #include "bindings.h"
 
@@ -73,21 +76,21 @@ std::optional<Tensor> flatArray(py::handle object, bool writable) {
   return Tensor(array->data, *dtype, {count});
 }
 
+// The ReduceOp that `op` names ("sum", ...), looked up in _chorus.ReduceOp.__members__ (bound in
+// operations.cc) and read straight from the enum instance found there; nullopt for anything else.
 std::optional<ReduceOp> reduceOpOf(py::handle op) {
-  Py_ssize_t length = 0;
-  const char* text =
-      PyUnicode_Check(op.ptr()) ? PyUnicode_AsUTF8AndSize(op.ptr(), &length) : nullptr;
-  if (text == nullptr) {
+  static const py::detail::type_info* const type = py::detail::get_type_info(typeid(ReduceOp));
+  static PyObject* const members =  // kept for the life of the process, like the module
+      py::object(py::type::of<ReduceOp>().attr("__members__")).release().ptr();
+  if (!PyUnicode_Check(op.ptr()))
+    return std::nullopt;
+  PyObject* found = PyDict_GetItemWithError(members, op.ptr());  // borrowed
+  if (found == nullptr || Py_TYPE(found) != type->type) {
     PyErr_Clear();
     return std::nullopt;
   }
-  const std::string_view name(text, static_cast<size_t>(length));
-  for (ReduceOp candidate : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin,
-                             ReduceOp::kProd, ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
-    if (name == toString(candidate))
-      return candidate;
-  }
-  return std::nullopt;
+  auto* instance = reinterpret_cast<py::detail::instance*>(found);
+  return *static_cast<const ReduceOp*>(instance->get_value_and_holder(type).value_ptr());
 }
 
 // A new C-contiguous ndarray of `like`'s dtype and shape.
@@ -119,17 +122,9 @@ py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::
       return py::reinterpret_borrow<py::object>(Py_NotImplemented);
     result = py::reinterpret_borrow<py::object>(out);
   }
-  sweepAbandonedWork();
-  std::shared_ptr<Work> work;
-  bool done;
-  {
-    py::gil_scoped_release release;
-    BlockingCalls blocking;
-    work = comm.allreduce(*input, *output, *reduceOp);
-    done = work->waitFor(std::chrono::milliseconds::zero());  // rethrows its failure
-  }
-  if (!done)  // the communicator was busy: wait in slices that let Ctrl-C through
-    finishOperation(std::move(work), py::make_tuple(x, result), false);
+  runOperation(
+      false, [&] { return comm.allreduce(*input, *output, *reduceOp); },
+      [&] { return py::make_tuple(x, result); });
   return result;
 }
 
@@ -171,18 +166,10 @@ PyObject* barrierWorldCall(PyObject* /*module*/, PyObject* const* args, Py_ssize
     if (nargs != 1)
       throw py::type_error("barrier_world(native) takes 1 argument");
     auto& comm = py::cast<Communicator&>(py::handle(args[0]));
-    sweepAbandonedWork();
-    std::shared_ptr<Work> work;
-    bool done;
-    {
-      py::gil_scoped_release release;
-      BlockingCalls blocking;
-      work = comm.barrier();
-      done = work->waitFor(std::chrono::milliseconds::zero());  // rethrows its failure
-    }
-    if (!done)  // the communicator was busy: wait in slices that let Ctrl-C through
-      finishOperation(std::move(work), py::none(), false);
-    Py_RETURN_NONE;
+    return runOperation(
+               false, [&] { return comm.barrier(); }, [] { return py::none(); })
+        .release()
+        .ptr();
   } catch (...) {
     return setPythonError();
   }

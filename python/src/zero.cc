@@ -82,7 +82,7 @@ void bindParametersAndGradients(py::class_<ZeroEngine, std::shared_ptr<ZeroEngin
   engine
       .def("set_parameter",
            [](ZeroEngine& e, int index, py::handle values) {
-             e.setParameter(index, hostTensorFromCapsule(values, "", "ZeroEngine"));
+             e.setParameter(index, hostTensorFromCapsule(values, "ZeroEngine"));
            })
       .def("parameter",
            [](ZeroEngine& e, int index) {
@@ -100,7 +100,7 @@ void bindParametersAndGradients(py::class_<ZeroEngine, std::shared_ptr<ZeroEngin
            py::call_guard<py::gil_scoped_release>())
       .def("mark_ready",
            [](ZeroEngine& e, int index, py::handle values) {
-             Tensor tensor = hostTensorFromCapsule(values, "", "ZeroEngine");
+             Tensor tensor = hostTensorFromCapsule(values, "ZeroEngine");
              py::gil_scoped_release release;
              return e.markReady(index, tensor);
            })

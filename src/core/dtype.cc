@@ -96,10 +96,13 @@ ReduceOp parseReduceOp(std::string_view name) {
       return static_cast<ReduceOp>(i);
     }
   }
-  throw InvalidArgumentError(
-      detail::concat("unknown reduce op \"", name,
-                     "\"; valid ops are sum, prod, min, max, avg (any dtype but bool for avg) "
-                     "and band, bor, bxor (integer and bool dtypes)"));
+  std::string valid;
+  for (std::string_view known : kReduceOpNames) valid += detail::concat("'", known, "', ");
+  valid.resize(valid.size() - 2);
+  throw InvalidArgumentError(detail::concat("op must be one of ", valid,
+                                            " ('band', 'bor', 'bxor' for integer and bool "
+                                            "tensors); got '",
+                                            name, "'"));
 }
 
 bool isValidReduction(ReduceOp op, DataType dtype) {

@@ -62,10 +62,29 @@ Fingerprint makeFingerprint(Collective collective,
   return fingerprint;
 }
 
+// The messages are those the Python package gave when it made this check itself.
 void checkReduction(ReduceOp op, DataType dtype, std::string_view opName, int rank) {
-  CHORUS_CHECK_ARG(isValidReduction(op, dtype), "rank ", rank, " (this process): ", opName,
-                   ": reduce op '", toString(op), "' is not defined for dtype ", toString(dtype),
-                   " (band, bor and bxor need integer or bool tensors; avg needs numbers)");
+  if (isValidReduction(op, dtype))
+    return;
+  std::string valid;  // the ops `dtype` takes
+  for (int i = 0; i < kNumReduceOps; ++i) {
+    if (isValidReduction(static_cast<ReduceOp>(i), dtype))
+      valid += concat(valid.empty() ? "'" : ", '", toString(static_cast<ReduceOp>(i)), "'");
+  }
+  const auto name = toString(op);
+  const auto type = toString(dtype);
+  const bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+  std::string why;
+  if (bitwise && isFloatingPoint(dtype)) {
+    why = concat("op '", name, "' applies to integer and bool tensors only, not ", type,
+                 "; valid for ", type, ": ", valid);
+  } else if (op == ReduceOp::kAvg && dtype == DataType::kBool) {
+    why = concat("op 'avg' is not defined on bool tensors; valid for bool: ", valid);
+  } else {
+    why = concat("reduce op '", name, "' is not defined for dtype ", type,
+                 " (band, bor and bxor need integer or bool tensors; avg needs numbers)");
+  }
+  throw InvalidArgumentError(concat("rank ", rank, " (this process): ", opName, ": ", why));
 }
 
 void checkRoot(int root, int size, std::string_view opName, int rank) {
@@ -260,7 +279,7 @@ Communicator::WorkPtr Communicator::reduce(Tensor input, Tensor output, int root
   detail::checkRoot(root, size(), "reduce", me);
   detail::checkReduction(op, input.dtype(), "reduce", me);
   const bool isRoot = rank() == root;
-  if (isRoot)
+  if (isRoot || output.data() != nullptr)  // elsewhere checked where given, never written
     detail::checkOutputFor(input, output, "reduce", me);
   const Tensor target = isRoot ? output : Tensor();  // elsewhere the output is not written
   auto fingerprint =

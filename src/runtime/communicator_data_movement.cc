@@ -36,6 +36,12 @@ void checkConcatShape(const Tensor& input,
                    " multiplied by ", factor);
 }
 
+// An operation along an axis needs one: `what` names the axis argument ("axis", "split_axis").
+void checkHasAxes(const Tensor& input, std::string_view what, std::string_view op, int rank) {
+  CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", rank, " (this process): ", op, ": ", what,
+                   ": the tensor is 0-dimensional; this operation needs at least one dimension");
+}
+
 std::vector<int64_t> withAxisScaled(std::span<const int64_t> extents,
                                     int axis,
                                     int64_t multiply,
@@ -51,9 +57,8 @@ Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int a
   const int me = worldRank();  // in messages (Note [One rank numbering])
   detail::checkTensor(input, "input", "allgather", me);
   detail::checkTensor(output, "output", "allgather", me);
-  CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", me,
-                   " (this process): allgather needs a tensor of at least one dimension");
-  axis = detail::normalizeAxis(axis, input.dim(), "allgather", me);
+  checkHasAxes(input, "axis", "allgather", me);
+  axis = detail::normalizeAxis(axis, input.dim(), "axis", "allgather", me);
   checkConcatShape(input, output, axis, size(), "allgather", me);
   auto fingerprint = detail::makeFingerprint(Collective::kAllgather, input.numel(), input.dtype(),
                                              std::nullopt, -1);
@@ -78,9 +83,8 @@ Communicator::WorkPtr Communicator::gather(Tensor input, Tensor output, int root
   const int me = worldRank();  // in messages (Note [One rank numbering])
   detail::checkTensor(input, "input", "gather", me);
   detail::checkRoot(root, size(), "gather", me);
-  CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", me,
-                   " (this process): gather needs a tensor of at least one dimension");
-  axis = detail::normalizeAxis(axis, input.dim(), "gather", me);
+  checkHasAxes(input, "axis", "gather", me);
+  axis = detail::normalizeAxis(axis, input.dim(), "axis", "gather", me);
   if (rank() == root || output.data() != nullptr) {  // elsewhere checked where given, not written
     detail::checkTensor(output, "output", "gather", me);
     checkConcatShape(input, output, axis, size(), "gather", me);
@@ -143,13 +147,12 @@ Communicator::WorkPtr Communicator::allToAll(Tensor input,
   const int p = size();
   detail::checkTensor(input, "input", "all_to_all", me);
   detail::checkTensor(output, "output", "all_to_all", me);
-  CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", me,
-                   " (this process): all_to_all needs a tensor of at least one dimension");
-  splitAxis = detail::normalizeAxis(splitAxis, input.dim(), "all_to_all", me);
-  concatAxis = detail::normalizeAxis(concatAxis, input.dim(), "all_to_all", me);
+  checkHasAxes(input, "split_axis", "all_to_all", me);
+  splitAxis = detail::normalizeAxis(splitAxis, input.dim(), "split_axis", "all_to_all", me);
+  concatAxis = detail::normalizeAxis(concatAxis, input.dim(), "concat_axis", "all_to_all", me);
   CHORUS_CHECK_ARG(input.shape()[splitAxis] % p == 0, "rank ", me,
-                   " (this process): all_to_all: dimension ", splitAxis, " of the input (",
-                   input.shape()[splitAxis], ") is not divisible by the group size ", p);
+                   " (this process): all_to_all needs dimension ", splitAxis, " (",
+                   input.shape()[splitAxis], ") to be divisible by the group size (", p, ")");
   auto partShape = withAxisScaled(input.shape(), splitAxis, 1, p);
   Tensor part(nullptr, input.dtype(), partShape);
   checkConcatShape(part, output, concatAxis, p, "all_to_all", me);
@@ -187,8 +190,8 @@ void checkPeer(int peer, int tag, int rank, int me, int size, std::string_view o
                    " is not a rank of this communicator (size ", size, ")");
   CHORUS_CHECK_ARG(peer != rank, "rank ", me, " (this process): ", op,
                    " to itself; copy the tensor instead");
-  CHORUS_CHECK_ARG(tag >= 0, "rank ", me, " (this process): ", op, ": tag ", tag,
-                   " is negative; tags must be >= 0");
+  CHORUS_CHECK_ARG(tag >= 0, "rank ", me, " (this process): ", op,
+                   ": tag must be a non-negative int, not ", tag);
 }
 
 }  // namespace

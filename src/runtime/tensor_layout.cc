@@ -35,10 +35,10 @@ void checkOutputFor(const Tensor& input, const Tensor& output, std::string_view 
                    "tensor twice (in place) or separate ones");
 }
 
-int normalizeAxis(int axis, int dims, std::string_view op, int rank) {
+int normalizeAxis(int axis, int dims, std::string_view what, std::string_view op, int rank) {
   int normalized = axis < 0 ? axis + dims : axis;
   CHORUS_CHECK_ARG(normalized >= 0 && normalized < dims, "rank ", rank, " (this process): ", op,
-                   ": axis ", axis, " is out of range for a tensor of ", dims, " dimensions");
+                   ": ", what, "=", axis, " is out of range for a tensor of ", dims, " dimensions");
   return normalized;
 }
 

@@ -24,8 +24,9 @@ void checkListedTensor(const Tensor& tensor, size_t index, std::string_view op, 
 // The output of an out-of-place call (allreduce, broadcast, reduce) against its input: checkTensor
 // on it, the same dtype and number of elements, and either the same memory or none shared.
 void checkOutputFor(const Tensor& input, const Tensor& output, std::string_view op, int rank);
-// Normalizes a possibly negative axis; out of range is InvalidArgumentError.
-int normalizeAxis(int axis, int dims, std::string_view op, int rank);
+// Normalizes a possibly negative axis; out of range is InvalidArgumentError naming the argument
+// `what` ("axis", "split_axis").
+int normalizeAxis(int axis, int dims, std::string_view what, std::string_view op, int rank);
 
 struct AxisLayout {
   size_t outer = 1;     // rows before the axis

@@ -76,6 +76,52 @@ def test_bad_axis(rank, size, x, call):
     check_intact_after(x, before, rank, size)
 
 
+# C++ checks these (python/chorus checks only what C++ cannot see); the messages are the ones the
+# package gave when it checked them itself.
+@pytest.mark.parametrize("call,message", [
+    (lambda x: chorus.allreduce(x, "band"),
+     "allreduce: op 'band' applies to integer and bool tensors only, not float32; valid for "
+     "float32: 'sum', 'prod', 'min', 'max', 'avg'"),
+    (lambda x: chorus.reduce(np.zeros(3, bool), op="avg"),
+     "reduce: op 'avg' is not defined on bool tensors; valid for bool: 'sum', 'prod', 'min', "
+     "'max', 'band', 'bor', 'bxor'"),
+    (lambda x: chorus.reduce_scatter([x] * _world_size(), op=None),
+     "op must be one of 'sum', 'prod', 'min', 'max', 'avg', 'band', 'bor', 'bxor' ('band', "
+     "'bor', 'bxor' for integer and bool tensors); got 'None'"),
+    (lambda x: chorus.allgather(x, axis=2), "allgather: axis=2 is out of range for a tensor of 2 "
+     "dimensions"),
+    (lambda x: chorus.all_to_all(x, concat_axis=-3),
+     "all_to_all: concat_axis=-3 is out of range for a tensor of 2 dimensions"),
+    (lambda x: chorus.gather(np.float32(1)),
+     "gather: axis: the tensor is 0-dimensional; this operation needs at least one dimension"),
+    (lambda x: chorus.all_to_all(np.zeros((3 * _world_size() + 1, 2), np.float32)),
+     "all_to_all needs dimension 0 ({}) to be divisible by the group size ({})"),
+], ids=["bitwise-float", "avg-bool", "op-not-a-name", "axis", "concat_axis", "0-d", "split"])
+def test_messages_of_the_checks_cpp_makes(rank, size, x, call, message):
+    if "group size" in message and size == 1:
+        pytest.skip("every extent divides among one rank")
+    before = snapshot(x)
+    with pytest.raises(chorus.InvalidArgumentError) as info:
+        call(x)
+    expected = message.format(3 * size + 1, size)
+    assert expected in str(info.value), str(info.value)
+    assert str(info.value).startswith(f"rank {rank} (this process): ") or "op must be" in expected
+    check_intact_after(x, before, rank, size)
+
+
+def test_a_negative_tag_is_refused_by_cpp(multi_rank, rank, size, x):
+    with pytest.raises(chorus.InvalidArgumentError,
+                       match=r"send: tag must be a non-negative int, not -1$"):
+        chorus.send(x, (rank + 1) % size, tag=-1)
+    with pytest.raises(chorus.InvalidArgumentError, match=r"^tag must be a non-negative int"):
+        chorus.recv((rank + 1) % size, out=x, tag=1.5)
+    check_intact_after(x, snapshot(x), rank, size)
+
+
+def _world_size():
+    return chorus.distributed.get_config().size
+
+
 @pytest.mark.parametrize("name", ["broadcast", "reduce", "gather", "scatter"])
 @pytest.mark.parametrize("bad", ["size", "negative"])
 def test_invalid_root(rank, size, name, bad):
