@@ -5,13 +5,13 @@
 // counters, its state, and room for an error), two small slots and two chunk slots (the record or
 // slot of a step is chosen by its parity: double buffering). An arrival record is one cache line:
 // the collective's number, its fingerprint and up to kInlineBytes of data, so a small collective
-// costs a peer one cache-line transfer per rank (Note [Arrival record]). Every rank maps every segment, so a
-// rank reads its peers' data straight out of their memory. Segments are created and exchanged
-// through the communicator's store, and unlinked as soon as every rank has mapped every segment,
-// so no name is left in /dev/shm after setup, even if a rank is later killed (chorusrun also
-// removes /dev/shm/chorus-<CHORUS_JOB_ID>-* after the job, for the short setup window). Segments
-// are SharedMappings (core/shared_memory.h): allocated up front and pre-faulted, no faults on the
-// hot path.
+// costs a peer one cache-line transfer per rank (Note [Arrival record]). Every rank maps every
+// segment, so a rank reads its peers' data straight out of their memory. Segments are created and
+// exchanged through the communicator's store, and unlinked as soon as every rank has mapped every
+// segment, so no name is left in /dev/shm after setup, even if a rank is later killed (chorusrun
+// also removes /dev/shm/chorus-<CHORUS_JOB_ID>-* after the job, for the short setup window).
+// Segments are SharedMappings (core/shared_memory.h): allocated up front and pre-faulted, no faults
+// on the hot path.
 //
 // Direct reads: where the kernel allows it (probed at setup on every pair; the result is agreed by
 // all ranks), a rank may also copy straight out of a peer's private memory with process_vm_readv
