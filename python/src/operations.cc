@@ -49,8 +49,10 @@ py::object allreduceFused(
       async, [&] { return comm.allreduce(std::move(views), op); }, [&] { return tensors; });
 }
 
-py::object allreduce(
-    Communicator& comm, py::handle input, py::handle output, ReduceOp op, Dtype dtype, bool async) {
+// allreduce and broadcast: `call(in, out)` from `input` into `output` (the same capsule: in
+// place), with huge pages advised for a large separate output.
+template <typename Call>
+py::object inPlaceOrInto(py::handle input, py::handle output, Dtype dtype, bool async, Call call) {
   const Tensor in = tensorFromCapsule(input, dtype);
   const Tensor out = outputTensor(input, in, output, dtype);
   return runOperation(
@@ -58,23 +60,23 @@ py::object allreduce(
       [&] {
         if (in.data() != out.data())
           adviseHugePagesIfLarge(out);
-        return comm.allreduce(in, out, op);
+        return call(in, out);
       },
       [&] { return py::make_tuple(input, output); });
 }
 
+py::object allreduce(
+    Communicator& comm, py::handle input, py::handle output, ReduceOp op, Dtype dtype, bool async) {
+  return inPlaceOrInto(input, output, dtype, async, [&](const Tensor& in, const Tensor& out) {
+    return comm.allreduce(in, out, op);
+  });
+}
+
 py::object broadcast(
     Communicator& comm, py::handle input, py::handle output, int root, Dtype dtype, bool async) {
-  const Tensor in = tensorFromCapsule(input, dtype);
-  const Tensor out = outputTensor(input, in, output, dtype);
-  return runOperation(
-      async,
-      [&] {
-        if (in.data() != out.data())
-          adviseHugePagesIfLarge(out);
-        return comm.broadcast(in, out, root);
-      },
-      [&] { return py::make_tuple(input, output); });
+  return inPlaceOrInto(input, output, dtype, async, [&](const Tensor& in, const Tensor& out) {
+    return comm.broadcast(in, out, root);
+  });
 }
 
 // `output` may be None on ranks other than the root.
@@ -97,25 +99,32 @@ py::object reduce(Communicator& comm,
       [&] { return py::make_tuple(input, output); });
 }
 
+// The out-of-place operations whose arguments are a capsule each plus plain values: views them,
+// then runs `call(in, out)`. `optionalOutput`: the output may be None (ranks other than a root).
+template <typename Call>
+py::object betweenCapsules(
+    py::handle input, py::handle output, bool optionalOutput, Dtype dtype, bool async, Call call) {
+  const Tensor in = tensorFromCapsule(input, dtype);
+  const Tensor out =
+      optionalOutput ? optionalTensor(output, dtype) : tensorFromCapsule(output, dtype);
+  return runOperation(
+      async, [&] { return call(in, out); }, [&] { return py::make_tuple(input, output); });
+}
+
 py::object reduceScatter(
     Communicator& comm, py::handle input, py::handle output, ReduceOp op, Dtype dtype, bool async) {
-  const Tensor in = tensorFromCapsule(input, dtype);
-  const Tensor out = tensorFromCapsule(output, dtype);
-  return runOperation(
-      async, [&] { return comm.reduceScatter(in, out, op); },
-      [&] { return py::make_tuple(input, output); });
+  return betweenCapsules(
+      input, output, false, dtype, async,
+      [&](const Tensor& in, const Tensor& out) { return comm.reduceScatter(in, out, op); });
 }
 
 py::object allgather(
     Communicator& comm, py::handle input, py::handle output, int axis, Dtype dtype, bool async) {
-  const Tensor in = tensorFromCapsule(input, dtype);
-  const Tensor out = tensorFromCapsule(output, dtype);
-  return runOperation(
-      async, [&] { return comm.allgather(in, out, axis); },
-      [&] { return py::make_tuple(input, output); });
+  return betweenCapsules(
+      input, output, false, dtype, async,
+      [&](const Tensor& in, const Tensor& out) { return comm.allgather(in, out, axis); });
 }
 
-// `output` may be None on ranks other than the root.
 py::object gather(Communicator& comm,
                   py::handle input,
                   py::handle output,
@@ -123,20 +132,16 @@ py::object gather(Communicator& comm,
                   int axis,
                   Dtype dtype,
                   bool async) {
-  const Tensor in = tensorFromCapsule(input, dtype);
-  const Tensor out = optionalTensor(output, dtype);
-  return runOperation(
-      async, [&] { return comm.gather(in, out, root, axis); },
-      [&] { return py::make_tuple(input, output); });
+  return betweenCapsules(
+      input, output, true, dtype, async,
+      [&](const Tensor& in, const Tensor& out) { return comm.gather(in, out, root, axis); });
 }
 
 py::object scatter(
     Communicator& comm, py::handle input, py::handle output, int root, Dtype dtype, bool async) {
-  const Tensor in = tensorFromCapsule(input, dtype);
-  const Tensor out = tensorFromCapsule(output, dtype);
-  return runOperation(
-      async, [&] { return comm.scatter(in, out, root); },
-      [&] { return py::make_tuple(input, output); });
+  return betweenCapsules(
+      input, output, false, dtype, async,
+      [&](const Tensor& in, const Tensor& out) { return comm.scatter(in, out, root); });
 }
 
 py::object allToAll(Communicator& comm,
@@ -146,11 +151,10 @@ py::object allToAll(Communicator& comm,
                     int concatAxis,
                     Dtype dtype,
                     bool async) {
-  const Tensor in = tensorFromCapsule(input, dtype);
-  const Tensor out = tensorFromCapsule(output, dtype);
-  return runOperation(
-      async, [&] { return comm.allToAll(in, out, splitAxis, concatAxis); },
-      [&] { return py::make_tuple(input, output); });
+  return betweenCapsules(input, output, false, dtype, async,
+                         [&](const Tensor& in, const Tensor& out) {
+                           return comm.allToAll(in, out, splitAxis, concatAxis);
+                         });
 }
 
 py::object send(Communicator& comm, py::handle tensor, int peer, int tag, Dtype dtype, bool async) {
