@@ -104,6 +104,9 @@ class TransportCore : public Transport {
   virtual void progress() {}
   // `peer` closed on purpose, and nothing more will come from it.
   virtual bool peerLeft(int peer) const = 0;
+  // Throws the error of a peer that died, if one has (an incomplete op's peer left: a death it
+  // saw may be why, Note [A departure after a death]). Default: nothing to look at.
+  virtual void checkForDeadPeers() {}
   // Waits until something may have changed, at most until `deadline` or a stall check is due
   // (stall::wakeBy). May unlock `lock` meanwhile, and must hold it again on return.
   virtual void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) = 0;
@@ -169,14 +172,21 @@ void TransportCore<Op>::post(bool isSend,
 
 // True when every op of waitOps_ is complete; otherwise fills waitingOn_ with the peers still
 // owing something. Throws PeerError when an op waits on a peer that left.
+//
+// Note [A departure after a death]: a peer that saw another rank die fails and closes, and its
+// goodbye can reach a rank waiting on it before that rank's own liveness check sees the death. The
+// death is the cause, and every survivor should name the dead rank, so a departure is reported
+// only once no peer is found dead (as ShmGroup does, Note [Only needed peers fail a wait]).
 template <typename Op>
 bool TransportCore<Op>::allComplete() {
   waitingOn_.clear();
   for (Op* op : waitOps_) {
     if (op == nullptr || op->complete)
       continue;
-    if (peerLeft(op->peer))
+    if (peerLeft(op->peer)) {
+      checkForDeadPeers();
       throw makeClosedPeerError(worldRank(rank_), worldRank(op->peer), op->isSend);
+    }
     waitingOn_.push_back(worldRank(op->peer));
   }
   return waitingOn_.empty();

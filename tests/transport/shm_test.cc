@@ -216,19 +216,25 @@ constexpr int kVictim = 1;
 
 // The pipes between the parent and its children.
 struct Pipes {
-  int ready[2];    // the victim writes a byte once it is connected
-  int results[2];  // each survivor writes its rank and Outcome
-  int release[2];  // the parent closes it once every result is in; survivors then exit
+  int ready[2];     // the victim writes a byte once it is connected
+  int results[2];   // each survivor writes its rank and Outcome
+  int release[2];   // the parent closes it once every result is in; survivors then exit
+  int closeNow[2];  // a closer (see runChild) closes its transport once the parent closes this
 };
 
 // Rank `rank` of `size`, in a forked child: forms the group through a FileStore at `path` and
 // waits on a receive that never comes. The victim (rank 1) waits on rank 0 and tells the parent it
 // is connected; with two ranks rank 0 waits on the victim, with three ranks 0 and 2 wait on each
 // other, so they must notice the death of a rank they are not waiting on. A survivor reports, then
-// stays alive without closing until released, so no survivor's exit disturbs another.
-[[noreturn]] void runChild(int rank, int size, const std::string& path, const Pipes& pipes) {
+// stays alive without closing until released, so no survivor's exit disturbs another. With
+// `closer`, rank 0 of three is the closer: it waits on nothing, and once the parent has reaped the
+// victim it closes its transport at once (as a rank does that failed over the death), while rank
+// 2 waits on it.
+[[noreturn]] void runChild(
+    int rank, int size, const std::string& path, const Pipes& pipes, bool closer) {
   ::alarm(30);  // a hung child dies instead of hanging the test
   ::close(pipes.release[1]);
+  ::close(pipes.closeNow[1]);
   int outcome = kNoError;
   std::unique_ptr<Transport> transport;
   try {
@@ -238,6 +244,15 @@ struct Pipes {
     options.store = std::make_shared<store::FileStore>(path);
     options.deadline = Deadline::after(seconds(15));
     transport = shm::createShmTransport(options);
+    if (closer && rank == 0) {
+      char end = 0;
+      (void)::read(pipes.closeNow[0], &end, 1);  // EOF once the victim is reaped
+      transport.reset();                         // says goodbye
+      uint8_t result[2] = {0, kPass};
+      (void)::write(pipes.results[1], result, 2);
+      (void)::read(pipes.release[0], &end, 1);
+      std::_Exit(0);
+    }
     int waitOn = rank == kVictim ? 0 : size == 2 ? kVictim : 2 - rank;
     int value = 0;
     Request request;
@@ -273,8 +288,8 @@ struct Pipes {
 }
 
 // Forks `size` ranks, SIGKILLs rank 1 once it waits, and expects every other rank to fail with
-// PeerError naming it within 2 s, leaving no name in /dev/shm.
-void killOneOf(int size) {
+// PeerError naming it within 2 s, leaving no name in /dev/shm. `closer`: see runChild.
+void killOneOf(int size, bool closer = false) {
   char directory[] = "/tmp/chorus-shm-test-XXXXXX";
   ASSERT_NE(::mkdtemp(directory), nullptr);
   std::string path = std::string(directory) + "/store";
@@ -282,12 +297,13 @@ void killOneOf(int size) {
   ASSERT_EQ(::pipe(pipes.ready), 0);
   ASSERT_EQ(::pipe(pipes.results), 0);
   ASSERT_EQ(::pipe(pipes.release), 0);
+  ASSERT_EQ(::pipe(pipes.closeNow), 0);
   std::vector<pid_t> children;
   for (int rank = 0; rank < size; ++rank) {
     pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0)
-      runChild(rank, size, path, pipes);
+      runChild(rank, size, path, pipes, closer);
     children.push_back(child);
   }
   ::close(pipes.ready[1]);
@@ -300,6 +316,8 @@ void killOneOf(int size) {
   ::kill(children[kVictim], SIGKILL);
   int status = 0;
   ::waitpid(children[kVictim], &status, 0);  // reaped: kill(pid, 0) now says ESRCH
+  ::close(pipes.closeNow[1]);                // the closer, if any, closes now
+  ::close(pipes.closeNow[0]);
   // Every survivor reports (children die by alarm after 30 s at worst: then EOF).
   std::vector<int> outcomes(size, -1);
   uint8_t result[2];
@@ -334,6 +352,11 @@ void killOneOf(int size) {
 TEST(ShmTransport, KilledPeerProcessFailsTheOtherWithPeerError) { killOneOf(2); }
 
 TEST(ShmTransport, KilledPeerProcessFailsRanksWaitingOnOthers) { killOneOf(3); }
+
+// Regression (issue 16, faults_killed_shm under load): rank 2 waits on rank 0, which closes right
+// after rank 1's death. rank 2 must name the dead rank 1, not rank 0 for closing (Note [A
+// departure after a death]): the goodbye reaches it well before its own next liveness check.
+TEST(ShmTransport, ARankThatClosesAfterADeathIsNotBlamedForIt) { killOneOf(3, /*closer=*/true); }
 
 }  // namespace
 }  // namespace chorus::transport::testing

@@ -137,6 +137,7 @@ class ShmTransport final : public TransportCore<Op> {
   void beginWait() override;
   void progress() override { moved_ = progressAll(); }
   bool peerLeft(int peer) const override { return links_[peer].left; }
+  void checkForDeadPeers() override { checkPeersAlive(); }
   void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
   void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
   void wakeWaiter() noexcept override;
