@@ -183,6 +183,14 @@ def _copy_on_stream(source, target):
             target.array.copy_(source.array)
 
 
+def _is_short(rank_list, async_op, synchronize, inplace=False, out=None):
+    """Whether a call may take its operation's short path: the common call, one NumPy array on the
+    world, blocking, goes straight to C++, which answers NotImplemented for anything else
+    (python/src/short_calls.cc) and the operation then takes its general path."""
+    return rank_list is None and async_op is False and synchronize is False and (
+        inplace is False or (inplace is True and out is None))
+
+
 # --------------------------------------------------------------------------- reductions
 
 
@@ -195,20 +203,17 @@ def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchr
     inplace=True writes the result into `x` and returns it; out= writes it into `out` (an array of
     x's dtype and size, or a list like x) and returns `out`.
     """
-    if rank_list is None and async_op is False and synchronize is False and (
-            inplace is False or (inplace is True and out is None)):
-        # The common call, one NumPy array on the world, blocking, goes straight to C++; it
-        # answers NotImplemented for anything else (python/src/short_calls.cc). It looks the op
-        # name up in _chorus.ReduceOp's members itself, as _reduce_op does.
+    if _is_short(rank_list, async_op, synchronize, inplace, out):
+        # It looks the op name up in _chorus.ReduceOp's members itself, as _reduce_op does.
         result = _chorus.allreduce_array(_groups.world_native(), x, x if inplace is True else out,
                                          op)
         if result is not NotImplemented:
             return result
-    return _allreduce(x, op, rank_list, async_op, inplace, synchronize, out)
+    return _allreduce(x, op, rank_list, async_op, synchronize, inplace=inplace, out=out)
 
 
 @accepts_foreign
-def _allreduce(x, op, rank_list, async_op, inplace, synchronize, out):
+def _allreduce(x, op, rank_list, async_op, synchronize, inplace, out):
     _check_bool_flag(inplace, "inplace")
     is_list = _is_list(x)
     items = list(x) if is_list else [x]
@@ -300,11 +305,20 @@ def _reduce_then_copy(native, in_cap, out_cap, root, op, export):
     return call
 
 
-@accepts_foreign
 def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchronize=False,
               out=None):
     """Returns root's `x` on every rank of the group (root is a world rank). A list broadcasts
     each item. inplace=True overwrites `x` on non-roots; out= writes into `out` and returns it."""
+    if _is_short(rank_list, async_op, synchronize, inplace, out):
+        result = _chorus.broadcast_array(_groups.world_native(), x, x if inplace is True else out,
+                                         root)  # python/src/short_calls.cc
+        if result is not NotImplemented:
+            return result
+    return _broadcast(x, root, rank_list, async_op, synchronize, inplace=inplace, out=out)
+
+
+@accepts_foreign
+def _broadcast(x, root, rank_list, async_op, synchronize, inplace, out):
     return _rooted(x, root, None, rank_list, async_op, inplace, synchronize, out)
 
 
@@ -370,10 +384,18 @@ def _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize, out):
 # --------------------------------------------------------------------------- data movement
 
 
-@accepts_foreign
 def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=None):
     """Concatenates every rank's `x` along `axis` in group-rank order. A list gathers each item.
     out= writes into `out` (a list like x for a list) and returns it."""
+    if _is_short(rank_list, async_op, synchronize):
+        result = _chorus.allgather_array(_groups.world_native(), x, out, axis)  # short_calls.cc
+        if result is not NotImplemented:
+            return result
+    return _allgather(x, axis, rank_list, async_op, synchronize, out=out)
+
+
+@accepts_foreign
+def _allgather(x, axis, rank_list, async_op, synchronize, out):
     comm = _groups.get(rank_list)
     is_list = _is_list(x)
     items = list(x) if is_list else [x]
@@ -506,7 +528,7 @@ def _tag(tag):
 
 def barrier(rank_list=None, async_op=False, synchronize=False):
     """Returns once every rank of the group has entered it."""
-    if rank_list is None and async_op is False and synchronize is False:
+    if _is_short(rank_list, async_op, synchronize):
         return _chorus.barrier_world(_groups.world_native())  # straight to C++ (short_calls.cc)
     comm = _groups.get(rank_list)
     return _complete([lambda a: _chorus.barrier(comm._native, a)], lambda: None, async_op,

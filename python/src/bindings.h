@@ -24,8 +24,8 @@ void bindConfig(py::module_& module);
 // Communicator objects, the ReduceOp and DataType enums, and one function per Communicator
 // operation (operations.cc).
 void bindOperations(py::module_& module);
-// The short paths of the commonest calls: allreduce_array (a blocking allreduce of one NumPy
-// array) and barrier_world (a blocking barrier of the world).
+// The short paths of the commonest calls (short_calls.cc): allreduce_array, broadcast_array and
+// allgather_array (blocking, one NumPy array, the world) and barrier_world.
 void bindShortCalls(py::module_& module);
 // PendingWork, the handle of an async operation.
 void bindWork(py::module_& module);

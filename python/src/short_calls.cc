@@ -4,19 +4,26 @@
 //  - barrier_world(native): a blocking barrier of the world;
 //  - allreduce_array(native, x, out, op): a blocking allreduce of one NumPy array, into a new array
 //    or the caller's `out`. `op` is the user's op name, looked up here in _chorus.ReduceOp's
-//    members as the package's general path looks it up, so the package passes it on untouched.
-//    It reads the arrays' fields directly (pybind11's view of NumPy's structs: data, dimensions,
-//    flags, descr->type_num), allocates a new result with NumPy's C API, and issues
-//    Communicator::allreduce(input, output) under BlockingCalls, all in one GIL release. No DLPack
-//    capsule, no Python-level wrapping.
+//    members as the package's general path looks it up, so the package passes it on untouched;
+//  - broadcast_array(native, x, out, root): a blocking broadcast of one NumPy array from world
+//    rank `root`, into a new array or `out`;
+//  - allgather_array(native, x, out, axis): a blocking allgather of one NumPy array along `axis`,
+//    into a new array or `out`.
+// Each reads the arrays' fields directly (pybind11's view of NumPy's structs: data, dimensions,
+// flags, descr->type_num), allocates a new result with NumPy's C API, and issues its Communicator
+// method (input, output) under BlockingCalls, all in one GIL release. No DLPack capsule, no
+// Python-level wrapping. `native` is the world's Communicator, so world ranks are its ranks.
 //
 // Anything else (another array type, a strided, misaligned, byte-swapped or read-only output, an
-// op that is not a ReduceOp's name or that the dtype does not take, different dtypes or sizes)
-// returns NotImplemented, and the package takes its general path, which handles it or raises the
-// error users see there (C++'s checks). So this path adds speed and changes no behaviour.
+// op that is not a ReduceOp's name or that the dtype does not take, a root or axis that is not an
+// int in range, different dtypes or shapes) returns NotImplemented, and the package takes its
+// general path, which handles it or raises the error users see there (C++'s checks). So this path
+// adds speed and changes no behaviour.
 #include <pybind11/numpy.h>
 
+#include <algorithm>
 #include <optional>
+#include <span>
 #include <typeinfo>
 
 #include "bindings.h"
@@ -55,9 +62,10 @@ std::optional<DataType> dataTypeOf(int typeNum) {
   }
 }
 
-// A flat Tensor over `object` when it is exactly a NumPy ndarray (not a subclass) that is
-// C-contiguous, aligned, in native byte order, of a chorus dtype, and writable if `writable`.
-std::optional<Tensor> flatArray(py::handle object, bool writable) {
+// A Tensor over `object` when it is exactly a NumPy ndarray (not a subclass) that is C-contiguous,
+// aligned, in native byte order, of a chorus dtype, and writable if `writable`: flat (one
+// dimension), or of the array's shape if `shaped`.
+std::optional<Tensor> arrayTensor(py::handle object, bool writable, bool shaped = false) {
   const auto& api = npy_api::get();
   if (Py_TYPE(object.ptr()) != api.PyArray_Type_)
     return std::nullopt;
@@ -71,9 +79,29 @@ std::optional<Tensor> flatArray(py::handle object, bool writable) {
   const auto dtype = dataTypeOf(descr->type_num);
   if (!dtype || descr->byteorder == '>')
     return std::nullopt;
+  static_assert(sizeof(Py_intptr_t) == sizeof(int64_t), "NumPy's extents are 64-bit here");
+  const std::span<const int64_t> extents(reinterpret_cast<const int64_t*>(array->dimensions),
+                                         static_cast<size_t>(array->nd));
+  if (shaped)
+    return Tensor(array->data, *dtype, extents);
   int64_t count = 1;
-  for (int d = 0; d < array->nd; ++d) count *= array->dimensions[d];
+  for (const int64_t extent : extents) count *= extent;
   return Tensor(array->data, *dtype, {count});
+}
+
+py::object notImplemented() { return py::reinterpret_borrow<py::object>(Py_NotImplemented); }
+
+// `object` as an int when it is exactly a Python int (not a bool, not an int subclass) that fits.
+std::optional<long> exactInt(py::handle object) {
+  if (!PyLong_CheckExact(object.ptr()))
+    return std::nullopt;
+  int overflow = 0;
+  const long value = PyLong_AsLongAndOverflow(object.ptr(), &overflow);
+  if (overflow != 0 || (value == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return value;
 }
 
 // The ReduceOp that `op` names ("sum", ...), looked up in _chorus.ReduceOp.__members__ (bound in
@@ -93,37 +121,90 @@ std::optional<ReduceOp> reduceOpOf(py::handle op) {
   return *static_cast<const ReduceOp*>(instance->get_value_and_holder(type).value_ptr());
 }
 
-// A new C-contiguous ndarray of `like`'s dtype and shape.
-py::object emptyLike(py::handle like) {
+// A new C-contiguous ndarray of `like`'s dtype, and of its shape with dimension `axis` (if any)
+// multiplied by `factor`.
+py::object emptyLike(py::handle like, int axis = -1, int64_t factor = 1) {
   const auto& api = npy_api::get();
   const auto* array = array_proxy(like.ptr());
+  constexpr int kMostDims = 64;  // NPY_MAXDIMS of NumPy 2 (32 before)
+  Py_intptr_t extents[kMostDims];
+  std::copy_n(array->dimensions, std::min(array->nd, kMostDims), extents);
+  if (axis >= 0)
+    extents[axis] *= factor;
   Py_INCREF(array->descr);  // PyArray_NewFromDescr steals it
-  PyObject* result = api.PyArray_NewFromDescr_(api.PyArray_Type_, array->descr, array->nd,
-                                               array->dimensions, nullptr, nullptr, 0, nullptr);
+  PyObject* result = api.PyArray_NewFromDescr_(api.PyArray_Type_, array->descr, array->nd, extents,
+                                               nullptr, nullptr, 0, nullptr);
   if (result == nullptr)
     throw py::error_already_set();
   return py::reinterpret_steal<py::object>(result);
 }
 
+// The output of a short call that writes a result like `x` (dimension `axis`, if any, multiplied
+// by `factor`): a new array (`out` None), advised huge pages if large, or the caller's `out` when
+// it is a writable array of x's dtype (its size C++ checks). Sets `result` to what the call
+// returns; nullopt: the general path's business.
+std::optional<Tensor> outputFor(const Tensor& input,
+                                py::handle x,
+                                py::handle out,
+                                bool shaped,
+                                py::object& result,
+                                int axis = -1,
+                                int64_t factor = 1) {
+  if (out.is_none()) {
+    result = emptyLike(x, axis, factor);
+    auto output = arrayTensor(result, true, shaped);
+    adviseHugePagesIfLarge(*output);
+    return output;
+  }
+  auto output = arrayTensor(out, true, shaped);
+  if (!output || output->dtype() != input.dtype())
+    return std::nullopt;
+  result = py::reinterpret_borrow<py::object>(out);
+  return output;
+}
+
 py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::handle op) {
-  const auto input = flatArray(x, false);
+  const auto input = arrayTensor(x, false);
   const auto reduceOp = reduceOpOf(op);
   if (!input || !reduceOp || !isValidReduction(*reduceOp, input->dtype()))
-    return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+    return notImplemented();
   py::object result;
-  std::optional<Tensor> output;
-  if (out.is_none()) {
-    result = emptyLike(x);
-    output = flatArray(result, true);
-    adviseHugePagesIfLarge(*output);
-  } else {
-    output = flatArray(out, true);
-    if (!output || output->dtype() != input->dtype() || output->numel() != input->numel())
-      return py::reinterpret_borrow<py::object>(Py_NotImplemented);
-    result = py::reinterpret_borrow<py::object>(out);
-  }
+  const auto output = outputFor(*input, x, out, false, result);
+  if (!output || output->numel() != input->numel())
+    return notImplemented();
   runOperation(
       false, [&] { return comm.allreduce(*input, *output, *reduceOp); },
+      [&] { return py::make_tuple(x, result); });
+  return result;
+}
+
+py::object broadcastArray(Communicator& comm, py::handle x, py::handle out, py::handle root) {
+  const auto input = arrayTensor(x, false);
+  const auto rootRank = exactInt(root);
+  if (!input || !rootRank || *rootRank < 0 || *rootRank >= comm.size())
+    return notImplemented();
+  py::object result;
+  const auto output = outputFor(*input, x, out, false, result);
+  if (!output || output->numel() != input->numel())
+    return notImplemented();
+  runOperation(
+      false, [&] { return comm.broadcast(*input, *output, static_cast<int>(*rootRank)); },
+      [&] { return py::make_tuple(x, result); });
+  return result;
+}
+
+py::object allgatherArray(Communicator& comm, py::handle x, py::handle out, py::handle axis) {
+  const auto input = arrayTensor(x, false, true);
+  const auto requested = exactInt(axis);
+  if (!input || !requested || *requested < -input->dim() || *requested >= input->dim())
+    return notImplemented();
+  const int normalized = static_cast<int>(*requested < 0 ? *requested + input->dim() : *requested);
+  py::object result;
+  const auto output = outputFor(*input, x, out, true, result, normalized, comm.size());
+  if (!output)
+    return notImplemented();
+  runOperation(
+      false, [&] { return comm.allgather(*input, *output, normalized); },
       [&] { return py::make_tuple(x, result); });
   return result;
 }
@@ -146,15 +227,17 @@ PyObject* setPythonError() noexcept {
   return nullptr;
 }
 
-// allreduce_array(native, x, out, op) as CPython calls it (METH_FASTCALL): pybind11's dispatcher
-// would add two vector allocations and its overload resolution to every call. Exceptions become
-// Python's through the translators pybind11 registered (errors.cc), as in its dispatcher.
-PyObject* allreduceArrayCall(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+// `function(comm, x, out, argument)` as CPython calls it (METH_FASTCALL) with the four arguments
+// (native, x, out, argument): pybind11's dispatcher would add two vector allocations and its
+// overload resolution to every call. Exceptions become Python's through the translators pybind11
+// registered (errors.cc), as in its dispatcher.
+template <py::object (*function)(Communicator&, py::handle, py::handle, py::handle)>
+PyObject* arrayCall(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   try {
     if (nargs != 4)
-      throw py::type_error("allreduce_array(native, x, out, op) takes 4 arguments");
+      throw py::type_error("a short call takes 4 arguments: (native, x, out, argument)");
     auto& comm = py::cast<Communicator&>(py::handle(args[0]));
-    return allreduceArray(comm, args[1], args[2], args[3]).release().ptr();
+    return function(comm, args[1], args[2], args[3]).release().ptr();
   } catch (...) {
     return setPythonError();
   }
@@ -175,24 +258,37 @@ PyObject* barrierWorldCall(PyObject* /*module*/, PyObject* const* args, Py_ssize
   }
 }
 
-PyMethodDef barrierWorldMethod = {
-    "barrier_world", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(barrierWorldCall)),
-    METH_FASTCALL, "barrier_world(native): a blocking barrier of the world communicator"};
+template <py::object (*function)(Communicator&, py::handle, py::handle, py::handle)>
+PyMethodDef arrayMethod(const char* name, const char* doc) {
+  return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(arrayCall<function>)),
+          METH_FASTCALL, doc};
+}
 
-PyMethodDef allreduceArrayMethod = {
-    "allreduce_array",
-    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allreduceArrayCall)), METH_FASTCALL,
-    "allreduce_array(native, x, out, op): allreduce for one NumPy array, blocking; "
-    "NotImplemented when the call needs the package's general path"};
+PyMethodDef methods[] = {
+    {"barrier_world", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(barrierWorldCall)),
+     METH_FASTCALL, "barrier_world(native): a blocking barrier of the world communicator"},
+    arrayMethod<allreduceArray>(
+        "allreduce_array",
+        "allreduce_array(native, x, out, op): allreduce of one NumPy array, blocking; "
+        "NotImplemented when the call needs the package's general path"),
+    arrayMethod<broadcastArray>(
+        "broadcast_array",
+        "broadcast_array(native, x, out, root): broadcast of one NumPy array, blocking; "
+        "NotImplemented when the call needs the package's general path"),
+    arrayMethod<allgatherArray>(
+        "allgather_array",
+        "allgather_array(native, x, out, axis): allgather of one NumPy array, blocking; "
+        "NotImplemented when the call needs the package's general path"),
+};
 
 }  // namespace
 
 void bindShortCalls(py::module_& module) {
-  for (PyMethodDef* method : {&allreduceArrayMethod, &barrierWorldMethod}) {
-    PyObject* function = PyCFunction_NewEx(method, nullptr, nullptr);
+  for (PyMethodDef& method : methods) {
+    PyObject* function = PyCFunction_NewEx(&method, nullptr, nullptr);
     if (function == nullptr)
       throw py::error_already_set();
-    module.attr(method->ml_name) = py::reinterpret_steal<py::object>(function);
+    module.attr(method.ml_name) = py::reinterpret_steal<py::object>(function);
   }
 }
 

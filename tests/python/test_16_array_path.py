@@ -1,9 +1,11 @@
-"""The short path of a blocking allreduce of one NumPy array (python/src/short_calls.cc).
+"""The short paths of blocking allreduce, broadcast and allgather of one NumPy array
+(python/src/short_calls.cc).
 
-chorus.allreduce hands the plain case straight to C++ (`_chorus.allreduce_array`), which answers
-NotImplemented for anything it does not take, so the general path handles it. These tests check
-both sides of that line: the short path gives the closed-form result for every NumPy dtype, with a
-fresh output, out= and inplace=True; and it declines (NotImplemented, nothing sent) every case the
+chorus.allreduce, broadcast and allgather hand the plain case straight to C++
+(`_chorus.allreduce_array`, `broadcast_array`, `allgather_array`), which answers NotImplemented for
+anything it does not take, so the general path handles it. These tests check both sides of that
+line: the short paths give the closed-form result for every NumPy dtype, with a fresh output, out=
+and (allreduce, broadcast) in place; and they decline (NotImplemented, nothing sent) every case the
 general path must see, so their behaviour is the general path's.
 """
 
@@ -142,3 +144,127 @@ def test_bad_calls_of_the_short_path_raise_python_errors():
     with pytest.raises(RuntimeError, match="Unable to cast"):
         _chorus.barrier_world(x)
     np.testing.assert_array_equal(chorus.allreduce(x), np.full(4, rank_size()[1]))
+
+
+@pytest.mark.parametrize("dtype", NP_DTYPES)
+@pytest.mark.parametrize("n", [0, 1, 7, 70001])
+def test_the_short_path_broadcasts_every_dtype_from_every_root(dtype, n):
+    rank, size = rank_size()
+    for root in range(size):
+        x = _values(dtype, rank, n)
+        before = x.copy()
+        expected = _values(dtype, root, n)
+        fresh = _chorus.broadcast_array(_native(), x, None, root)
+        assert fresh is not NotImplemented and type(fresh) is np.ndarray
+        assert fresh.dtype == x.dtype and fresh.shape == x.shape
+        np.testing.assert_array_equal(fresh, expected)
+        out = np.full_like(x, 1)
+        assert _chorus.broadcast_array(_native(), x, out, root) is out
+        np.testing.assert_array_equal(out, expected)
+        np.testing.assert_array_equal(x, before)
+        assert _chorus.broadcast_array(_native(), x, x, root) is x  # in place
+        np.testing.assert_array_equal(x, expected)
+
+
+@pytest.mark.parametrize("dtype", NP_DTYPES)
+@pytest.mark.parametrize("shape,axis", [((0,), 0), ((1,), 0), ((70001,), -1), ((3, 5), 0),
+                                        ((3, 5), 1), ((2, 3, 4), -2)])
+def test_the_short_path_gathers_every_dtype_along_every_axis(dtype, shape, axis):
+    rank, size = rank_size()
+    n = int(np.prod(shape))
+    x = _values(dtype, rank, n).reshape(shape)
+    before = x.copy()
+    expected = np.concatenate([_values(dtype, r, n).reshape(shape) for r in range(size)], axis)
+    fresh = _chorus.allgather_array(_native(), x, None, axis)
+    assert fresh is not NotImplemented and type(fresh) is np.ndarray
+    assert fresh.dtype == x.dtype
+    np.testing.assert_array_equal(fresh, expected)  # also compares the shapes
+    out = np.full_like(expected, 1)
+    assert _chorus.allgather_array(_native(), x, out, axis) is out
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(x, before)
+
+
+def test_the_package_takes_the_short_paths_of_broadcast_and_allgather(monkeypatch):
+    rank, size = rank_size()
+    calls = []
+
+    def spy_on(name):
+        real = getattr(_chorus, name)
+
+        def spy(*args):
+            result = real(*args)
+            calls.append((name, result is not NotImplemented))
+            return result
+
+        monkeypatch.setattr(_chorus, name, spy)
+
+    spy_on("broadcast_array")
+    spy_on("allgather_array")
+    x = np.full(5, rank, np.float32)
+    out = np.empty_like(x)
+    assert chorus.broadcast(x, root=size - 1, out=out) is out
+    np.testing.assert_array_equal(chorus.broadcast(x), np.zeros(5, np.float32))
+    gathered = chorus.allgather(x.reshape(1, 5), axis=1)
+    chorus.broadcast(x, root=size - 1, inplace=True)
+    assert calls == [("broadcast_array", True)] * 2 + [("allgather_array", True),
+                                                        ("broadcast_array", True)]
+    np.testing.assert_array_equal(out, np.full(5, size - 1, np.float32))
+    np.testing.assert_array_equal(x, np.full(5, size - 1, np.float32))
+    np.testing.assert_array_equal(gathered, np.repeat(np.arange(size, dtype=np.float32), 5)[None])
+
+
+def _declined_rooted_and_gathered_cases():
+    _, size = rank_size()
+    x = np.ones(8, np.float32)
+    frozen = np.ones(8, np.float32)
+    frozen.flags.writeable = False
+    return {  # name: (short call, x, out, root or axis)
+        "broadcast of a torch tensor": ("broadcast_array", torch.ones(8), None, 0),
+        "broadcast of a strided input": ("broadcast_array", np.ones(16, np.float32)[::2], None, 0),
+        "broadcast root a bool": ("broadcast_array", x, None, False),
+        "broadcast root a NumPy int": ("broadcast_array", x, None, np.int64(0)),
+        "broadcast root a float": ("broadcast_array", x, None, 0.0),
+        "broadcast root too large": ("broadcast_array", x, None, size),
+        "broadcast root negative": ("broadcast_array", x, None, -1),
+        "broadcast root huge": ("broadcast_array", x, None, 2**70),
+        "broadcast out of another dtype": ("broadcast_array", x, np.empty(8, np.float64), 0),
+        "broadcast out of another size": ("broadcast_array", x, np.empty(9, np.float32), 0),
+        "broadcast read-only out": ("broadcast_array", x, frozen, 0),
+        "allgather of a list": ("allgather_array", [x], None, 0),
+        "allgather of a byte-swapped input": ("allgather_array", np.ones(8, ">f4"), None, 0),
+        "allgather of a 0-d array": ("allgather_array", np.float32(1) * np.ones(()), None, 0),
+        "allgather axis a bool": ("allgather_array", x, None, False),
+        "allgather axis a NumPy int": ("allgather_array", x, None, np.int64(0)),
+        "allgather axis too large": ("allgather_array", x, None, 1),
+        "allgather axis too negative": ("allgather_array", x, None, -2),
+        "allgather out of another dtype": ("allgather_array", x, np.empty(8 * size, np.int32), 0),
+        "allgather strided out": ("allgather_array", x,
+                                  np.empty(16 * size, np.float32)[::2], 0),
+        "allgather torch out": ("allgather_array", x, torch.empty(8 * size), 0),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_declined_rooted_and_gathered_cases()))
+def test_the_broadcast_and_allgather_short_paths_decline_what_the_general_path_handles(case):
+    name, x, out, argument = _declined_rooted_and_gathered_cases()[case]
+    assert getattr(_chorus, name)(_native(), x, out, argument) is NotImplemented
+
+
+def test_declined_broadcasts_and_allgathers_behave_as_before():
+    rank, size = rank_size()
+    x = np.full(4, rank, np.float32)
+    np.testing.assert_array_equal(chorus.broadcast(x, root=np.int64(size - 1)),
+                                  np.full(4, size - 1, np.float32))
+    with pytest.raises(chorus.InvalidArgumentError, match=f"root={size} is not a member"):
+        chorus.broadcast(x, root=size)
+    with pytest.raises(chorus.InvalidArgumentError, match="axis must be an int"):
+        chorus.allgather(x, axis=np.int64(0))
+    with pytest.raises(chorus.InvalidArgumentError, match="axis=1 is out of range"):
+        chorus.allgather(x, axis=1)
+    with pytest.raises(chorus.InvalidArgumentError, match="out has dtype int32"):
+        chorus.allgather(x, out=np.empty(4 * size, np.int32))
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        _chorus.broadcast_array(_native(), x)
+    with pytest.raises(RuntimeError, match="Unable to cast"):
+        _chorus.allgather_array(object(), x, None, 0)
