@@ -20,26 +20,30 @@ bool always() { return true; }
 
 // The rules of "auto" (BackendInfo::automatic), in table order: one rank needs no connection; a
 // job without a store was started by mpirun; with a store: shm on one node, hierarchical when the
-// members span nodes and some node has several, tcp when each is alone on its node.
+// members span nodes and some node has several, and when each is alone on its node: mpi in a job
+// started by mpirun, tcp otherwise.
 bool oneRank(const BackendOptions& options) { return options.size == 1; }
-bool noStore(const BackendOptions& options) { return options.store == nullptr; }
 bool oneNode(const BackendOptions& options) { return options.store != nullptr && options.oneNode; }
 bool someNodeShared(const BackendOptions& options) {
   std::vector<std::string> nodes = options.nodeIds;
   std::sort(nodes.begin(), nodes.end());
   return options.store != nullptr && std::adjacent_find(nodes.begin(), nodes.end()) != nodes.end();
 }
+bool mpiSuits(const BackendOptions& options) {
+  return options.store == nullptr ||
+         (options.interNodeTransport == "mpi" && !options.oneNode && !someNodeShared(options));
+}
 bool withStore(const BackendOptions& options) { return options.store != nullptr; }
 
 // The rows, in the order "auto" tries them.
 constexpr BackendInfo kBackends[] = {
     {"void", "one rank: every collective is the identity", always, oneRank, createVoidBackend},
-    {"mpi", "native MPI collectives (jobs started by mpirun)", mpi::available, noStore,
+    {"mpi", "native MPI collectives (jobs started by mpirun)", mpi::available, mpiSuits,
      mpi::createMpiBackend},
     {"shm", "shared-memory collectives among the ranks of one node", always, oneNode,
      shm::createShmBackend},
-    {"hierarchical", "shm inside each node, tcp among one leader per node", always, someNodeShared,
-     hierarchical::createHierarchicalBackend},
+    {"hierarchical", "shm inside each node, tcp (mpi under mpirun) among one leader per node",
+     always, someNodeShared, hierarchical::createHierarchicalBackend},
     {"tcp", "chorus's algorithms over TCP sockets, any nodes", always, withStore, createTcpBackend},
     {"mpi_algorithms", "chorus's algorithms over MPI point-to-point", mpi::available, nullptr,
      mpi::createMpiAlgorithmsBackend},

@@ -34,6 +34,10 @@ struct BackendOptions {
   // Unique per communicator, identical on its ranks; binds its connections' handshakes.
   std::string scope;
   std::string bindHost = "127.0.0.1";
+  // The hierarchical backend's transport among nodes (its leaders, and its flat fallback): "tcp",
+  // or "mpi" in a job started by mpirun (Note [auto under mpirun]). With "mpi", "auto" also picks
+  // the native mpi backend for members that are each alone on their node.
+  std::string interNodeTransport = "tcp";
   // The CUDA device ordinal of a device backend (nccl): the device of the tensors it runs.
   int device = 0;
   Deadline deadline = Deadline::never();

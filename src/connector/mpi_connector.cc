@@ -1,4 +1,4 @@
-// The MPI connector. Cost: construction is one MPI_Comm_dup, one MPI_Comm_split_type and one
+// The MPI connector. Cost: construction is one MPI_Comm_dup, and one
 // MPI_Allgather of MPI_MAX_PROCESSOR_NAME bytes per rank; barrier is MPI_Ibarrier; broadcast is
 // two MPI_Ibcast (the length, then the bytes). All complete under the caller's deadline.
 #include "connector/mpi_connector.h"
@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <sstream>
 
+#include "connector/bind_address.h"
 #include "connector/mpi_environment.h"
 #include "core/check.h"
+#include "core/env.h"
 #include "core/net/handshake.h"
 
 namespace chorus::connector {
@@ -21,13 +24,7 @@ MpiConnector::MpiConnector() {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   checkMpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   checkMpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-  MPI_Comm local = MPI_COMM_NULL;
-  checkMpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
-           "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
-  MPI_Comm_rank(local, &localRank_);
-  MPI_Comm_size(local, &localSize_);
-  MPI_Comm_free(&local);
-  gatherNodeIds();
+  placeRanks();
 }
 
 MpiConnector::~MpiConnector() {
@@ -35,12 +32,25 @@ MpiConnector::~MpiConnector() {
     MPI_Comm_free(&comm_);
 }
 
-void MpiConnector::gatherNodeIds() {
+namespace {
+
+// This rank's node id: "node<k>" for CHORUS_NODE_RANK=k, else the processor name.
+std::string ownNodeId() {
+  if (const auto nodeRank = env::integer("CHORUS_NODE_RANK"); nodeRank && *nodeRank >= 0)
+    return "node" + std::to_string(*nodeRank);
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int length = 0;
-  if (MPI_Get_processor_name(name, &length) != MPI_SUCCESS || length == 0) {
+  if (MPI_Get_processor_name(name, &length) != MPI_SUCCESS || length == 0)
     gethostname(name, sizeof name - 1);
-  }
+  return std::string(name, strnlen(name, sizeof name));
+}
+
+}  // namespace
+
+void MpiConnector::placeRanks() {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  const std::string own = ownNodeId();
+  own.copy(name, sizeof name - 1);
   std::vector<char> all(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
   checkMpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
                          MPI_CHAR, comm_),
@@ -53,35 +63,46 @@ void MpiConnector::gatherNodeIds() {
     nodeRanks.emplace(nodeIds_.back(), static_cast<int>(nodeRanks.size()));
   }
   nodeRank_ = nodeRanks.at(nodeIds_[rank_]);
+  localRank_ = static_cast<int>(std::count(nodeIds_.begin(), nodeIds_.begin() + rank_, own));
+  localSize_ = static_cast<int>(std::count(nodeIds_.begin(), nodeIds_.end(), own));
 }
 
+std::string MpiConnector::hostAddress() const { return rankBindAddress().value_or("127.0.0.1"); }
+
+// Rank 0 serves the store where every rank can reach it: on loopback when the job is on one node,
+// on its bind address otherwise (there is no safe guess: Note [Bind address]).
 void MpiConnector::startStore(Deadline deadline) {
   if (store_)
     return;
   const bool oneNode = std::all_of(nodeIds_.begin(), nodeIds_.end(),
                                    [&](const std::string& id) { return id == nodeIds_.front(); });
-  if (!oneNode) {
-    throw UnsupportedError(
-        detail::concat("rank ", rank_,
-                       " (this process): the shm and tcp backends under mpirun need the whole "
-                       "job on one node for now (this job spans ",
-                       std::set<std::string>(nodeIds_.begin(), nodeIds_.end()).size(),
-                       " nodes); use backend 'mpi' or "
-                       "'mpi_algorithms', or launch with chorusrun"));
-  }
   store::Bytes endpoint;
   if (rank_ == 0) {
-    token_ = net::generateToken();
-    server_ = std::make_shared<store::TcpStoreServer>("127.0.0.1", 0, token_);
-    endpoint = store::toBytes(detail::concat(server_->port(), " ", token_));
+    const std::optional<std::string> bindAddress =
+        oneNode ? std::optional<std::string>("127.0.0.1") : rankBindAddress();
+    if (bindAddress && !isWildcardAddress(*bindAddress)) {  // peers cannot dial 0.0.0.0
+      token_ = net::generateToken();
+      server_ = std::make_shared<store::TcpStoreServer>(*bindAddress, 0, token_);
+      endpoint = store::toBytes(detail::concat(*bindAddress, " ", server_->port(), " ", token_));
+    }
   }
   const std::string shared = store::toString(broadcast(endpoint, 0, deadline));
-  const size_t space = shared.find(' ');
-  CHORUS_ASSERT(space != std::string::npos);
-  token_ = shared.substr(space + 1);
-  const net::Address address{"127.0.0.1",
-                             static_cast<uint16_t>(std::stoi(shared.substr(0, space)))};
-  store_ = std::make_shared<store::TcpStore>(address, token_, deadline);
+  if (shared.empty()) {  // the same on every rank
+    throw UnsupportedError(detail::concat(
+        "rank ", rank_,
+        " (this process): a job across nodes under mpirun needs the address its store binds for "
+        "the shm, tcp and hierarchical backends (this job spans ",
+        std::set<std::string>(nodeIds_.begin(), nodeIds_.end()).size(),
+        " nodes): set CHORUS_IFNAME=<interface> (mpirun -x CHORUS_IFNAME=eth0) or "
+        "CHORUS_BIND_ADDR=<this host's address, not 0.0.0.0> on every rank, or use backend 'mpi'"));
+  }
+  std::istringstream fields(shared);
+  std::string host;
+  int port = 0;
+  fields >> host >> port >> token_;
+  CHORUS_ASSERT(fields && port > 0 && port < 65536);
+  store_ = std::make_shared<store::TcpStore>(net::Address{host, static_cast<uint16_t>(port)},
+                                             token_, deadline);
 }
 
 void MpiConnector::barrier(Deadline deadline) {

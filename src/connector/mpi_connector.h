@@ -1,11 +1,15 @@
-// The MPI connector: a job launched by mpirun. Rank and size come from MPI_COMM_WORLD, local rank
-// and size from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), the node id from the processor name
-// (MPI_Get_processor_name, else the host name). There is no store and no token unless startStore()
-// made them (rank 0 serves a TCP store on 127.0.0.1 with a fresh token, sent to the others by
-// broadcast; one node only). DistContext starts it for the shm and tcp backends, and for "auto"
-// when the job is on one node (so "auto" picks shm there); without it "auto" means "mpi". barrier()
-// and broadcast() run on a private duplicate of MPI_COMM_WORLD, so they never match the program's
-// own MPI traffic.
+// The MPI connector: a job launched by mpirun. Rank and size come from MPI_COMM_WORLD; the node id
+// from the processor name (MPI_Get_processor_name, else the host name), or "node<k>" where
+// CHORUS_NODE_RANK=k is set (as chorusrun sets it; tests simulate nodes with it); local rank and
+// size from the node ids (the ranks of this node in rank order). There is no store and no token
+// unless startStore() made them: rank 0 serves a TCP store with a fresh token, sent to the others
+// by broadcast, on 127.0.0.1 when the job is on one node, else on rank 0's bind address
+// (CHORUS_BIND_ADDR or CHORUS_IFNAME, connector/bind_address.h), which a job across nodes must
+// name. DistContext starts it for the store-based backends (shm, tcp, hierarchical), and for
+// "auto" when the job is on one node (so "auto" picks shm there) or spans nodes of which some hold
+// several ranks and a bind address is named (so "auto" picks hierarchical: Note [auto under
+// mpirun]); without it "auto" means "mpi". barrier() and broadcast() run on a private duplicate of
+// MPI_COMM_WORLD, so they never match the program's own MPI traffic.
 //
 // See connector/mpi_environment.h for who initializes and finalizes MPI. Only compiled when
 // CHORUS_WITH_MPI is on.
@@ -36,14 +40,16 @@ class MpiConnector : public Connector {
   std::vector<std::string> nodeIds() const override { return nodeIds_; }
   std::shared_ptr<store::Store> store() const override { return store_; }
   const std::string& token() const override { return token_; }
-  std::string hostAddress() const override { return "127.0.0.1"; }
+  // This rank's bind address (CHORUS_BIND_ADDR or CHORUS_IFNAME), else 127.0.0.1.
+  std::string hostAddress() const override;
 
   void startStore(Deadline deadline) override;
   void barrier(Deadline deadline) override;
   store::Bytes broadcast(const store::Bytes& bytes, int root, Deadline deadline) override;
 
  private:
-  void gatherNodeIds();
+  // Gathers every rank's node id, and numbers nodes and the ranks inside each.
+  void placeRanks();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::mutex mutex_;  // one barrier/broadcast at a time, so calls match in order across ranks

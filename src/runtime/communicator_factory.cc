@@ -67,8 +67,8 @@ std::shared_ptr<Communicator> createWorldCommunicator(const WorldOptions& option
     info.nodeIds = {options.nodeId};
   }
   std::tie(info.localRank, info.localSize) = localPlacement(info.nodeIds, info.rank);
-  CommunicatorResources resources{options.store, options.token, options.bindHost, options.backend,
-                                  options.scope};
+  CommunicatorResources resources{options.store,   options.token, options.bindHost,
+                                  options.backend, options.scope, options.interNodeTransport};
   return assemble(std::move(info), std::move(resources), options.timeout);
 }
 

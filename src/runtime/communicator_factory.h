@@ -26,6 +26,8 @@ struct WorldOptions {
   std::string token;
   std::string backend = "auto";
   std::string bindHost = "127.0.0.1";
+  // The transport of the hierarchical backend among nodes: "tcp", or "mpi" under mpirun.
+  std::string interNodeTransport = "tcp";
   std::chrono::milliseconds timeout{300'000};
   // Distinguishes several worlds sharing one store (tests); identical on all ranks.
   std::string scope = "world";

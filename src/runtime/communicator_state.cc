@@ -77,6 +77,7 @@ backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
   options.token = resources.token;
   options.scope = resources.scope;
   options.bindHost = resources.bindHost;
+  options.interNodeTransport = resources.interNodeTransport;
   options.deadline = Deadline::after(timeout);
   return options;
 }

@@ -47,6 +47,7 @@ struct CommunicatorResources {
   std::string bindHost = "127.0.0.1";
   std::string backendName = "auto";
   std::string scope;  // unique name of this communicator, identical on its ranks
+  std::string interNodeTransport = "tcp";  // BackendOptions::interNodeTransport
 };
 
 // The options of a backend for the communicator `info` describes: its members, their nodes, the

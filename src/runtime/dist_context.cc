@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "connector/bind_address.h"
 #include "connector/connector.h"
 #include "core/check.h"
 #include "core/env.h"
@@ -53,16 +54,27 @@ void shutDownBeforeMpiFinalize() {
 
 // Note [auto under mpirun]
 // MPI bootstraps a job started by mpirun, as in the seeds, but the data still moves over chorus's
-// own paths where it can: when the whole job is on one node, rank 0 serves a store on loopback and
-// "auto" then picks shm, as under chorusrun (the store is what makes "auto" choose shm over mpi;
-// factory.cc). A job that spans nodes keeps the native mpi backend for now; "mpi" and
-// "mpi_algorithms" stay available by name, and need no store.
+// own paths where it can. "auto" picks from the backends the job can run, and a store is what lets
+// it pick the store-based ones (factory.cc):
+//  - the whole job on one node: rank 0 serves a store on loopback, and "auto" picks shm, as under
+//    chorusrun;
+//  - across nodes, some holding several ranks, with a bind address named (CHORUS_IFNAME or
+//    CHORUS_BIND_ADDR on every rank): rank 0 serves a store there, and "auto" picks hierarchical:
+//    shm inside each node, MPI among the nodes' leaders (the fabrics MPI reaches, InfiniBand or
+//    UCX, tcp does not);
+//  - otherwise (one rank per node, or no bind address) the native mpi backend.
+// "mpi" and "mpi_algorithms" stay available by name, and need no store.
 bool needsStoreUnderMpi(const std::string& backend, const std::vector<std::string>& nodeIds) {
-  if (backend == "shm" || backend == "tcp")
-    return true;  // startStore explains that these need one node
-  const bool oneNode = std::all_of(nodeIds.begin(), nodeIds.end(),
-                                   [&](const std::string& id) { return id == nodeIds.front(); });
-  return backend == "auto" && nodeIds.size() > 1 && oneNode;
+  if (backend == "shm" || backend == "tcp" || backend == "hierarchical")
+    return true;  // startStore explains what they need across nodes
+  if (backend != "auto" || nodeIds.size() < 2)
+    return false;
+  std::vector<std::string> sorted = nodeIds;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.front() == sorted.back())
+    return true;  // one node
+  const bool someNodeShared = std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
+  return someNodeShared && connector::rankBindAddress().has_value();
 }
 
 }  // namespace
@@ -124,6 +136,8 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
     options.token = state.connector->token();
     options.backend = state.config.backend;
     options.bindHost = state.connector->hostAddress();
+    if (state.connector->kind() == "mpi")
+      options.interNodeTransport = "mpi";  // Note [auto under mpirun]
     options.timeout = state.config.timeout;
     options.scope = "world" + std::to_string(state.generation);
     state.world = detail::createWorldCommunicator(options);

@@ -2,6 +2,10 @@
 //
 //   two_nodes.py chorusrun CHORUSRUN hierarchical_check  (2 launchers x 2 ranks: {0,1} {2,3})
 //   two_nodes.py ranks 2,1 hierarchical_check            (3 ranks: nodes {0,1} {2})
+//   mpirun -np 2 -x CHORUS_NODE_RANK=0 -x CHORUS_IFNAME=lo hierarchical_check --mpirun
+//          : -np 2 -x CHORUS_NODE_RANK=1 -x CHORUS_IFNAME=lo hierarchical_check --mpirun
+//     (the same under mpirun: the leaders then talk MPI, and groups of one rank per node get
+//      backend "mpi", not "tcp")
 //
 // Checks, with expected values from closed forms (element i of rank r is f(r, i), reduced here in
 // double from f, never by chorus):
@@ -34,6 +38,7 @@ using chorus::ReduceOp;
 using chorus::Tensor;
 
 int failures = 0;
+std::string onePerNode = "tcp";  // the backend of groups with one rank per node (mpi: --mpirun)
 int worldRank = 0;
 int worldSize = 0;
 
@@ -177,12 +182,12 @@ void checkGroups() {
     else
       checkGroup({{0, 2, 3}, {1}}, {0, 2, 3}, "hierarchical");
     const bool odd = worldRank % 2 == 1;
-    checkGroup({{1, 3}, {0, 2}}, odd ? std::vector<int>{1, 3} : std::vector<int>{0, 2}, "tcp");
+    checkGroup({{1, 3}, {0, 2}}, odd ? std::vector<int>{1, 3} : std::vector<int>{0, 2}, onePerNode);
     checkGroup({{0, 1}, {2, 3}}, worldRank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3},
                "shm");
   } else {
     checkGroup({{1, 2}, {0}}, worldRank == 0 ? std::vector<int>{0} : std::vector<int>{1, 2},
-               worldRank == 0 ? "void" : "tcp");
+               worldRank == 0 ? "void" : onePerNode);
   }
   std::printf("groups rank %d: checked\n", worldRank);
 }
@@ -289,7 +294,9 @@ int run() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--mpirun") == 0)
+    onePerNode = "mpi";
   try {
     return run();
   } catch (const chorus::Error& e) {

@@ -63,8 +63,10 @@ HierarchicalBackend::HierarchicalBackend(NodeLayout layout,
     leaderStep_ = flat_.get();
   nodeContext_ = detail::concat("in the shm step among the ranks of node ", layout_.nodeIndex,
                                 " (ranks ", rankList(layout_.nodeMembers, names), "): ");
-  leadersContext_ = detail::concat("in the tcp step among the nodes' leaders (ranks ",
-                                   rankList(layout_.leaders, names), "): ");
+  // The leaders' transport is the flat one's: "tcp", or "mpi" under mpirun.
+  leadersContext_ =
+      detail::concat("in the ", flat_->name(), " step among the nodes' leaders (ranks ",
+                     rankList(layout_.leaders, names), "): ");
 }
 
 HierarchicalBackend::~HierarchicalBackend() { close(); }

@@ -1,11 +1,14 @@
 // Making the hierarchical backend (see hierarchical_backend.h): its three sub-backends, each over
-// its own part of the communicator's store and handshake scope.
+// its own part of the communicator's store and handshake scope. The leaders and the flat fallback
+// run over options.interNodeTransport: tcp, or MPI in a job started by mpirun (whose
+// communicators those transports make from the members' world ranks, needing no store).
 #include <numeric>
 
 #include "backend/algorithmic_backend.h"
 #include "backend/hierarchical/hierarchical_backend.h"
 #include "backend/shm/shm_backend.h"
 #include "core/check.h"
+#include "core/logging.h"
 #include "store/prefix_store.h"
 
 namespace chorus::backend::hierarchical {
@@ -37,8 +40,9 @@ std::unique_ptr<Backend> createHierarchicalBackend(const BackendOptions& options
   auto layout = nodeLayout(options.nodeIds, options.rank);
   std::vector<int> everyone(options.size);
   std::iota(everyone.begin(), everyone.end(), 0);
+  const std::string& between = options.interNodeTransport;
   auto flat = std::make_unique<AlgorithmicBackend>(
-      transport::createTransport("tcp", subGroup(whole, "flat", options.rank, everyone)));
+      transport::createTransport(between, subGroup(whole, "flat", options.rank, everyone)));
   std::unique_ptr<Backend> local;
   const int localSize = static_cast<int>(layout.nodeMembers.size());
   if (localSize > 1) {
@@ -49,8 +53,10 @@ std::unique_ptr<Backend> createHierarchicalBackend(const BackendOptions& options
   const int nodes = static_cast<int>(layout.leaders.size());
   if (layout.isLeader() && nodes > 1 && nodes < options.size) {
     leaders = std::make_unique<AlgorithmicBackend>(transport::createTransport(
-        "tcp", subGroup(whole, "leaders", layout.nodeIndex, layout.leaders)));
+        between, subGroup(whole, "leaders", layout.nodeIndex, layout.leaders)));
   }
+  CHORUS_LOG(kInfo) << "hierarchical backend of " << options.size << " ranks: shm inside each of "
+                    << nodes << " nodes, " << between << " among their leaders";
   return std::make_unique<HierarchicalBackend>(std::move(layout), whole.names, std::move(local),
                                                std::move(leaders), std::move(flat));
 }
