@@ -75,8 +75,13 @@ class TransportCore : public Transport {
   void crash() noexcept;
 
  protected:
+  // The wait scratch is sized up front for a send and a receive per peer, so that the first wait
+  // that finds that many incomplete does not allocate (a warmed call allocates nothing).
   TransportCore(int rank, int size, detail::RankNames names)
-      : rank_(rank), size_(size), names_(std::move(names)) {}
+      : rank_(rank), size_(size), names_(std::move(names)) {
+    waitOps_.reserve(2 * static_cast<size_t>(size) + 2);
+    waitingOn_.reserve(2 * static_cast<size_t>(size) + 2);
+  }
 
   // The world rank of member `member`, by which errors name it (Note [One rank numbering]).
   int worldRank(int member) const { return names_(member); }

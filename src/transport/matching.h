@@ -51,7 +51,9 @@ class PeerMatching {
   Message& bufferMessage() {
     if (spare_.empty())
       return messages_.emplace_back();
-    messages_.splice(messages_.end(), spare_, spare_.begin());  // moves the node: no allocation
+    // The record removed last (its buffer grew for the latest early message, so a run of messages
+    // of one size reuses one grown buffer); moving the node allocates nothing.
+    messages_.splice(messages_.end(), spare_, std::prev(spare_.end()));
     Message& message = messages_.back();
     if constexpr (requires { message.recycle(); })
       message.recycle();

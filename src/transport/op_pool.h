@@ -114,6 +114,21 @@ class OpPool {
     releaseAll([](const Op&) { return false; });
   }
 
+  // Makes `count` free ops up front, each passed to `prepare(op)` (to size its buffers), and room
+  // for that many in flight: a transport whose calls keep at most `count` ops in flight then
+  // allocates nothing for them, even the first time it has that many.
+  template <typename Prepare>
+  void prepare(size_t count, Prepare&& prepare) {
+    storage_.reserve(storage_.size() + count);
+    free_.reserve(free_.size() + count);
+    active_.reserve(active_.size() + count);
+    for (size_t i = 0; i < count; ++i) {
+      storage_.push_back(std::make_unique<Op>());
+      prepare(*storage_.back());
+      free_.push_back(storage_.back().get());
+    }
+  }
+
   // The ops in flight, in no particular order.
   const std::vector<Op*>& active() const { return active_; }
 

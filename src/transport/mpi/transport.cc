@@ -44,7 +44,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -70,6 +69,13 @@ constexpr uint8_t kAbortNotice = 1;
 constexpr uint8_t kGoodbyeNotice = 2;
 // How long pending requests get to finish after a failure before they are freed.
 constexpr std::chrono::milliseconds kCancelTimeout{200};
+// Receive queues kept (empty ones included) before the empty ones are swept: peers x the tags in
+// use, which collectives keep to a few.
+constexpr size_t kMaxRecvQueues = 4096;
+constexpr size_t kQueuedReceives = 8;
+// Ops made with their buffers at setup (OpPool::prepare): a collective step has a send and a
+// receive per peer in flight, and sends may linger until MPI reports them done.
+constexpr size_t kPreparedOps = 8;
 // How long close() gives its notices to leave.
 constexpr std::chrono::milliseconds kGoodbyeTimeout{1000};
 // How long after a goodbye a request involving that peer may still complete.
@@ -190,8 +196,10 @@ class MpiTransport final : public TransportCore<Op> {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int tagUb_ = 32767;
-  std::vector<std::optional<Clock::time_point>> goodbyeAt_;    // by rank: when its goodbye came
-  std::map<std::pair<int, int>, std::deque<Op*>> recvQueues_;  // (peer, MPI tag) -> receives
+  std::vector<std::optional<Clock::time_point>> goodbyeAt_;  // by rank: when its goodbye came
+  // (peer, MPI tag) -> receives, oldest first. A queue that empties stays, with its storage, so a
+  // warmed exchange allocates nothing; empty ones are swept once there are kMaxRecvQueues.
+  std::map<std::pair<int, int>, std::vector<Op*>> recvQueues_;
   std::vector<ControlSend> controlSends_;
 };
 
@@ -241,6 +249,10 @@ MpiTransport::MpiTransport(MPI_Comm comm, detail::RankNames names)
   if (MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tagUb, &flag) == MPI_SUCCESS && flag && tagUb)
     tagUb_ = *tagUb;
   goodbyeAt_.resize(size());
+  ops().prepare(kPreparedOps, [](Op& op) {
+    op.mpiRequests.reserve(2);  // a header and one chunk
+    op.buffer.reserve(sizeof(Header) + kInlineBytes);
+  });
 }
 
 int MpiTransport::mpiTagFor(uint64_t tag) const {
@@ -286,7 +298,11 @@ void MpiTransport::startRecv(Op& op) {
   op.mpiTag = mpiTagFor(op.tag);
   op.stage = Stage::kQueued;
   op.mpiRequests.clear();
+  if (recvQueues_.size() >= kMaxRecvQueues)
+    std::erase_if(recvQueues_, [](const auto& entry) { return entry.second.empty(); });
   auto& queue = recvQueues_[{op.peer, op.mpiTag}];
+  if (queue.capacity() == 0)
+    queue.reserve(kQueuedReceives);  // so a receive posted early rarely grows it later
   queue.push_back(&op);
   if (queue.size() == 1)
     postHeaderRecv(op);
@@ -326,7 +342,7 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
   }
   auto& queue = recvQueues_[{op.peer, op.mpiTag}];
   CHORUS_ASSERT(!queue.empty() && queue.front() == &op);
-  queue.pop_front();
+  queue.erase(queue.begin());  // few receives wait on one (peer, tag)
   op.mpiRequests.clear();
   if (op.bytes <= kInlineBytes) {
     CHORUS_ASSERT(static_cast<size_t>(received) == sizeof(Header) + op.bytes);
@@ -343,9 +359,7 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
                "MPI_Irecv", worldRank(rank()), worldRank(op.peer));
     }
   }
-  if (queue.empty())
-    recvQueues_.erase({op.peer, op.mpiTag});
-  else
+  if (!queue.empty())
     postHeaderRecv(*queue.front());
 }
 

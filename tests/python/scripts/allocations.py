@@ -1,7 +1,8 @@
 """A warmed blocking allreduce, broadcast or allgather of a NumPy array allocates nothing on the
 C++ heap beyond its result (issue 19, item 2): with `out=`, with a fresh result (NumPy allocates
 that one with malloc, outside the count) and, for allreduce and broadcast, in place, at 8 B, 4 KiB
-and 1 MiB; nor does a blocking barrier of the world. Every operator new of the process counts: the
+and 1 MiB (or the float32 element counts given as arguments); nor does a blocking barrier of the
+world. Every operator new of the process counts: the
 test preloads tests/harness's chorus_allocation_counter (LD_PRELOAD, set by ctest's
 python_allocations_np2) and reads it through ctypes. Results are checked against closed forms.
 Prints "allocations: OK" on rank 0 when every rank saw zero."""
@@ -25,7 +26,8 @@ counter.restype = ctypes.c_uint64
 WARM, COUNTED = 20, 200
 failures = []
 ROOT = size - 1
-for count in (2, 1024, 262144):  # float32: 8 B, 4 KiB, 1 MiB
+COUNTS = [int(a) for a in sys.argv[1:]] or [2, 1024, 262144]  # float32: 8 B, 4 KiB, 1 MiB
+for count in COUNTS:
     x = np.full(count, rank + 1, np.float32)
     out = np.empty_like(x)
     y = x.copy()  # in place with max: every call leaves size in it
