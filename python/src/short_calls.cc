@@ -163,19 +163,27 @@ std::optional<Tensor> outputFor(const Tensor& input,
   return output;
 }
 
+// Runs `call(output)` blocking (runOperation) for an operation whose result has x's size: into
+// `out`, or a new array like `x`; NotImplemented when `out` does not fit.
+template <typename Call>
+py::object intoSameSize(const Tensor& input, py::handle x, py::handle out, Call call) {
+  py::object result;
+  const auto output = outputFor(input, x, out, false, result);
+  if (!output || output->numel() != input.numel())
+    return notImplemented();
+  runOperation(
+      false, [&] { return call(*output); }, [&] { return py::make_tuple(x, result); });
+  return result;
+}
+
 py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::handle op) {
   const auto input = arrayTensor(x, false);
   const auto reduceOp = reduceOpOf(op);
   if (!input || !reduceOp || !isValidReduction(*reduceOp, input->dtype()))
     return notImplemented();
-  py::object result;
-  const auto output = outputFor(*input, x, out, false, result);
-  if (!output || output->numel() != input->numel())
-    return notImplemented();
-  runOperation(
-      false, [&] { return comm.allreduce(*input, *output, *reduceOp); },
-      [&] { return py::make_tuple(x, result); });
-  return result;
+  return intoSameSize(*input, x, out, [&](const Tensor& output) {
+    return comm.allreduce(*input, output, *reduceOp);
+  });
 }
 
 py::object broadcastArray(Communicator& comm, py::handle x, py::handle out, py::handle root) {
@@ -183,14 +191,9 @@ py::object broadcastArray(Communicator& comm, py::handle x, py::handle out, py::
   const auto rootRank = exactInt(root);
   if (!input || !rootRank || *rootRank < 0 || *rootRank >= comm.size())
     return notImplemented();
-  py::object result;
-  const auto output = outputFor(*input, x, out, false, result);
-  if (!output || output->numel() != input->numel())
-    return notImplemented();
-  runOperation(
-      false, [&] { return comm.broadcast(*input, *output, static_cast<int>(*rootRank)); },
-      [&] { return py::make_tuple(x, result); });
-  return result;
+  return intoSameSize(*input, x, out, [&](const Tensor& output) {
+    return comm.broadcast(*input, output, static_cast<int>(*rootRank));
+  });
 }
 
 py::object allgatherArray(Communicator& comm, py::handle x, py::handle out, py::handle axis) {
