@@ -49,8 +49,7 @@ std::string ownNodeId() {
 
 void MpiConnector::placeRanks() {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
-  const std::string own = ownNodeId();
-  own.copy(name, sizeof name - 1);
+  ownNodeId().copy(name, sizeof name - 1);
   std::vector<char> all(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
   checkMpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
                          MPI_CHAR, comm_),
@@ -62,9 +61,11 @@ void MpiConnector::placeRanks() {
     nodeIds_.emplace_back(entry, strnlen(entry, MPI_MAX_PROCESSOR_NAME));
     nodeRanks.emplace(nodeIds_.back(), static_cast<int>(nodeRanks.size()));
   }
-  nodeRank_ = nodeRanks.at(nodeIds_[rank_]);
-  localRank_ = static_cast<int>(std::count(nodeIds_.begin(), nodeIds_.begin() + rank_, own));
-  localSize_ = static_cast<int>(std::count(nodeIds_.begin(), nodeIds_.end(), own));
+  // This rank's id as gathered (cut to MPI_MAX_PROCESSOR_NAME - 1 bytes, like every other).
+  const std::string& mine = nodeIds_[rank_];
+  nodeRank_ = nodeRanks.at(mine);
+  localRank_ = static_cast<int>(std::count(nodeIds_.begin(), nodeIds_.begin() + rank_, mine));
+  localSize_ = static_cast<int>(std::count(nodeIds_.begin(), nodeIds_.end(), mine));
 }
 
 std::string MpiConnector::hostAddress() const { return rankBindAddress().value_or("127.0.0.1"); }
