@@ -22,6 +22,9 @@ class RecyclingQueue {
   size_t size() const { return items_.size() - head_; }
   T& front() { return items_[head_]; }
 
+  // Room for `count` elements, so that a queue that never holds more never allocates.
+  void reserve(size_t count) { items_.reserve(count); }
+
   void push_back(T item) { items_.push_back(std::move(item)); }
 
   void pop_front() {

@@ -13,7 +13,10 @@
 //
 // Removed records are kept (up to kSpareMessages) and handed out again by bufferMessage, so that a
 // warmed exchange allocates nothing: a record is reset with its `recycle()` when Message has one
-// (which may keep a buffer for the next message), else assigned a fresh Message().
+// (which may keep a buffer for the next message), else assigned a fresh Message(). Room for
+// kReservedReceives waiting receives is made up front: how many wait at once depends on how the
+// ranks are scheduled, so a warmed exchange could otherwise meet a new maximum, and allocate, at
+// any time.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +29,10 @@ namespace chorus::transport {
 template <typename Op, typename Message>
 class PeerMatching {
  public:
+  static constexpr size_t kReservedReceives = 16;
+
+  PeerMatching() { receives_.reserve(kReservedReceives); }
+
   // A receive with nothing buffered for its tag waits here, behind those posted before it.
   void addReceive(Op* op) { receives_.push_back(op); }
 

@@ -12,7 +12,8 @@
 // least kSmallestUnexpectedBuffer (4 KiB), and the record that holds it is reused for a later
 // message (PeerMatching keeps a few, with buffers up to kKeptUnexpectedBytes). Each connection
 // starts with a few such records, with 4 KiB each: messages of up to 4 KiB that arrive early never
-// allocate; a larger one allocates the first time a record meets its size, and not after.
+// allocate; a larger one allocates the first time a record meets its size, and not after. Room for
+// a few waiting receives and queued frames is also made up front (a new maximum would allocate).
 // Writes: queued frames go out with one sendmsg of up to kMaxIov pieces, header and payload
 // together, so small messages cost one system call.
 #include "transport/tcp/connection.h"
@@ -40,6 +41,8 @@ constexpr size_t kReadBudget = 16 << 20;
 constexpr int kMaxIov = 64;
 constexpr size_t kFirstUnexpectedBytes = 1 << 20;
 constexpr size_t kSmallestUnexpectedBuffer = 4096;
+// Outgoing frames with room made up front: how many queue at once depends on the scheduler.
+constexpr size_t kReservedOutFrames = 16;
 constexpr size_t kZeroBytes = 64 * 1024;
 const char kZeros[kZeroBytes] = {};
 
@@ -57,6 +60,7 @@ Connection::Connection(int peer, int selfName, int peerName, net::Socket socket)
       socket_(std::move(socket)),
       inBuffer_(std::make_unique_for_overwrite<char[]>(kInBufferBytes)) {
   socket_.setNonBlocking(true);
+  out_.reserve(kReservedOutFrames);
   matching_.prepareSpares([](Unexpected& message) {
     message.payload = std::make_unique_for_overwrite<char[]>(kSmallestUnexpectedBuffer);
     message.capacity = kSmallestUnexpectedBuffer;
