@@ -26,11 +26,11 @@ Tensor tensorOf(std::vector<int32_t>& values) {
   return Tensor(values.data(), {static_cast<int64_t>(values.size())});
 }
 
-// Elements per rank's block: empty; small, inside the arrival record (up to 32 bytes: 3 and 8
-// int32 elements, though p blocks of them may not fit) and just past it (9); small (p blocks fit
-// the 32 KiB small slot up to 4 ranks); just past the small slot; and several chunk pieces with
-// an odd tail.
-const size_t kCounts[] = {0, 3, 8, 9, 1500, 8193, 2 * 131072 + 17};
+// Elements per rank's block: empty; small, inside the arrival record's first line (up to 32
+// bytes: 3 and 8 int32 elements) and just past it (9); at the end of the record (288 bytes: 72)
+// and just past it (73), though p blocks of these may not fit; small (p blocks fit the 32 KiB
+// small slot up to 4 ranks); just past the small slot; and several chunk pieces with an odd tail.
+const size_t kCounts[] = {0, 3, 8, 9, 72, 73, 1500, 8193, 2 * 131072 + 17};
 
 class ShmCollectivesTest : public ::testing::TestWithParam<int> {
  protected:

@@ -44,7 +44,7 @@ ShmBackend::~ShmBackend() { close(); }
 uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t bytes) {
   const uint64_t sequence = ++sequence_;
   group_->arrive(sequence, call.fingerprint, data, bytes);
-  group_->waitAll(Step::kArrived, sequence, call.deadline);
+  group_->waitArrivals(sequence, bytes, call.deadline);
   for (int peer = 0; peer < size(); ++peer) {
     const Fingerprint& theirs = group_->arrivalFingerprint(peer, sequence);
     if (!(theirs == call.fingerprint))  // this rank's own record is equal

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 
@@ -55,18 +56,25 @@ struct alignas(kCacheLine) Counter {
 
 // Note [Arrival record]: a rank arrives at collective s by filling its record of parity s & 1
 // (the fingerprint, and the data when it fits inline) and then storing s in it. A peer that waits
-// for s polls that word; the line it then holds also carries the fingerprint and the data, so a
-// small collective moves one cache line per peer (with the fingerprint, the counter and the data
-// apart it was three, one after the other). Two records suffice: a rank arrives at s + 2 only
-// after every rank arrived at s + 1, which each does only after it has read what it needed of s.
-// For the same reason a record holds s, or s - 2 while its rank has not yet arrived at s, when a
-// rank waits for s: never s + 2, so "the record of parity s & 1 is below s" is "behind".
+// for s polls that word, and in the same pass it prefetches the record's other lines that hold
+// the data it will read (waitArrivals): they are written before s, so by the pass that sees s they
+// are on their way too, and a small collective costs one round of cache-line transfers per peer.
+// (Before, the counter, the fingerprint and the data were apart, fetched one after the other; a
+// record of one line held 32 bytes, and 64-256 bytes waited for a second round.) The number, the
+// fingerprint and the first 32 bytes of data share the first line. Two records suffice: a rank
+// arrives at s + 2 only after every rank arrived at s + 1, which each does only after it has read
+// what it needed of s. For the same reason a record holds s, or s - 2 while its rank has not yet
+// arrived at s, when a rank waits for s: never s + 2, so "the record of parity s & 1 is below s"
+// is "behind".
 struct alignas(kCacheLine) ArrivalRecord {
   std::atomic<uint64_t> sequence{0};
   Fingerprint fingerprint;
   std::byte data[ShmGroup::kInlineBytes];
 };
-static_assert(sizeof(ArrivalRecord) == kCacheLine, "an arrival record is one cache line");
+static_assert(offsetof(ArrivalRecord, data) == kCacheLine - 32,
+              "the first 32 bytes of data share the number's cache line");
+static_assert(sizeof(ArrivalRecord) == offsetof(ArrivalRecord, data) + ShmGroup::kInlineBytes,
+              "an arrival record is whole cache lines of data");
 
 constexpr int kArrivedIndex = static_cast<int>(Step::kArrived);
 static_assert(kArrivedIndex == 0, "the counters in ControlBlock::steps follow kArrived");
@@ -338,23 +346,41 @@ void ShmGroup::sleepOnBell(uint32_t seen, Deadline deadline) {
   futexWait(block(0).bell, seen, slice);
 }
 
+bool ShmGroup::anyBehind(int index, uint64_t value, std::vector<int>* late) const {
+  bool any = false;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (!isBehind(peer, index, value))
+      continue;
+    any = true;
+    if (late == nullptr)
+      break;
+    late->push_back(names_(peer));  // for the stall report and the TimeoutError
+  }
+  return any;
+}
+
 void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
-  const int index = static_cast<int>(step);
-  auto behind = [&](std::vector<int>* ranks) {
-    bool any = false;
-    for (int peer = 0; peer < size_; ++peer) {
-      if (!isBehind(peer, index, value))
-        continue;
-      any = true;
-      if (ranks == nullptr)
-        break;
-      ranks->push_back(names_(peer));  // for the stall report and the TimeoutError
-    }
-    return any;
-  };
+  waitUntil(static_cast<int>(step), value, deadline, 0);
+}
+
+void ShmGroup::waitArrivals(uint64_t sequence, size_t bytes, Deadline deadline) {
+  const size_t beyondFirstLine = bytes <= kInlineBytes ? bytes : 0;  // else in the small slot
+  const size_t firstLineBytes = kCacheLine - offsetof(ArrivalRecord, data);
+  const size_t lines = beyondFirstLine > firstLineBytes
+                           ? (beyondFirstLine - firstLineBytes + kCacheLine - 1) / kCacheLine
+                           : 0;
+  waitUntil(kArrivedIndex, sequence, deadline, lines);
+}
+
+void ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t touchLines) {
   Clock::time_point yieldUntil = Clock::time_point::max();
   for (int pass = 0; pass < spinPasses_ + kYieldPasses; ++pass) {
-    if (!behind(nullptr))
+    for (int peer = 0; touchLines > 0 && peer < size_; ++peer) {
+      const std::byte* lines = reinterpret_cast<const std::byte*>(&block(peer).arrivals[value & 1]);
+      for (size_t line = 1; line <= touchLines; ++line)
+        __builtin_prefetch(lines + line * kCacheLine);  // a hint: no access, so no data race
+    }
+    if (!anyBehind(index, value, nullptr))
       return;
     throwIfFailedWhileBehind(index, value);
     if (pass < spinPasses_)
@@ -369,21 +395,21 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
   while (true) {
     hub.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = hub.bell.load(std::memory_order_seq_cst);
-    const bool waiting = behind(nullptr);
+    const bool waiting = anyBehind(index, value, nullptr);
     if (waiting)
       sleepOnBell(seen, deadline);
     hub.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    if (!waiting || !behind(nullptr))
+    if (!waiting || !anyBehind(index, value, nullptr))
       return;
     checkNeededPeers(index, value);
     if (Clock::now() >= stall::nextCheckAt()) {
       std::vector<int> late;
-      behind(&late);
+      anyBehind(index, value, &late);
       stall::onStalled(late);
     }
     if (deadline.expired()) {
       std::vector<int> late;
-      behind(&late);
+      anyBehind(index, value, &late);
       auto error = std::make_exception_ptr(transport::makeTimeoutError(names_(rank_), late));
       fail(error);
       std::rethrow_exception(error);

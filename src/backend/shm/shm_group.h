@@ -3,9 +3,10 @@
 //
 // Each rank owns one segment: a control block (its two most recent arrival records, its step
 // counters, its state, and room for an error), two small slots and two chunk slots (the record or
-// slot of a step is chosen by its parity: double buffering). An arrival record is one cache line:
-// the collective's number, its fingerprint and up to kInlineBytes of data, so a small collective
-// costs a peer one cache-line transfer per rank (Note [Arrival record]). Every rank maps every
+// slot of a step is chosen by its parity: double buffering). An arrival record is a few cache
+// lines: the collective's number, its fingerprint and up to kInlineBytes of data; a peer waiting
+// for the number reads the lines that hold the data in the same pass, so a small collective costs
+// one round of cache-line transfers (Note [Arrival record]). Every rank maps every
 // segment, so a rank reads its peers' data straight out of their memory. Segments are created and
 // exchanged through the communicator's store, and unlinked as soon as every rank has mapped every
 // segment, so no name is left in /dev/shm after setup, even if a rank is later killed (chorusrun
@@ -57,7 +58,7 @@ class ShmGroup {
   // Bytes of data that travel with the arrival: at most kSmallSlotBytes, of which up to
   // kInlineBytes inside the arrival record itself. Bytes of each chunk slot.
   static constexpr size_t kSmallSlotBytes = 32 * 1024;
-  static constexpr size_t kInlineBytes = 32;
+  static constexpr size_t kInlineBytes = 32 + 4 * 64;
   static constexpr size_t kChunkSlotBytes = 512 * 1024;
 
   // Creates this rank's segment, maps every peer's through `store` (already scoped to the
@@ -94,6 +95,10 @@ class ShmGroup {
   // Stores this rank's counter of `step` (not kArrived: arrive() publishes that) and wakes
   // sleeping waiters.
   void publish(Step step, uint64_t value);
+  // Waits until every rank has arrived at `sequence`, as waitAll(kArrived, sequence, deadline);
+  // while it waits it also reads the record lines that carry `bytes` of inline data (Note
+  // [Arrival record]).
+  void waitArrivals(uint64_t sequence, size_t bytes, Deadline deadline);
   // Waits until every rank's counter of `step` is at least `value`. Throws the group's failure,
   // PeerError for a peer that died or said goodbye before reaching `value` (one that got there
   // may leave: Note [Only needed peers fail a wait]), TimeoutError (naming the ranks behind) at
@@ -125,6 +130,11 @@ class ShmGroup {
   std::atomic<uint64_t>& counter(int rank, int index, uint64_t value) const;
   // Whether `rank`'s counter of step `index` is still below `value`.
   bool isBehind(int rank, int index, uint64_t value) const;
+  // waitAll, reading `touchLines` lines of every peer's arrival record of parity `value & 1` in
+  // each spinning pass (0 for a step other than kArrived).
+  void waitUntil(int index, uint64_t value, Deadline deadline, size_t touchLines);
+  // Whether some rank's counter of step `index` is below `value`; with `late`, collects them all.
+  bool anyBehind(int index, uint64_t value, std::vector<int>* late) const;
   // Throws the group's failure if a rank is still behind on counter `index` (Note [Only needed
   // peers fail a wait]).
   void throwIfFailedWhileBehind(int index, uint64_t value) const;
