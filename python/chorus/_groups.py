@@ -76,11 +76,12 @@ def _world_communicator():
             if _world is None:
                 native = _chorus.communicator([])
                 _world = Communicator(native, range(native.size))
+                _chorus.set_world(native)  # for the fronts' short paths (front_calls.cc)
     return _world
 
 
 def world_native():
-    """The world's C++ Communicator (the short path of the commonest calls)."""
+    """The world's C++ Communicator."""
     return (_world if _world is not None else _world_communicator())._native
 
 
@@ -176,3 +177,4 @@ def reset():
         _cache.clear()
         _given.clear()
         _world = None
+        _chorus.set_world(None)

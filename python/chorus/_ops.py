@@ -17,6 +17,7 @@ export hides (bool travels as uint8 under one dtype override per call, so out= a
 list are compared with x before it).
 """
 
+import inspect
 import time
 
 from . import _arrays, _chorus, _groups
@@ -183,12 +184,14 @@ def _copy_on_stream(source, target):
             target.array.copy_(source.array)
 
 
-def _is_short(rank_list, async_op, synchronize, inplace=False, out=None):
-    """Whether a call may take its operation's short path: the common call, one NumPy array on the
-    world, blocking, goes straight to C++, which answers NotImplemented for anything else
-    (python/src/short_calls.cc) and the operation then takes its general path."""
-    return rank_list is None and async_op is False and synchronize is False and (
-        inplace is False or (inplace is True and out is None))
+def _front(general):
+    """The public function `general.__name__` as the CPython function that _chorus.front makes
+    (python/src/front_calls.cc): the common call (one NumPy array, the world, blocking) goes
+    straight to C++'s short path, with no Python frame; anything else, and anything the short path
+    declines, calls `general` with the arguments as given. `general`'s signature and docstring are
+    the front's."""
+    doc = f"{general.__name__}{inspect.signature(general)}\n--\n\n{inspect.getdoc(general)}"
+    return _chorus.front(general.__name__, general, doc)
 
 
 # --------------------------------------------------------------------------- reductions
@@ -203,13 +206,10 @@ def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchr
     inplace=True writes the result into `x` and returns it; out= writes it into `out` (an array of
     x's dtype and size, or a list like x) and returns `out`.
     """
-    if _is_short(rank_list, async_op, synchronize, inplace, out):
-        # It looks the op name up in _chorus.ReduceOp's members itself, as _reduce_op does.
-        result = _chorus.allreduce_array(_groups.world_native(), x, x if inplace is True else out,
-                                         op)
-        if result is not NotImplemented:
-            return result
     return _allreduce(x, op, rank_list, async_op, synchronize, inplace=inplace, out=out)
+
+
+allreduce = _front(allreduce)  # the common call takes the short path (python/src/front_calls.cc)
 
 
 @accepts_foreign
@@ -309,12 +309,10 @@ def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchron
               out=None):
     """Returns root's `x` on every rank of the group (root is a world rank). A list broadcasts
     each item. inplace=True overwrites `x` on non-roots; out= writes into `out` and returns it."""
-    if _is_short(rank_list, async_op, synchronize, inplace, out):
-        result = _chorus.broadcast_array(_groups.world_native(), x, x if inplace is True else out,
-                                         root)  # python/src/short_calls.cc
-        if result is not NotImplemented:
-            return result
     return _broadcast(x, root, rank_list, async_op, synchronize, inplace=inplace, out=out)
+
+
+broadcast = _front(broadcast)
 
 
 @accepts_foreign
@@ -387,11 +385,10 @@ def _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize, out):
 def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=None):
     """Concatenates every rank's `x` along `axis` in group-rank order. A list gathers each item.
     out= writes into `out` (a list like x for a list) and returns it."""
-    if _is_short(rank_list, async_op, synchronize):
-        result = _chorus.allgather_array(_groups.world_native(), x, out, axis)  # short_calls.cc
-        if result is not NotImplemented:
-            return result
     return _allgather(x, axis, rank_list, async_op, synchronize, out=out)
+
+
+allgather = _front(allgather)
 
 
 @accepts_foreign
@@ -528,11 +525,12 @@ def _tag(tag):
 
 def barrier(rank_list=None, async_op=False, synchronize=False):
     """Returns once every rank of the group has entered it."""
-    if _is_short(rank_list, async_op, synchronize):
-        return _chorus.barrier_world(_groups.world_native())  # straight to C++ (short_calls.cc)
     comm = _groups.get(rank_list)
     return _complete([lambda a: _chorus.barrier(comm._native, a)], lambda: None, async_op,
                      synchronize)
+
+
+barrier = _front(barrier)
 
 
 OPERATORS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "gather",

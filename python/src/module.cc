@@ -75,6 +75,7 @@ PYBIND11_MODULE(_chorus, module) {
   bindWork(module);
   bindOperations(module);
   bindShortCalls(module);
+  bindFronts(module);
   bindReducer(module);
   bindOptimizers(module);
   bindZero(module);

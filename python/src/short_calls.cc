@@ -1,10 +1,11 @@
-// The short paths for the most common calls from Python, each a CPython function (METH_FASTCALL,
-// no pybind11 dispatch) that allocates nothing on the heap once warm but its result. They run
-// their operation as operations.cc does (runOperation), on the arguments the user gave:
+// The short paths for the most common calls from Python (declared in short_calls.h), and the
+// same as CPython functions (METH_FASTCALL, no pybind11 dispatch) that allocate nothing on the heap
+// once warm but their result. The package's fronts (front_calls.cc) call the C++ functions; the
+// CPython ones are there for tests and for callers that hold a Communicator:
 //  - barrier_world(native): a blocking barrier of the world;
 //  - allreduce_array(native, x, out, op): a blocking allreduce of one NumPy array, into a new array
 //    or the caller's `out`. `op` is the user's op name, looked up here in _chorus.ReduceOp's
-//    members as the package's general path looks it up, so the package passes it on untouched;
+//    members as the package's general path looks it up, so the user's value is passed on untouched;
 //  - broadcast_array(native, x, out, root): a blocking broadcast of one NumPy array from world
 //    rank `root`, into a new array or `out`;
 //  - allgather_array(native, x, out, axis): a blocking allgather of one NumPy array along `axis`,
@@ -19,14 +20,14 @@
 // int in range, different dtypes or shapes) returns NotImplemented, and the package takes its
 // general path, which handles it or raises the error users see there (C++'s checks). So this path
 // adds speed and changes no behaviour.
+#include "short_calls.h"
+
 #include <pybind11/numpy.h>
 
 #include <algorithm>
 #include <optional>
 #include <span>
 #include <typeinfo>
-
-#include "bindings.h"
 
 namespace chorus::python {
 namespace {
@@ -176,6 +177,8 @@ py::object intoSameSize(const Tensor& input, py::handle x, py::handle out, Call 
   return result;
 }
 
+}  // namespace
+
 py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::handle op) {
   const auto input = arrayTensor(x, false);
   const auto reduceOp = reduceOpOf(op);
@@ -230,6 +233,13 @@ PyObject* setPythonError() noexcept {
   return nullptr;
 }
 
+py::object barrierWorld(Communicator& comm) {
+  return runOperation(
+      false, [&] { return comm.barrier(); }, [] { return py::none(); });
+}
+
+namespace {
+
 // `function(comm, x, out, argument)` as CPython calls it (METH_FASTCALL) with the four arguments
 // (native, x, out, argument): pybind11's dispatcher would add two vector allocations and its
 // overload resolution to every call. Exceptions become Python's through the translators pybind11
@@ -251,11 +261,7 @@ PyObject* barrierWorldCall(PyObject* /*module*/, PyObject* const* args, Py_ssize
   try {
     if (nargs != 1)
       throw py::type_error("barrier_world(native) takes 1 argument");
-    auto& comm = py::cast<Communicator&>(py::handle(args[0]));
-    return runOperation(
-               false, [&] { return comm.barrier(); }, [] { return py::none(); })
-        .release()
-        .ptr();
+    return barrierWorld(py::cast<Communicator&>(py::handle(args[0]))).release().ptr();
   } catch (...) {
     return setPythonError();
   }

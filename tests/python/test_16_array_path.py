@@ -1,20 +1,23 @@
 """The short paths of blocking allreduce, broadcast and allgather of one NumPy array
-(python/src/short_calls.cc).
+(python/src/short_calls.cc), and the fronts that take them (python/src/front_calls.cc).
 
-chorus.allreduce, broadcast and allgather hand the plain case straight to C++
-(`_chorus.allreduce_array`, `broadcast_array`, `allgather_array`), which answers NotImplemented for
-anything it does not take, so the general path handles it. These tests check both sides of that
+chorus.allreduce, broadcast, allgather and barrier are CPython functions that hand the plain case
+straight to C++ (the code of `_chorus.allreduce_array`, `broadcast_array`, `allgather_array`,
+`barrier_world`), which answers NotImplemented for anything it does not take, so the package's
+general path handles it. These tests check both sides of that
 line: the short paths give the closed-form result for every NumPy dtype, with a fresh output, out=
 and (allreduce, broadcast) in place; and they decline (NotImplemented, nothing sent) every case the
 general path must see, so their behaviour is the general path's.
 """
+
+import inspect
 
 import numpy as np
 import pytest
 import torch
 
 import chorus
-from chorus import _chorus, _groups
+from chorus import _chorus, _groups, _ops
 
 from helpers import NP_DTYPES, rank_size
 
@@ -53,26 +56,69 @@ def test_the_short_path_reduces_every_dtype(dtype, n):
     np.testing.assert_array_equal(x, _expected(dtype, size, n))
 
 
-def test_the_package_takes_the_short_path(monkeypatch):
-    """chorus.allreduce of a plain NumPy array calls allreduce_array and returns its result."""
-    rank, size = rank_size()
+def _spy_on_general_paths(monkeypatch, names):
+    """Records each call of the package's functions `names` (_allreduce, _broadcast, _allgather:
+    the general paths the fronts call for what they do not take themselves; _complete: where every
+    general path ends, barrier's included)."""
     calls = []
-    real = _chorus.allreduce_array
+    for name in names:
+        real = getattr(_ops, name)
 
-    def spy(*args):
-        result = real(*args)
-        calls.append(result is not NotImplemented)
-        return result
+        def spy(*args, _name=name, _real=real, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
 
-    monkeypatch.setattr(_chorus, "allreduce_array", spy)
+        monkeypatch.setattr(_ops, name, spy)
+    return calls
+
+
+def test_the_package_takes_the_short_path(monkeypatch):
+    """chorus.allreduce of a plain NumPy array on the world, blocking, never reaches the general
+    path (python/src/front_calls.cc takes it); every other call does."""
+    rank, size = rank_size()
+    calls = _spy_on_general_paths(monkeypatch, ["_allreduce"])
     x = np.ones(5, np.float32)
     out = np.empty_like(x)
     assert chorus.allreduce(x, out=out) is out
-    chorus.allreduce(x, inplace=True)
+    assert chorus.allreduce(x, inplace=True) is x
     y = chorus.allreduce(x, "max")
-    assert calls == [True, True, True]
+    z = chorus.allreduce(x=x, op="max", rank_list=None, async_op=False, inplace=False,
+                         synchronize=False, out=None)
+    assert calls == []
     np.testing.assert_array_equal(out, np.full(5, size, np.float32))
     np.testing.assert_array_equal(y, np.full(5, size, np.float32))
+    np.testing.assert_array_equal(z, np.full(5, size, np.float32))
+    chorus.allreduce(x, async_op=True).wait()
+    chorus.allreduce(x, rank_list=[list(range(size))])
+    chorus.allreduce(x, synchronize=True)
+    chorus.allreduce(np.ones(16, np.float32)[::2])  # declined by the short path itself
+    assert calls == ["_allreduce"] * 4
+
+
+def test_the_fronts_bind_arguments_as_python_does():
+    """The fronts are CPython functions with the signatures of the package's functions: the same
+    parameters and defaults, and Python's own TypeErrors for calls that do not bind."""
+    rank, size = rank_size()
+    x = np.ones(3, np.float32)
+    assert str(inspect.signature(chorus.allreduce)) == (
+        "(x, op='sum', rank_list=None, async_op=False, inplace=False, synchronize=False, "
+        "out=None)")
+    assert str(inspect.signature(chorus.barrier)) == (
+        "(rank_list=None, async_op=False, synchronize=False)")
+    assert "element-wise" in chorus.allreduce.__doc__
+    np.testing.assert_array_equal(chorus.allreduce(x, "sum", None, False, False, False, None),
+                                  x * size)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'opp'"):
+        chorus.allreduce(x, opp="sum")
+    with pytest.raises(TypeError, match="multiple values for argument 'op'"):
+        chorus.allreduce(x, "sum", op="max")
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'x'"):
+        chorus.allreduce()
+    with pytest.raises(TypeError, match="takes from 1 to 7 positional arguments"):
+        chorus.allreduce(x, "sum", None, False, False, False, None, 8)
+    with pytest.raises(chorus.InvalidArgumentError, match="either inplace=True or out=, not both"):
+        chorus.allreduce(x, inplace=True, out=np.empty_like(x))
+    assert chorus.barrier() is None
 
 
 def test_half_precision_accumulates_in_float32_on_the_short_path():
@@ -187,31 +233,25 @@ def test_the_short_path_gathers_every_dtype_along_every_axis(dtype, shape, axis)
 
 def test_the_package_takes_the_short_paths_of_broadcast_and_allgather(monkeypatch):
     rank, size = rank_size()
-    calls = []
-
-    def spy_on(name):
-        real = getattr(_chorus, name)
-
-        def spy(*args):
-            result = real(*args)
-            calls.append((name, result is not NotImplemented))
-            return result
-
-        monkeypatch.setattr(_chorus, name, spy)
-
-    spy_on("broadcast_array")
-    spy_on("allgather_array")
+    calls = _spy_on_general_paths(monkeypatch, ["_broadcast", "_allgather", "_complete"])
     x = np.full(5, rank, np.float32)
     out = np.empty_like(x)
     assert chorus.broadcast(x, root=size - 1, out=out) is out
     np.testing.assert_array_equal(chorus.broadcast(x), np.zeros(5, np.float32))
     gathered = chorus.allgather(x.reshape(1, 5), axis=1)
     chorus.broadcast(x, root=size - 1, inplace=True)
-    assert calls == [("broadcast_array", True)] * 2 + [("allgather_array", True),
-                                                        ("broadcast_array", True)]
+    chorus.barrier()
+    assert calls == []
     np.testing.assert_array_equal(out, np.full(5, size - 1, np.float32))
     np.testing.assert_array_equal(x, np.full(5, size - 1, np.float32))
     np.testing.assert_array_equal(gathered, np.repeat(np.arange(size, dtype=np.float32), 5)[None])
+    chorus.barrier(synchronize=True)
+    assert calls == ["_complete"]
+    chorus.broadcast(x, async_op=True).wait()
+    assert calls[1:] == ["_broadcast", "_complete"]
+    del calls[:]
+    chorus.allgather(x, rank_list=[list(range(size))])
+    assert calls[0] == "_allgather"
 
 
 def _declined_rooted_and_gathered_cases():
