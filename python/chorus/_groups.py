@@ -80,11 +80,6 @@ def _world_communicator():
     return _world
 
 
-def world_native():
-    """The world's C++ Communicator."""
-    return (_world if _world is not None else _world_communicator())._native
-
-
 def normalize(rank_list, world_size):
     """A tuple of tuples partitioning range(world_size), or None for the whole world."""
     if rank_list is None:

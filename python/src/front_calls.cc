@@ -60,7 +60,7 @@ Kind kindOf(const std::string& name) {
 
 int indexOf(const Front& front, const char* name) {
   for (size_t i = 0; i < front.names.size(); ++i) {
-    if (py::str(front.names[i]).cast<std::string>() == name)
+    if (PyUnicode_CompareWithASCIIString(front.names[i].ptr(), name) == 0)
       return static_cast<int>(i);
   }
   return -1;
@@ -73,9 +73,7 @@ void describe(Front& front) {
   if (count > kMostParameters || code.attr("co_kwonlyargcount").cast<int>() != 0)
     throw py::value_error("front: '" + front.name + "' has parameters the front cannot bind");
   const py::tuple varnames = code.attr("co_varnames");
-  for (size_t i = 0; i < count; ++i)
-    front.names.push_back(py::reinterpret_steal<py::object>(
-        PyUnicode_InternFromString(py::str(varnames[i]).cast<std::string>().c_str())));
+  for (size_t i = 0; i < count; ++i) front.names.push_back(varnames[i]);  // interned by CPython
   front.defaults.resize(count);
   const py::object given = front.general.attr("__defaults__");
   const py::tuple defaults = given.is_none() ? py::tuple() : py::tuple(given);

@@ -23,7 +23,7 @@ from helpers import NP_DTYPES, rank_size
 
 
 def _native():
-    return _groups.world_native()
+    return _groups.get(None)._native
 
 
 def _values(dtype, rank, n):
@@ -229,6 +229,24 @@ def test_the_short_path_gathers_every_dtype_along_every_axis(dtype, shape, axis)
     assert _chorus.allgather_array(_native(), x, out, axis) is out
     np.testing.assert_array_equal(out, expected)
     np.testing.assert_array_equal(x, before)
+
+
+def test_a_front_is_made_only_for_a_function_it_can_bind():
+    """_chorus.front refuses an operation without a short path, and a function whose parameters
+    it cannot bind or that lacks one its short path reads."""
+
+    def allreduce(x, op="sum", rank_list=None, *, async_op=False):
+        pass
+
+    def allgather(x, rank_list=None, async_op=False, synchronize=False, out=None):
+        pass
+
+    with pytest.raises(ValueError, match="no short path for 'reduce'"):
+        _chorus.front("reduce", allreduce, "")
+    with pytest.raises(ValueError, match="'allreduce' has parameters the front cannot bind"):
+        _chorus.front("allreduce", allreduce, "")
+    with pytest.raises(ValueError, match="'allgather' lacks a parameter of its short path"):
+        _chorus.front("allgather", allgather, "")
 
 
 def test_the_package_takes_the_short_paths_of_broadcast_and_allgather(monkeypatch):

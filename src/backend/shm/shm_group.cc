@@ -364,10 +364,10 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
 }
 
 void ShmGroup::waitArrivals(uint64_t sequence, size_t bytes, Deadline deadline) {
-  const size_t beyondFirstLine = bytes <= kInlineBytes ? bytes : 0;  // else in the small slot
+  const size_t inlineBytes = bytes <= kInlineBytes ? bytes : 0;  // else in the small slot
   const size_t firstLineBytes = kCacheLine - offsetof(ArrivalRecord, data);
-  const size_t lines = beyondFirstLine > firstLineBytes
-                           ? (beyondFirstLine - firstLineBytes + kCacheLine - 1) / kCacheLine
+  const size_t lines = inlineBytes > firstLineBytes
+                           ? (inlineBytes - firstLineBytes + kCacheLine - 1) / kCacheLine
                            : 0;
   waitUntil(kArrivedIndex, sequence, deadline, lines);
 }
@@ -376,6 +376,8 @@ void ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t to
   Clock::time_point yieldUntil = Clock::time_point::max();
   for (int pass = 0; pass < spinPasses_ + kYieldPasses; ++pass) {
     for (int peer = 0; touchLines > 0 && peer < size_; ++peer) {
+      if (peer == rank_)
+        continue;  // its own record is in its cache already
       const std::byte* lines = reinterpret_cast<const std::byte*>(&block(peer).arrivals[value & 1]);
       for (size_t line = 1; line <= touchLines; ++line)
         __builtin_prefetch(lines + line * kCacheLine);  // a hint: no access, so no data race

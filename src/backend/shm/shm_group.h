@@ -96,8 +96,8 @@ class ShmGroup {
   // sleeping waiters.
   void publish(Step step, uint64_t value);
   // Waits until every rank has arrived at `sequence`, as waitAll(kArrived, sequence, deadline);
-  // while it waits it also reads the record lines that carry `bytes` of inline data (Note
-  // [Arrival record]).
+  // while it waits it also prefetches the peers' record lines that carry `bytes` of inline data
+  // (Note [Arrival record]).
   void waitArrivals(uint64_t sequence, size_t bytes, Deadline deadline);
   // Waits until every rank's counter of `step` is at least `value`. Throws the group's failure,
   // PeerError for a peer that died or said goodbye before reaching `value` (one that got there
@@ -130,8 +130,8 @@ class ShmGroup {
   std::atomic<uint64_t>& counter(int rank, int index, uint64_t value) const;
   // Whether `rank`'s counter of step `index` is still below `value`.
   bool isBehind(int rank, int index, uint64_t value) const;
-  // waitAll, reading `touchLines` lines of every peer's arrival record of parity `value & 1` in
-  // each spinning pass (0 for a step other than kArrived).
+  // waitAll, prefetching `touchLines` lines of every peer's arrival record of parity `value & 1`
+  // in each spinning pass (0 for a step other than kArrived).
   void waitUntil(int index, uint64_t value, Deadline deadline, size_t touchLines);
   // Whether some rank's counter of step `index` is below `value`; with `late`, collects them all.
   bool anyBehind(int index, uint64_t value, std::vector<int>* late) const;
