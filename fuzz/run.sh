@@ -30,11 +30,9 @@ fi
 generator=()
 if command -v ninja > /dev/null; then generator=(-G Ninja); fi
 if [[ -f $build/CMakeCache.txt ]]; then generator=(); fi  # keep the generator it was made with
-launcher=()
-if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 
 cmake -S "$root/fuzz" -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
-      -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" > "$build/configure.log" \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build/configure.log" \
   || { cat "$build/configure.log" >&2; exit 1; }
 # shellcheck disable=SC2086 # word splitting of the target list is intended
 cmake --build "$build" -j"$(nproc)" --target $targets

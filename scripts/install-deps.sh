@@ -5,6 +5,9 @@ set -euo pipefail
 
 packages=(
   cmake make g++ pkg-config libssl-dev libcli11-dev libdlpack-dev libgtest-dev
+  # A compiler cache (cmake/CompilerCache.cmake): rebuilds, clean clones and the sanitizer builds
+  # reuse what was compiled before.
+  ccache
   # The Python front end and its tests, for Debian's /usr/bin/python3.
   pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch libopenblas0-pthread
   # MPI: the connector, transport and backend (CHORUS_WITH_MPI), and mpirun for their tests.

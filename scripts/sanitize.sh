@@ -37,16 +37,11 @@ esac
 build=${2:-$root/build-$mode}
 jobs=${JOBS:-$(nproc)}
 
-launcher=()
-if command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
-
 start=$SECONDS
 mkdir -p "$build"
 # Debug: assertions on; the top level adds -O1 -g to every sanitized build.
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCHORUS_SANITIZER=$sanitizer \
-  -DCHORUS_WITH_MPI=OFF -DCHORUS_BUILD_PYTHON=OFF -DCHORUS_BUILD_BENCH=OFF "${launcher[@]}" \
+  -DCHORUS_WITH_MPI=OFF -DCHORUS_BUILD_PYTHON=OFF -DCHORUS_BUILD_BENCH=OFF \
   >"$build/configure.log" 2>&1 || {
   cat "$build/configure.log"
   exit 1
