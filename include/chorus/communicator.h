@@ -133,6 +133,12 @@ class Communicator {
   // Collective: ranks calling with the same color form a new communicator, ordered by (key, rank).
   // A negative color returns nullptr (the rank joins no group). Blocking.
   std::shared_ptr<Communicator> split(int color, int key);
+  // Collective over `members` only (MPI_Comm_create_group): the ranks of this communicator listed
+  // in `members` form a new communicator, ranked in that order; other ranks take no part and need
+  // not call. Every member passes the same `members` and `tag` (a name for the group, such as
+  // torch's group name); a member list or tag used again makes a new communicator. The caller must
+  // be a member; a rank out of range or listed twice is an InvalidArgumentError. Blocking.
+  std::shared_ptr<Communicator> subgroup(const std::vector<int>& members, const std::string& tag);
 
   // Per-operation deadline (default from DistConfig). Changing it affects operations issued later.
   void setTimeout(std::chrono::milliseconds timeout);

@@ -21,6 +21,30 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key) {
   return detail::splitCommunicator(*this, color, key, state_->resources().backendName);
 }
 
+// The members meet in the store under a scope named by the tag, the member list and how many times
+// this rank has made that (tag, members) group before: every member counts the same calls, so the
+// scope is equal on all of them and new for every call.
+std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& members,
+                                                     const std::string& tag) {
+  const int me = rank();
+  std::set<int> seen;
+  for (int member : members) {
+    CHORUS_CHECK_ARG(member >= 0 && member < size(), "rank ", me, " (this process): subgroup '",
+                     tag, "': member ", member, " is not a rank of this communicator (size ",
+                     size(), ")");
+    CHORUS_CHECK_ARG(seen.insert(member).second, "rank ", me, " (this process): subgroup '", tag,
+                     "': rank ", member, " is listed twice");
+  }
+  CHORUS_CHECK_ARG(seen.count(me) == 1, "rank ", me, " (this process): subgroup '", tag,
+                   "': this rank is not one of its members");
+  std::string name = detail::concat(tag, "/");
+  for (int member : members) name += detail::concat(member, ",");
+  const uint64_t count = state_->nextSubgroupCount(name);
+  const std::string scope = detail::concat(state_->resources().scope, "/subgroup/", name, "#", count);
+  return detail::createGroupCommunicator(*state_, members, 0, 1, scope,
+                                         state_->resources().backendName);
+}
+
 namespace detail {
 
 std::shared_ptr<Communicator> splitCommunicator(Communicator& parent,

@@ -366,6 +366,11 @@ uint64_t CommunicatorState::nextSplitId() {
   return ++splitCount_;
 }
 
+uint64_t CommunicatorState::nextSubgroupCount(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  return ++subgroupCounts_[name];
+}
+
 }  // namespace chorus::detail
 
 namespace chorus {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -144,6 +145,8 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   void abort(const std::string& reason, int failedRank = -1) noexcept;
   // Counter of split() calls, identical on every rank.
   uint64_t nextSplitId();
+  // Counter of subgroup() calls with this name (its tag and members), identical on its members.
+  uint64_t nextSubgroupCount(const std::string& name);
   // Staging memory for the front end (packing, widening); used by the running operation only.
   Workspace& staging() { return staging_; }
   OperationQueue& queue() { return queue_; }
@@ -193,6 +196,7 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   std::chrono::milliseconds timeout_ CHORUS_GUARDED_BY(mutex_);
   uint64_t collectiveSequence_ CHORUS_GUARDED_BY(mutex_) = 0;
   uint64_t splitCount_ CHORUS_GUARDED_BY(mutex_) = 0;
+  std::map<std::string, uint64_t> subgroupCounts_ CHORUS_GUARDED_BY(mutex_);
   std::exception_ptr failure_ CHORUS_GUARDED_BY(mutex_);
   OperationQueue queue_;
 };

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "chorus/error.h"
 #include "harness/run_ranks.h"
 
 namespace chorus {
@@ -348,6 +349,43 @@ TEST_P(CollectivesTest, SplitByParityInReverseKeyOrder) {
     int64_t expected = 0;
     for (int q = r % 2; q < p; q += 2) expected += q;
     EXPECT_EQ(value[0], expected);
+  });
+}
+
+// Only the members call subgroup(): the odd ranks, listed from the highest, form a group while the
+// even ranks go straight on to a world allreduce of their own (which the odd ranks join after).
+// The same tag and members again make a second, separate communicator.
+TEST_P(CollectivesTest, SubgroupIsCollectiveOverItsMembersOnly) {
+  const int p = GetParam().size;
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<int> odd;
+    for (int q = p - 1; q >= 0; --q)
+      if (q % 2 == 1)
+        odd.push_back(q);
+    if (r % 2 == 1) {
+      auto first = comm.subgroup(odd, "odd");
+      auto second = comm.subgroup(odd, "odd");
+      for (const auto& sub : {first, second}) {
+        ASSERT_NE(sub, nullptr);
+        EXPECT_EQ(sub->size(), static_cast<int>(odd.size()));
+        EXPECT_EQ(sub->rank(), static_cast<int>(odd.size()) - 1 - r / 2);  // listed from the top
+        EXPECT_EQ(sub->worldRank(), r);
+        std::vector<int64_t> value = {r};
+        sub->allreduce(Tensor(value.data(), {1}))->wait();
+        int64_t expected = 0;
+        for (int q : odd) expected += q;
+        EXPECT_EQ(value[0], expected);
+      }
+      EXPECT_NE(first.get(), second.get());
+    }
+    std::vector<int64_t> all = {1};
+    comm.allreduce(Tensor(all.data(), {1}))->wait();
+    EXPECT_EQ(all[0], p);
+    EXPECT_THROW(comm.subgroup({r, r}, "twice"), InvalidArgumentError);
+    EXPECT_THROW(comm.subgroup({r, p}, "outside"), InvalidArgumentError);
+    if (p > 1)
+      EXPECT_THROW(comm.subgroup({(r + 1) % p}, "not me"), InvalidArgumentError);
   });
 }
 
