@@ -5,6 +5,9 @@
     sampler = chorus.torch.DistributedSampler(dataset)       # each rank its share of the data
     optimizer = chorus.torch.ZeroOptimizer(model, optim="adam", stage=2)   # ZeRO
     model, optimizer = chorus.torch.distribute(model, optimizer)   # as get_config() says
+
+Importing it also registers the "chorus" torch.distributed backend (_backend.py), so that an
+unchanged torch program runs on chorus with torch.distributed.init_process_group("chorus").
 """
 
 from ._ddp import DistributedDataParallel
@@ -13,6 +16,9 @@ from ._sampler import DistributedSampler
 from ._zero import ZeroOptimizer
 from ._checkpoint import consolidate as consolidate_checkpoint, load_state_dict
 from ._zero_memory import predict as zero_memory_prediction
+from . import _backend
+
+_backend.register()
 
 __all__ = ["DistributedDataParallel", "DistributedSampler", "ZeroOptimizer", "distribute",
            "consolidate_checkpoint", "load_state_dict", "zero_memory_prediction"]

@@ -1,0 +1,376 @@
+#include "process_group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "torch_tensors.h"
+
+namespace chorus::torch_backend {
+
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+struct ProcessGroupChorus::Issued {
+  Issued() = default;
+  Issued(std::vector<std::shared_ptr<chorus::Work>> works,
+         std::vector<at::Tensor> outputs = {},
+         std::vector<at::Tensor> keepAlive = {})
+      : works(std::move(works)), outputs(std::move(outputs)), keepAlive(std::move(keepAlive)) {}
+
+  std::vector<std::shared_ptr<chorus::Work>> works;
+  std::vector<at::Tensor> outputs;    // result() and the future's value
+  std::vector<at::Tensor> keepAlive;  // everything the chorus operations read or write
+  std::function<void()> after;        // once they have completed
+  int sourceRank = -1;
+};
+
+namespace {
+
+const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK(tensors.size() == 1, "chorus: ", op, " takes one tensor per process, not ",
+              tensors.size());
+  return tensors.front();
+}
+
+void checkListLength(size_t length, int size, const char* what, const char* op) {
+  TORCH_CHECK(static_cast<int>(length) == size, "chorus: ", op, ": ", what, " holds ", length,
+              " tensors; it must hold one per rank of the group (", size, ")");
+}
+
+// Copies `bytes` raw bytes from `from` into `to` (any layout; same dtype and number of elements).
+void copyBytesInto(const at::Tensor& to, const void* from) {
+  if (to.is_contiguous()) {
+    std::memcpy(to.data_ptr(), from, to.nbytes());
+    return;
+  }
+  at::Tensor staged = at::empty(to.sizes(), to.options());
+  std::memcpy(staged.data_ptr(), from, staged.nbytes());
+  to.copy_(staged);
+}
+
+// `tensors` laid end to end (their bytes), each `stride` bytes apart.
+at::Tensor packed(const std::vector<at::Tensor>& tensors, int64_t stride) {
+  at::Tensor buffer = at::zeros({stride * static_cast<int64_t>(tensors.size())}, at::kByte);
+  auto* to = static_cast<std::byte*>(buffer.data_ptr());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    at::Tensor piece = tensors[i].contiguous();
+    std::memcpy(to + i * stride, piece.data_ptr(), piece.nbytes());
+  }
+  return buffer;
+}
+
+// Flattens `tensors` (equal sizes and dtype: torch's list forms) into one [n, ...] tensor.
+at::Tensor stacked(const std::vector<at::Tensor>& tensors, const at::Tensor& like, const char* op) {
+  for (const auto& tensor : tensors) {
+    TORCH_CHECK(tensor.scalar_type() == like.scalar_type() && tensor.numel() == like.numel(),
+                "chorus: ", op, ": every tensor of the list must have the dtype and number of "
+                "elements of ", like.scalar_type(), " x ", like.numel());
+  }
+  return at::stack(tensors).contiguous();
+}
+
+}  // namespace
+
+ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Communicator> comm)
+    : BackendBase(comm->rank(), comm->size()),
+      comm_(std::move(comm)),
+      completer_(std::make_shared<FutureCompleter>()) {}
+
+ProcessGroupChorus::~ProcessGroupChorus() = default;
+
+WorkPtr ProcessGroupChorus::finish(c10d::OpType type, Issued issued) {
+  return c10::make_intrusive<ChorusWork>(getRank(), type, std::move(issued.works),
+                                         std::move(issued.outputs), std::move(issued.keepAlive),
+                                         std::move(issued.after), completer_, issued.sourceRank);
+}
+
+WorkPtr ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
+                                      const c10d::BroadcastOptions& opts) {
+  return translated([&] {
+    const at::Tensor& tensor = single(tensors, "broadcast");
+    at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    Issued issued{{comm_->broadcast(bytes(buffer, "tensor", "broadcast"),
+                                    static_cast<int>(opts.rootRank))},
+                  tensors,
+                  {tensor, buffer}};
+    if (!buffer.is_same(tensor))
+      issued.after = [tensor, buffer] { tensor.copy_(buffer); };
+    return finish(c10d::OpType::BROADCAST, std::move(issued));
+  });
+}
+
+WorkPtr ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
+                                      const c10d::AllreduceOptions& opts) {
+  return translated([&] {
+    const at::Tensor& tensor = single(tensors, "allreduce");
+    auto work = comm_->allreduce(typed(tensor, "tensor", "allreduce"),
+                                 toChorus(opts.reduceOp, "allreduce"));
+    return finish(c10d::OpType::ALLREDUCE, {{work}, tensors, tensors});
+  });
+}
+
+WorkPtr ProcessGroupChorus::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                const c10d::AllreduceCoalescedOptions& opts) {
+  return translated([&] {
+    TORCH_CHECK(!tensors.empty(), "chorus: allreduce_coalesced of an empty list");
+    std::vector<chorus::Tensor> views;
+    for (const auto& tensor : tensors)
+      views.push_back(typed(tensor, "a tensor", "allreduce_coalesced"));
+    auto work = comm_->allreduce(std::move(views), toChorus(opts.reduceOp, "allreduce_coalesced"));
+    return finish(c10d::OpType::ALLREDUCE_COALESCED, {{work}, tensors, tensors});
+  });
+}
+
+WorkPtr ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
+                                   const c10d::ReduceOptions& opts) {
+  return translated([&] {
+    const at::Tensor& tensor = single(tensors, "reduce");
+    auto work = comm_->reduce(typed(tensor, "tensor", "reduce"), static_cast<int>(opts.rootRank),
+                              toChorus(opts.reduceOp, "reduce"));
+    return finish(c10d::OpType::REDUCE, {{work}, tensors, tensors});
+  });
+}
+
+WorkPtr ProcessGroupChorus::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                      std::vector<at::Tensor>& inputs,
+                                      const c10d::AllgatherOptions& opts) {
+  return allgather_coalesced(outputs, inputs, opts);
+}
+
+WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
+                                                std::vector<at::Tensor>& inputs,
+                                                const c10d::AllgatherOptions&) {
+  return translated([&] {
+    TORCH_CHECK(outputLists.size() == inputs.size() && !inputs.empty(), "chorus: allgather: ",
+                inputs.size(), " inputs but ", outputLists.size(), " output lists");
+    Issued issued;
+    std::vector<std::function<void()>> copies;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      checkListLength(outputLists[i].size(), getSize(), "the output list", "allgather");
+      at::Tensor input = inputs[i].contiguous();
+      for (const auto& output : outputLists[i]) {
+        TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == input.numel(),
+                    "chorus: allgather: every output must have the input's dtype and number of "
+                    "elements (", input.scalar_type(), " x ", input.numel(), ")");
+      }
+      at::Tensor gathered = at::empty({getSize() * static_cast<int64_t>(input.nbytes())}, at::kByte);
+      issued.works.push_back(comm_->allgather(bytes(input, "input", "allgather"),
+                                              bytes(gathered, "output", "allgather")));
+      issued.keepAlive.insert(issued.keepAlive.end(), {input, gathered});
+      copies.push_back([list = outputLists[i], gathered, stride = input.nbytes()] {
+        const auto* from = static_cast<const std::byte*>(gathered.data_ptr());
+        for (size_t r = 0; r < list.size(); ++r) copyBytesInto(list[r], from + r * stride);
+      });
+      issued.outputs.insert(issued.outputs.end(), outputLists[i].begin(), outputLists[i].end());
+    }
+    issued.after = [copies = std::move(copies)] {
+      for (const auto& copy : copies) copy();
+    };
+    return finish(c10d::OpType::ALLGATHER, std::move(issued));
+  });
+}
+
+WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output,
+                                            at::Tensor& input,
+                                            const c10d::AllgatherOptions&) {
+  return translated([&] {
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: allgather_into_tensor: the "
+                "output's dtype ", output.scalar_type(), " differs from the input's ",
+                input.scalar_type());
+    TORCH_CHECK(output.numel() == getSize() * input.numel(), "chorus: allgather_into_tensor: the "
+                "output holds ", output.numel(), " elements; it must hold group size x input (",
+                getSize(), " x ", input.numel(), ")");
+    auto work = comm_->allgather(bytes(input, "input", "allgather_into_tensor"),
+                                 bytes(output, "output", "allgather_into_tensor"));
+    return finish(c10d::OpType::_ALLGATHER_BASE, {{work}, {output}, {output, input}});
+  });
+}
+
+WorkPtr ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                   std::vector<at::Tensor>& inputs,
+                                   const c10d::GatherOptions& opts) {
+  return translated([&] {
+    const int root = static_cast<int>(opts.rootRank);
+    at::Tensor input = single(inputs, "gather").contiguous();
+    Issued issued;
+    chorus::Tensor gatheredView;
+    if (getRank() == root) {
+      TORCH_CHECK(outputs.size() == 1, "chorus: gather: the root passes one output list");
+      checkListLength(outputs[0].size(), getSize(), "the output list", "gather");
+      at::Tensor gathered =
+          at::empty({getSize() * static_cast<int64_t>(input.nbytes())}, at::kByte);
+      gatheredView = bytes(gathered, "output", "gather");
+      issued.keepAlive.push_back(gathered);
+      issued.outputs = outputs[0];
+      issued.after = [list = outputs[0], gathered, stride = input.nbytes()] {
+        const auto* from = static_cast<const std::byte*>(gathered.data_ptr());
+        for (size_t r = 0; r < list.size(); ++r) copyBytesInto(list[r], from + r * stride);
+      };
+    } else {
+      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                  "chorus: gather: only the root (rank ", root, ") passes output tensors");
+    }
+    issued.works.push_back(comm_->gather(bytes(input, "input", "gather"), gatheredView, root));
+    issued.keepAlive.push_back(input);
+    return finish(c10d::OpType::GATHER, std::move(issued));
+  });
+}
+
+WorkPtr ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
+                                    std::vector<std::vector<at::Tensor>>& inputs,
+                                    const c10d::ScatterOptions& opts) {
+  return translated([&] {
+    const int root = static_cast<int>(opts.rootRank);
+    const at::Tensor& output = single(outputs, "scatter");
+    Issued issued;
+    chorus::Tensor packedView;
+    if (getRank() == root) {
+      TORCH_CHECK(inputs.size() == 1, "chorus: scatter: the root passes one input list");
+      checkListLength(inputs[0].size(), getSize(), "the input list", "scatter");
+      at::Tensor all = packed(inputs[0], static_cast<int64_t>(output.nbytes()));
+      for (const auto& input : inputs[0]) {
+        TORCH_CHECK(input.nbytes() == output.nbytes() && input.scalar_type() == output.scalar_type(),
+                    "chorus: scatter: every input must have the output's dtype and size (",
+                    output.scalar_type(), " x ", output.numel(), ")");
+      }
+      packedView = bytes(all, "input", "scatter");
+      issued.keepAlive.push_back(all);
+    } else {
+      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                  "chorus: scatter: only the root (rank ", root, ") passes input tensors");
+    }
+    at::Tensor buffer = output.is_contiguous() ? output : output.contiguous();
+    issued.works.push_back(comm_->scatter(packedView, bytes(buffer, "output", "scatter"), root));
+    issued.keepAlive.insert(issued.keepAlive.end(), {output, buffer});
+    issued.outputs = outputs;
+    if (!buffer.is_same(output))
+      issued.after = [output, buffer] { output.copy_(buffer); };
+    return finish(c10d::OpType::SCATTER, std::move(issued));
+  });
+}
+
+WorkPtr ProcessGroupChorus::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                           const c10d::ReduceScatterOptions& opts) {
+  return translated([&] {
+    const at::Tensor& output = single(outputs, "reduce_scatter");
+    TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter takes one input list");
+    checkListLength(inputs[0].size(), getSize(), "the input list", "reduce_scatter");
+    at::Tensor all = stacked(inputs[0], output, "reduce_scatter");
+    auto work = comm_->reduceScatter(typed(all.view({-1}), "input", "reduce_scatter"),
+                                     typed(output.view({-1}), "output", "reduce_scatter"),
+                                     toChorus(opts.reduceOp, "reduce_scatter"));
+    return finish(c10d::OpType::REDUCE_SCATTER, {{work}, outputs, {output, all}});
+  });
+}
+
+WorkPtr ProcessGroupChorus::_reduce_scatter_base(at::Tensor& output,
+                                                 at::Tensor& input,
+                                                 const c10d::ReduceScatterOptions& opts) {
+  return translated([&] {
+    auto work = comm_->reduceScatter(typed(input.view({-1}), "input", "reduce_scatter_tensor"),
+                                     typed(output.view({-1}), "output", "reduce_scatter_tensor"),
+                                     toChorus(opts.reduceOp, "reduce_scatter_tensor"));
+    return finish(c10d::OpType::_REDUCE_SCATTER_BASE, {{work}, {output}, {output, input}});
+  });
+}
+
+WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
+                                          at::Tensor& input,
+                                          std::vector<int64_t>& outputSplits,
+                                          std::vector<int64_t>& inputSplits,
+                                          const c10d::AllToAllOptions&) {
+  return translated([&] {
+    const int p = getSize();
+    if (outputSplits.empty() && inputSplits.empty()) {
+      TORCH_CHECK(input.dim() > 0 && input.size(0) % p == 0, "chorus: all_to_all_single: the "
+                  "input's first dimension (", input.dim() > 0 ? input.size(0) : 0,
+                  ") must divide evenly among the ", p, " ranks when no split sizes are given");
+      TORCH_CHECK(output.nbytes() == input.nbytes() && output.scalar_type() == input.scalar_type(),
+                  "chorus: all_to_all_single: the output must have the input's dtype and size");
+      auto work = comm_->allToAll(bytes(input, "input", "all_to_all_single"),
+                                  bytes(output, "output", "all_to_all_single"));
+      return finish(c10d::OpType::ALLTOALL_BASE, {{work}, {output}, {output, input}});
+    }
+    auto pieces = [p](const at::Tensor& tensor, std::vector<int64_t> splits, const char* what) {
+      TORCH_CHECK(tensor.dim() > 0, "chorus: all_to_all_single: the ", what, " has no dimension");
+      if (splits.empty())
+        splits.assign(p, tensor.size(0) / p);
+      checkListLength(splits.size(), p, what, "all_to_all_single (split sizes)");
+      std::vector<at::Tensor> result;
+      int64_t offset = 0;
+      for (int64_t rows : splits) {
+        TORCH_CHECK(rows >= 0 && offset + rows <= tensor.size(0), "chorus: all_to_all_single: "
+                    "the ", what, " split sizes add up to more than its first dimension (",
+                    tensor.size(0), ")");
+        result.push_back(tensor.narrow(0, offset, rows));
+        offset += rows;
+      }
+      return result;
+    };
+    return alltoallChunks(pieces(input, inputSplits, "input"), pieces(output, outputSplits, "output"));
+  });
+}
+
+WorkPtr ProcessGroupChorus::alltoall(std::vector<at::Tensor>& outputs,
+                                     std::vector<at::Tensor>& inputs,
+                                     const c10d::AllToAllOptions&) {
+  return translated([&] {
+    checkListLength(inputs.size(), getSize(), "the input list", "all_to_all");
+    checkListLength(outputs.size(), getSize(), "the output list", "all_to_all");
+    return alltoallChunks(inputs, outputs);
+  });
+}
+
+WorkPtr ProcessGroupChorus::alltoallChunks(const std::vector<at::Tensor>& sends,
+                                           const std::vector<at::Tensor>& receives) {
+  int64_t largest = 0;
+  for (const auto& tensor : sends) largest = std::max<int64_t>(largest, tensor.nbytes());
+  for (const auto& tensor : receives) largest = std::max<int64_t>(largest, tensor.nbytes());
+  comm_->allreduce(chorus::Tensor(&largest, {1}), ReduceOp::kMax)->wait();
+  at::Tensor sent = packed(sends, largest);
+  at::Tensor received = at::empty({largest * getSize()}, at::kByte);
+  auto work = comm_->allToAll(bytes(sent, "input", "all_to_all"),
+                              bytes(received, "output", "all_to_all"));
+  Issued issued{{work}, receives, {sent, received}};
+  issued.keepAlive.insert(issued.keepAlive.end(), receives.begin(), receives.end());
+  issued.after = [receives, received, largest] {
+    const auto* from = static_cast<const std::byte*>(received.data_ptr());
+    for (size_t r = 0; r < receives.size(); ++r) copyBytesInto(receives[r], from + r * largest);
+  };
+  return finish(c10d::OpType::ALLTOALL, std::move(issued));
+}
+
+WorkPtr ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  return translated([&] {
+    at::Tensor tensor = single(tensors, "send").contiguous();
+    auto work = comm_->send(bytes(tensor, "tensor", "send"), dstRank, tag);
+    return finish(c10d::OpType::SEND, {{work}, tensors, {tensor}});
+  });
+}
+
+WorkPtr ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  return translated([&] {
+    const at::Tensor& tensor = single(tensors, "recv");
+    at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    Issued issued{{comm_->recv(bytes(buffer, "tensor", "recv"), srcRank, tag)},
+                  tensors,
+                  {tensor, buffer}};
+    if (!buffer.is_same(tensor))
+      issued.after = [tensor, buffer] { tensor.copy_(buffer); };
+    issued.sourceRank = srcRank;
+    return finish(c10d::OpType::RECV, std::move(issued));
+  });
+}
+
+WorkPtr ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>&, int) {
+  TORCH_CHECK(false, "chorus: recv from any source is not supported; name the source rank");
+}
+
+WorkPtr ProcessGroupChorus::barrier(const c10d::BarrierOptions&) {
+  return translated([&] { return finish(c10d::OpType::BARRIER, Issued({comm_->barrier()})); });
+}
+
+}  // namespace chorus::torch_backend

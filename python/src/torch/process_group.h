@@ -1,0 +1,111 @@
+// ProcessGroupChorus: torch.distributed's collectives on a chorus communicator (the backend name
+// "chorus", registered by python/chorus/torch/_backend.py).
+//
+// Contract:
+//  - One per torch process group: the group's chorus communicator (Communicator::subgroup of the
+//    world over the group's global ranks, so that it is collective over the members only, as
+//    torch's new_group needs) and its torch rank and size, which equal the communicator's.
+//  - Every operation torch exposes on CPU tensors: allreduce (one tensor, or a list coalesced into
+//    one fused allreduce), broadcast, reduce, allgather (list and flat forms, coalesced),
+//    gather, scatter, reduce_scatter (list and flat forms), alltoall (flat form with even or
+//    uneven splits, list form with any sizes), send, recv and barrier. Each returns a ChorusWork
+//    at once; the operation runs in the background in issue order.
+//  - Reductions take the dtypes chorus reduces; data movement takes every dtype (it copies bytes).
+//    Bad input (a list of the wrong length, a tensor on another device, sizes that differ across
+//    ranks) raises torch's error with chorus's message, on every rank involved.
+//  - Not supported, with a clear error: recv from any source, PREMUL_SUM, CUDA tensors (for now).
+//  - Version shim: with torch 2 the class derives from c10d::Backend (which torch wraps in a
+//    ProcessGroup for the devices it registers), with torch 1.13 from c10d::ProcessGroup.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#if CHORUS_TORCH_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+#include "chorus/communicator.h"
+#include "torch_work.h"
+
+namespace chorus::torch_backend {
+
+#if CHORUS_TORCH_MAJOR >= 2
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+
+class ProcessGroupChorus : public BackendBase {
+ public:
+  explicit ProcessGroupChorus(std::shared_ptr<Communicator> comm);
+  ~ProcessGroupChorus() override;
+
+  const std::string getBackendName() const override { return "chorus"; }
+  // The chorus backend that moves this group's bytes ("shm", "tcp", ...).
+  std::string transport() const { return comm_->backendName(); }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output,
+                                                 at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output,
+                                               at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
+                                      int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
+                                      int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+ private:
+  struct Issued;  // what an operation hands to finish()
+  c10::intrusive_ptr<c10d::Work> finish(c10d::OpType type, Issued issued);
+  // Sends chunk i of `sends` to rank i and receives rank j's chunk into `receives[j]` (any sizes,
+  // each contiguous or not): one even alltoall of chunks padded to the largest on any rank.
+  c10::intrusive_ptr<c10d::Work> alltoallChunks(const std::vector<at::Tensor>& sends,
+                                                const std::vector<at::Tensor>& receives);
+
+  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<FutureCompleter> completer_;
+};
+
+}  // namespace chorus::torch_backend

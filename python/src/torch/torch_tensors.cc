@@ -1,0 +1,90 @@
+#include "torch_tensors.h"
+
+#include <c10/util/Exception.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "chorus/error.h"
+
+namespace chorus::torch_backend {
+namespace {
+
+void checkHostDense(const at::Tensor& tensor, std::string_view what, std::string_view op) {
+  TORCH_CHECK(tensor.defined(), "chorus: ", op, ": ", what, " is an undefined tensor");
+  TORCH_CHECK(tensor.layout() == at::kStrided, "chorus: ", op, ": ", what, " is ",
+              tensor.layout(), "; the chorus backend takes dense (strided) tensors only");
+  TORCH_CHECK(tensor.device().is_cpu(), "chorus: ", op, ": ", what, " is on ", tensor.device(),
+              "; the chorus torch.distributed backend takes CPU tensors only for now (CUDA "
+              "tensors will go through chorus's nccl backend)");
+}
+
+std::span<const int64_t> span(c10::IntArrayRef values) { return {values.data(), values.size()}; }
+
+}  // namespace
+
+chorus::Tensor typed(const at::Tensor& tensor, std::string_view what, std::string_view op) {
+  checkHostDense(tensor, what, op);
+  DataType dtype;
+  switch (tensor.scalar_type()) {
+    case at::kHalf: dtype = DataType::kFloat16; break;
+    case at::kBFloat16: dtype = DataType::kBFloat16; break;
+    case at::kFloat: dtype = DataType::kFloat32; break;
+    case at::kDouble: dtype = DataType::kFloat64; break;
+    case at::kChar: dtype = DataType::kInt8; break;
+    case at::kByte: dtype = DataType::kUInt8; break;
+    case at::kInt: dtype = DataType::kInt32; break;
+    case at::kLong: dtype = DataType::kInt64; break;
+    case at::kBool: dtype = DataType::kBool; break;
+    default:
+      TORCH_CHECK(false, "chorus: ", op, ": ", what, " has dtype ", tensor.scalar_type(),
+                  ", which chorus does not reduce (it reduces float16, bfloat16, float32, "
+                  "float64, int8, uint8, int32, int64 and bool)");
+  }
+  return chorus::Tensor(tensor.data_ptr(), dtype, span(tensor.sizes()), span(tensor.strides()));
+}
+
+chorus::Tensor bytes(const at::Tensor& tensor, std::string_view what, std::string_view op) {
+  checkHostDense(tensor, what, op);
+  TORCH_CHECK(tensor.is_contiguous(), "chorus: ", op, ": ", what,
+              " is not contiguous; call .contiguous() first");
+  const int64_t count = static_cast<int64_t>(tensor.nbytes());
+  return chorus::Tensor(tensor.data_ptr(), DataType::kUInt8, {count});
+}
+
+chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return ReduceOp::kSum;
+    case c10d::ReduceOp::AVG: return ReduceOp::kAvg;
+    case c10d::ReduceOp::PRODUCT: return ReduceOp::kProd;
+    case c10d::ReduceOp::MIN: return ReduceOp::kMin;
+    case c10d::ReduceOp::MAX: return ReduceOp::kMax;
+    case c10d::ReduceOp::BAND: return ReduceOp::kBand;
+    case c10d::ReduceOp::BOR: return ReduceOp::kBor;
+    case c10d::ReduceOp::BXOR: return ReduceOp::kBxor;
+    default:
+      TORCH_CHECK(false, "chorus: ", opName, ": reduce op ", static_cast<int>(op.op_),
+                  " (PREMUL_SUM) is not supported; chorus supports SUM, AVG, PRODUCT, MIN, "
+                  "MAX, BAND, BOR and BXOR");
+  }
+}
+
+void throwTorchError(const std::string& message) {
+#if CHORUS_TORCH_MAJOR > 2 || (CHORUS_TORCH_MAJOR == 2 && CHORUS_TORCH_MINOR >= 1)
+  C10_THROW_ERROR(DistBackendError, message);
+#else
+  throw std::runtime_error(message);
+#endif
+}
+
+void rethrowAsTorchError() {
+  try {
+    throw;
+  } catch (const c10::Error&) {
+    throw;  // already torch's (our own argument checks)
+  } catch (const std::exception& error) {
+    throwTorchError(error.what());
+  }
+}
+
+}  // namespace chorus::torch_backend

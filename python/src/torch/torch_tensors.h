@@ -1,0 +1,49 @@
+// The chorus torch.distributed backend: turning torch's tensors, reduce ops and errors into
+// chorus's, and chorus's errors back into torch's.
+//
+// Contract:
+//  - typed() maps a dense CPU tensor of a dtype chorus reduces (float16, bfloat16, float32,
+//    float64, int8, uint8, int32, int64, bool) to a chorus::Tensor over the same memory, with
+//    its shape and strides (chorus itself refuses a non-contiguous one, naming it).
+//  - bytes() views a contiguous dense CPU tensor of any dtype as its raw bytes (a flat uint8
+//    chorus::Tensor): the data-movement operations (broadcast, gather, alltoall, send...) copy
+//    bytes, so they take every dtype torch has.
+//  - Each refuses, with a message naming `what` and the operation, a tensor on another device
+//    (CUDA goes through chorus's nccl backend, not yet wired here), a sparse one, or a dtype
+//    chorus does not reduce.
+//  - toChorus() maps a torch ReduceOp; PREMUL_SUM is refused.
+//  - rethrowAsTorchError() turns the exception in flight (a chorus::Error or anything else) into
+//    the error torch raises for a failed collective (DistBackendError where torch has it, else
+//    RuntimeError), keeping chorus's message, which names the ranks involved.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <exception>
+#include <string_view>
+
+#include "chorus/tensor.h"
+#include "chorus/types.h"
+
+namespace chorus::torch_backend {
+
+chorus::Tensor typed(const at::Tensor& tensor, std::string_view what, std::string_view op);
+chorus::Tensor bytes(const at::Tensor& tensor, std::string_view what, std::string_view op);
+chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName);
+
+// Call inside a catch block only.
+[[noreturn]] void rethrowAsTorchError();
+[[noreturn]] void throwTorchError(const std::string& message);
+
+// Runs `body`, turning any exception it throws into torch's error.
+template <typename Body>
+auto translated(Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (...) {
+    rethrowAsTorchError();
+  }
+}
+
+}  // namespace chorus::torch_backend
