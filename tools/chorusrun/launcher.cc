@@ -95,7 +95,8 @@ int Launcher::run() {
     CHORUS_SYSCHECK(epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, nodes_->eventFd(), &event));
     jobId_ = nodes_->jobId();
     try {
-      spawnRanks(*token, nodes_->storeHost(), nodes_->storePort(), bindHost.value_or(""));
+      spawnRanks(*token, nodes_->storeHost(), nodes_->storePort(), nodes_->torchPort(),
+                 bindHost.value_or(""));
       eventLoop();
     } catch (const std::exception& e) {
       nodes_->reportFailure(
@@ -110,7 +111,7 @@ int Launcher::run() {
   store_ = std::make_unique<store::TcpStoreServer>(listenHost, 0, *token);
   jobId_ = newJobId();
   std::string storeHost = connector::isWildcardAddress(listenHost) ? "127.0.0.1" : listenHost;
-  spawnRanks(*token, storeHost, store_->port(), listenHost);
+  spawnRanks(*token, storeHost, store_->port(), freePort(storeHost), listenHost);
   eventLoop();
   removeLeftoverSegments();
   return exitCode_;
@@ -160,6 +161,7 @@ void Launcher::handleNodeEvent() {
 void Launcher::spawnRanks(const std::string& token,
                           const std::string& storeHost,
                           uint16_t storePort,
+                          uint16_t torchPort,
                           const std::string& bindHost) {
   int n = options_.nprocPerNode;
   ensureFileLimit(n);
@@ -172,6 +174,7 @@ void Launcher::spawnRanks(const std::string& token,
   job.nnodes = options_.nnodes;
   job.storeHost = storeHost;
   job.storePort = storePort;
+  job.torchPort = torchPort;
   job.bindHost = bindHost;
   job.token = token;
   job.jobId = jobId_;

@@ -84,10 +84,11 @@ class Launcher {
  private:
   using TimePoint = std::chrono::steady_clock::time_point;
 
-  // `bindHost`: exported as CHORUS_BIND_ADDR unless empty.
+  // `bindHost`: exported as CHORUS_BIND_ADDR unless empty. `torchPort`: MASTER_PORT.
   void spawnRanks(const std::string& token,
                   const std::string& storeHost,
                   uint16_t storePort,
+                  uint16_t torchPort,
                   const std::string& bindHost);
   // Removes the job's leftover shared-memory segments, once; nothing before jobId_ is set.
   void removeLeftoverSegments();

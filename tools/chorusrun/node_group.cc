@@ -93,11 +93,14 @@ NodeGroup::NodeGroup(const LaunchOptions& options,
   if (node == 0) {
     jobId_ = newJobId();
     store_->set("launcher/job_id", toBytes(jobId_));
+    torchPort_ = freePort(host_);
+    store_->set("launcher/torch_port", toBytes(std::to_string(torchPort_)));
     store_->set("launcher/config", toBytes(mine));
     config = mine;
   } else {
     config = toString(store_->get("launcher/config", connect));
     jobId_ = toString(store_->get("launcher/job_id", connect));
+    torchPort_ = static_cast<uint16_t>(std::stoi(toString(store_->get("launcher/torch_port", connect))));
   }
   if (config != mine) {
     std::string theirs = "--nnodes " + config.substr(0, config.find(' ')) + " --nproc-per-node " +

@@ -5,6 +5,8 @@
 //   job_id        the job id (CHORUS_JOB_ID, see rank_environment.h) drawn by node 0 and set
 //                 before config; the other nodes read it, so every node names the job alike.
 //   config        "nnodes nproc" published by node 0; other nodes compare and refuse a mismatch.
+//   torch_port    a port free on node 0's store host when the job started (freePort), set before
+//                 config: every node's ranks get it as MASTER_PORT, for torch.distributed's store.
 //   node/<I>      claimed once per node rank (compareSet), so two launchers with one rank fail.
 //   failed        the first failure, "<exit code> <message>" (compareSet: the first one wins).
 //   stop/<I>      wakes node I's watcher: "ok" (node I may finish) or a failure as above.
@@ -77,6 +79,8 @@ class NodeGroup {
   uint16_t storePort() const { return port_; }
   // The job id, the same on every node (see "job_id" above).
   const std::string& jobId() const { return jobId_; }
+  // MASTER_PORT for torch.distributed (see "torch_port" above), the same on every node.
+  uint16_t torchPort() const { return torchPort_; }
   // Becomes readable when the watcher has an event.
   int eventFd() const { return eventFd_.get(); }
   // The watcher's event, once (after eventFd() became readable).
@@ -98,6 +102,7 @@ class NodeGroup {
   std::string host_;
   uint16_t port_ = 0;
   std::string jobId_;
+  uint16_t torchPort_ = 0;
   std::unique_ptr<store::TcpStoreServer> server_;
   std::unique_ptr<store::TcpStore> store_;       // the launcher thread's connection
   std::unique_ptr<store::TcpStore> watchStore_;  // the watcher's

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 namespace chorus::launcher {
 namespace {
@@ -63,7 +64,7 @@ std::vector<std::string> rankEnvironment(const JobEnvironment& job,
       {"LOCAL_WORLD_SIZE", std::to_string(job.localSize)},
       {"GROUP_RANK", std::to_string(job.nodeRank)},
       {"MASTER_ADDR", job.storeHost},
-      {"MASTER_PORT", port},
+      {"MASTER_PORT", std::to_string(job.torchPort)},
   };
   if (job.timeout) {
     launch.emplace_back("CHORUS_TIMEOUT", *job.timeout);
@@ -76,6 +77,8 @@ std::vector<std::string> rankEnvironment(const JobEnvironment& job,
   }
   return env;
 }
+
+uint16_t freePort(const std::string& host) { return net::boundPort(net::listenTcp(host, 0)); }
 
 std::string newJobId() {
   constexpr size_t kJobIdDigits = 16;

@@ -25,6 +25,10 @@ struct JobEnvironment {
   int nnodes = 1;
   std::string storeHost;
   uint16_t storePort = 0;
+  // MASTER_PORT: a port that was free on the store's host when the job started, for the store
+  // torch.distributed's env:// rendezvous makes its rank 0 serve (chorus's own store is on
+  // storePort, CHORUS_STORE), so that init_process_group() works unchanged under chorusrun.
+  uint16_t torchPort = 0;
   // CHORUS_BIND_ADDR: where the ranks' listeners bind (Note [Bind address]); empty: not exported.
   std::string bindHost;
   std::string token;
@@ -37,6 +41,10 @@ struct JobEnvironment {
 std::vector<std::string> rankEnvironment(const JobEnvironment& job,
                                          int localRank,
                                          const char* const* base);
+
+// A TCP port that is free on `host` now (the kernel's pick: bound, read, released). Another
+// process may take it before the job does; torchrun's default port has the same race.
+uint16_t freePort(const std::string& host);
 
 // A fresh random job id: 16 hex digits from the job token's random source (OpenSSL's CSPRNG),
 // independent of the token.
