@@ -66,7 +66,7 @@ at::Tensor stacked(const std::vector<at::Tensor>& tensors, const at::Tensor& lik
   for (const auto& tensor : tensors) {
     TORCH_CHECK(tensor.scalar_type() == like.scalar_type() && tensor.numel() == like.numel(),
                 "chorus: ", op, ": every tensor of the list must have the dtype and number of "
-                "elements of ", like.scalar_type(), " x ", like.numel());
+                "elements of ", dtypeName(like.scalar_type()), " x ", like.numel());
   }
   return at::stack(tensors).contiguous();
 }
@@ -153,7 +153,7 @@ WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tens
       for (const auto& output : outputLists[i]) {
         TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == input.numel(),
                     "chorus: allgather: every output must have the input's dtype and number of "
-                    "elements (", input.scalar_type(), " x ", input.numel(), ")");
+                    "elements (", dtypeName(input.scalar_type()), " x ", input.numel(), ")");
       }
       at::Tensor gathered = at::empty({getSize() * static_cast<int64_t>(input.nbytes())}, at::kByte);
       issued.works.push_back(comm_->allgather(bytes(input, "input", "allgather"),
@@ -177,8 +177,8 @@ WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output,
                                             const c10d::AllgatherOptions&) {
   return translated([&] {
     TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: allgather_into_tensor: the "
-                "output's dtype ", output.scalar_type(), " differs from the input's ",
-                input.scalar_type());
+                "output's dtype ", dtypeName(output.scalar_type()), " differs from the input's ",
+                dtypeName(input.scalar_type()));
     TORCH_CHECK(output.numel() == getSize() * input.numel(), "chorus: allgather_into_tensor: the "
                 "output holds ", output.numel(), " elements; it must hold group size x input (",
                 getSize(), " x ", input.numel(), ")");
@@ -233,7 +233,7 @@ WorkPtr ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
       for (const auto& input : inputs[0]) {
         TORCH_CHECK(input.nbytes() == output.nbytes() && input.scalar_type() == output.scalar_type(),
                     "chorus: scatter: every input must have the output's dtype and size (",
-                    output.scalar_type(), " x ", output.numel(), ")");
+                    dtypeName(output.scalar_type()), " x ", output.numel(), ")");
       }
       packedView = bytes(all, "input", "scatter");
       issued.keepAlive.push_back(all);

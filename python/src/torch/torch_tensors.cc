@@ -1,6 +1,7 @@
 #include "torch_tensors.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/utils/tensor_dtypes.h>
 
 #include <stdexcept>
 #include <string>
@@ -37,7 +38,7 @@ chorus::Tensor typed(const at::Tensor& tensor, std::string_view what, std::strin
     case at::kLong: dtype = DataType::kInt64; break;
     case at::kBool: dtype = DataType::kBool; break;
     default:
-      TORCH_CHECK(false, "chorus: ", op, ": ", what, " has dtype ", tensor.scalar_type(),
+      TORCH_CHECK(false, "chorus: ", op, ": ", what, " has dtype ", dtypeName(tensor.scalar_type()),
                   ", which chorus does not reduce (it reduces float16, bfloat16, float32, "
                   "float64, int8, uint8, int32, int64 and bool)");
   }
@@ -67,6 +68,10 @@ chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName) {
                   " (PREMUL_SUM) is not supported; chorus supports SUM, AVG, PRODUCT, MIN, "
                   "MAX, BAND, BOR and BXOR");
   }
+}
+
+std::string dtypeName(at::ScalarType type) {
+  return "torch." + torch::utils::getDtypeNames(type).first;
 }
 
 void throwTorchError(const std::string& message) {

@@ -21,6 +21,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <exception>
+#include <string>
 #include <string_view>
 
 #include "chorus/tensor.h"
@@ -31,6 +32,8 @@ namespace chorus::torch_backend {
 chorus::Tensor typed(const at::Tensor& tensor, std::string_view what, std::string_view op);
 chorus::Tensor bytes(const at::Tensor& tensor, std::string_view what, std::string_view op);
 chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName);
+// "torch.int16": a dtype as a torch user writes it.
+std::string dtypeName(at::ScalarType type);
 
 // Call inside a catch block only.
 [[noreturn]] void rethrowAsTorchError();

@@ -1,0 +1,273 @@
+"""The "chorus" torch.distributed backend (issue 20): torch's own API, init_process_group("chorus")
+with env:// as chorusrun sets it, every collective against a closed form of (rank, index), groups,
+errors, and torch's DistributedDataParallel against a single process and against gloo.
+
+Expected values are computed here from the closed forms with torch on one process (or NumPy),
+never with chorus. Every rank runs every test in the same order; skips depend on the size only.
+"""
+
+import datetime
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as tdist
+
+import chorus.torch  # noqa: F401  registers the backend
+
+REDUCING = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
+            torch.int32, torch.int64]
+# Data movement copies bytes: any dtype, those chorus does not reduce included.
+MOVING = REDUCING + [torch.bool, torch.int16, torch.complex64]
+
+
+@pytest.fixture(scope="module")
+def world(size):
+    """The default torch process group on chorus, made as an unchanged program makes it."""
+    if not tdist.is_initialized():
+        tdist.init_process_group("chorus", timeout=datetime.timedelta(seconds=60))
+    assert tdist.get_backend() == "chorus"
+    return tdist.group.WORLD
+
+
+def values(rank, n, dtype):
+    """Rank r's input: (r + 1) * (i % 5 + 1), small enough for every dtype's sums and products."""
+    base = (rank + 1) * (torch.arange(n) % 5 + 1)
+    if dtype == torch.bool:
+        return (base % 2).to(torch.bool)
+    if dtype == torch.complex64:
+        return torch.complex(base.float(), -base.float())
+    return base.to(dtype)
+
+
+def test_init_matches_chorus(world, rank, size):
+    assert tdist.get_rank() == rank and tdist.get_world_size() == size
+    assert world.transport in ("shm", "tcp", "hierarchical", "mpi", "mpi_algorithms", "void")
+
+
+@pytest.mark.parametrize("dtype", REDUCING, ids=str)
+@pytest.mark.parametrize("op", ["SUM", "PRODUCT", "MIN", "MAX"])
+def test_all_reduce(world, size, rank, dtype, op):
+    n = 37
+    tensor = values(rank, n, dtype)
+    tdist.all_reduce(tensor, op=getattr(tdist.ReduceOp, op))
+    per_rank = np.stack([values(r, n, torch.float64).numpy() for r in range(size)])
+    expected = {"SUM": per_rank.sum(0), "PRODUCT": per_rank.prod(0), "MIN": per_rank.min(0),
+                "MAX": per_rank.max(0)}[op]
+    if dtype in (torch.int8, torch.uint8):  # the closed form wraps as the dtype does
+        expected = torch.tensor(expected.astype(np.int64)).to(dtype).double().numpy()
+    tolerance = 1e-2 if dtype in (torch.float16, torch.bfloat16) else 0
+    np.testing.assert_allclose(tensor.double().numpy(), expected, rtol=tolerance)
+
+
+def test_all_reduce_coalesced(world, size, rank):
+    tensors = [values(rank, n, torch.float32) for n in (3, 1000, 17)]
+    tdist.all_reduce_coalesced(tensors)
+    for tensor, n in zip(tensors, (3, 1000, 17)):
+        expected = sum(values(r, n, torch.float64) for r in range(size))
+        np.testing.assert_array_equal(tensor.double().numpy(), expected.numpy())
+
+
+@pytest.mark.parametrize("dtype", MOVING, ids=str)
+def test_broadcast_from_every_root(world, size, rank, dtype):
+    for root in range(size):
+        tensor = values(rank, 29, dtype)
+        tdist.broadcast(tensor, root)
+        assert torch.equal(tensor, values(root, 29, dtype))
+
+
+def test_broadcast_non_contiguous(world, size, rank):
+    matrix = values(rank, 24, torch.float32).reshape(4, 6).t()  # a transposed view
+    tdist.broadcast(matrix, 0)
+    assert torch.equal(matrix, values(0, 24, torch.float32).reshape(4, 6).t())
+
+
+def test_reduce_to_every_root(world, size, rank):
+    for root in range(size):
+        tensor = values(rank, 11, torch.int64)
+        tdist.reduce(tensor, root)
+        expected = sum(values(r, 11, torch.int64) for r in range(size)) if rank == root else \
+            values(rank, 11, torch.int64)
+        assert torch.equal(tensor, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.complex64], ids=str)
+def test_all_gather_forms(world, size, rank, dtype):
+    mine = values(rank, 13, dtype)
+    listed = [torch.zeros(13, dtype=dtype) for _ in range(size)]
+    tdist.all_gather(listed, mine)
+    flat = torch.zeros(13 * size, dtype=dtype)
+    tdist.all_gather_into_tensor(flat, mine)
+    for r in range(size):
+        assert torch.equal(listed[r], values(r, 13, dtype))
+        assert torch.equal(flat[13 * r:13 * (r + 1)], values(r, 13, dtype))
+
+
+def test_all_gather_coalesced(world, size, rank):
+    inputs = [values(rank, 5, torch.float64), values(rank, 8, torch.float64)]  # torch: one dtype
+    outputs = [[torch.zeros_like(t) for _ in range(size)] for t in inputs]
+    tdist.all_gather_coalesced(outputs, inputs)
+    for r in range(size):
+        assert torch.equal(outputs[0][r], values(r, 5, torch.float64))
+        assert torch.equal(outputs[1][r], values(r, 8, torch.float64))
+
+
+def test_gather_and_scatter_at_every_root(world, size, rank):
+    for root in range(size):
+        mine = values(rank, 7, torch.float32)
+        gathered = [torch.zeros(7) for _ in range(size)] if rank == root else None
+        tdist.gather(mine, gathered, dst=root)
+        if rank == root:
+            for r in range(size):
+                assert torch.equal(gathered[r], values(r, 7, torch.float32))
+        pieces = [values(r + 10 * root, 7, torch.int64) for r in range(size)] if rank == root \
+            else None
+        out = torch.zeros(7, dtype=torch.int64)
+        tdist.scatter(out, pieces, src=root)
+        assert torch.equal(out, values(rank + 10 * root, 7, torch.int64))
+
+
+def test_reduce_scatter_forms(world, size, rank):
+    n = 6
+    inputs = [values(rank + r, n, torch.float32) for r in range(size)]  # chunk r goes to rank r
+    out = torch.zeros(n)
+    tdist.reduce_scatter(out, inputs)
+    expected = sum(values(q + rank, n, torch.float64) for q in range(size))
+    np.testing.assert_array_equal(out.double().numpy(), expected.numpy())
+    flat_out = torch.zeros(n)
+    tdist.reduce_scatter_tensor(flat_out, torch.cat(inputs))
+    assert torch.equal(flat_out, out)
+
+
+def test_all_to_all_single_even_and_uneven(world, size, rank):
+    # Even: row block r of every rank's input goes to rank r.
+    rows = torch.arange(2 * size, dtype=torch.float32).reshape(2 * size, 1) + 100 * rank
+    out = torch.zeros_like(rows)
+    tdist.all_to_all_single(out, rows)
+    expected = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * q
+                          for q in range(size)]).reshape(-1, 1)
+    assert torch.equal(out, expected)
+    # Uneven: rank q sends (q + p + 1) rows to rank p, each row [q, p, k].
+    send = [torch.tensor([[rank, p, k] for k in range(rank + p + 1)], dtype=torch.int64)
+            for p in range(size)]
+    received = torch.zeros(sum(q + rank + 1 for q in range(size)), 3, dtype=torch.int64)
+    tdist.all_to_all_single(received, torch.cat(send),
+                            output_split_sizes=[q + rank + 1 for q in range(size)],
+                            input_split_sizes=[rank + p + 1 for p in range(size)])
+    expected = torch.cat([torch.tensor([[q, rank, k] for k in range(q + rank + 1)])
+                          for q in range(size)])
+    assert torch.equal(received, expected)
+
+
+def test_all_to_all_lists_of_any_size(world, size, rank):
+    send = [torch.full((rank + p + 1,), float(10 * rank + p)) for p in range(size)]
+    received = [torch.zeros(q + rank + 1) for q in range(size)]
+    tdist.all_to_all(received, send)
+    for q in range(size):
+        assert torch.equal(received[q], torch.full((q + rank + 1,), float(10 * q + rank)))
+
+
+def test_send_recv_ring_and_barrier(world, size, rank, multi_rank):
+    right, left = (rank + 1) % size, (rank - 1) % size
+    got = torch.zeros(9, dtype=torch.float64)
+    if rank % 2 == 0:
+        tdist.send(values(rank, 9, torch.float64), right)
+        tdist.recv(got, left)
+    else:
+        tdist.recv(got, left)
+        tdist.send(values(rank, 9, torch.float64), right)
+    assert torch.equal(got, values(left, 9, torch.float64))
+    sending = tdist.isend(values(rank, 4, torch.int32), right, tag=3)
+    receiving = tdist.irecv(got_i := torch.zeros(4, dtype=torch.int32), left, tag=3)
+    receiving.wait()
+    sending.wait()
+    assert torch.equal(got_i, values(left, 4, torch.int32))
+    tdist.barrier()
+
+
+def test_async_works_and_futures(world, size, rank):
+    tensors = [values(rank, 50 + k, torch.float32) for k in range(4)]
+    works = [tdist.all_reduce(t, async_op=True) for t in tensors]
+    futures = [w.get_future() for w in works]
+    for work in reversed(works):  # out of order
+        work.wait()
+    for k, (tensor, future) in enumerate(zip(tensors, futures)):
+        expected = sum(values(r, 50 + k, torch.float64) for r in range(size))
+        np.testing.assert_array_equal(tensor.double().numpy(), expected.numpy())
+        assert torch.equal(future.wait()[0], tensor)
+        assert works[k].is_completed()
+
+
+def test_new_group_of_even_ranks(world, size, rank):
+    evens = list(range(0, size, 2))
+    group = tdist.new_group(evens)  # every rank calls new_group; only members use it
+    if rank % 2 == 0:
+        tensor = torch.tensor([float(rank)])
+        tdist.all_reduce(tensor, group=group)
+        assert tensor.item() == sum(evens)
+        assert tdist.get_rank(group) == rank // 2
+    tdist.barrier()
+
+
+def test_bad_input_is_a_clear_error(world, size, rank):
+    with pytest.raises(RuntimeError, match="one per rank"):
+        tdist.all_gather([torch.zeros(2)] * (size + 1), torch.zeros(2))
+    with pytest.raises(RuntimeError, match="int16"):
+        tdist.all_reduce(torch.zeros(3, dtype=torch.int16))
+    with pytest.raises(RuntimeError, match="any source"):
+        tdist.recv(torch.zeros(1))
+
+
+def test_sizes_that_differ_across_ranks_fail_on_every_rank(world, size, rank, multi_rank):
+    group = tdist.new_group(list(range(size)))  # a group of its own: the failure ends it
+    with pytest.raises(RuntimeError, match="does not match rank") as raised:
+        tdist.all_reduce(torch.zeros(3 + rank), group=group)
+    assert "rank" in str(raised.value)
+    tdist.barrier()  # the world goes on
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.nn.Linear(6, 16)
+        self.out = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.hidden(x)))
+
+
+def batches(step, size):
+    """Every rank's batch of step `step` (8 rows each), a closed form of (step, rank, row)."""
+    rows = torch.arange(8 * size, dtype=torch.float64).reshape(-1, 1)
+    x = torch.sin(rows * torch.arange(1, 7, dtype=torch.float64) + step).float()
+    y = ((rows.squeeze(1) + step) % 3).long()
+    return x, y
+
+
+def train(model, group, size, rank, steps=5):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(steps):
+        x, y = batches(step, size)
+        if group is not None:  # DDP: this rank's 8 rows
+            x, y = x[8 * rank:8 * (rank + 1)], y[8 * rank:8 * (rank + 1)]
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    inner = model.module if group is not None else model
+    return torch.cat([p.detach().reshape(-1) for p in inner.parameters()])
+
+
+def test_ddp_matches_one_process_and_gloo(world, size, rank):
+    torch.manual_seed(0)
+    reference = Net()
+    chorus_model = torch.nn.parallel.DistributedDataParallel(Net(), process_group=world)
+    gloo = tdist.new_group(backend="gloo")
+    gloo_model = torch.nn.parallel.DistributedDataParallel(Net(), process_group=gloo)
+    for model in (chorus_model.module, gloo_model.module):
+        model.load_state_dict(reference.state_dict())
+    # One process on every rank's rows at once: the same mean loss, so the same gradients.
+    expected = train(reference, None, size, rank)
+    on_chorus = train(chorus_model, world, size, rank)
+    on_gloo = train(gloo_model, gloo, size, rank)
+    np.testing.assert_allclose(on_chorus.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(on_chorus.numpy(), on_gloo.numpy(), rtol=1e-4, atol=1e-5)
