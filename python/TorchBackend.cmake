@@ -37,6 +37,7 @@ endforeach()
 pybind11_add_module(_c10d MODULE
   src/torch/process_group.cc
   src/torch/torch_module.cc
+  src/torch/torch_store.cc
   src/torch/torch_tensors.cc
   src/torch/torch_work.cc
 )

@@ -36,6 +36,7 @@ SRC_LAYERS = {"core", "trace", "store", "connector", "transport", "algorithms", 
 # include/chorus/<name>: the layer that implements it (fnmatch patterns allowed).
 PUBLIC_HEADERS = [
     ("types.h", "core"), ("tensor.h", "core"), ("error.h", "core"), ("huge_pages.h", "core"),
+    ("key_value_store.h", "core"),  # an interface only: vocabulary, like tensor.h
     ("work.h", "runtime"), ("communicator.h", "runtime"), ("dist_context.h", "runtime"),
     ("stream.h", "runtime"),
     ("gradient_reducer.h", "parallel"), ("zero*.h", "parallel"), ("shard_plan.h", "parallel"),

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "chorus/communicator.h"
+#include "chorus/key_value_store.h"
 
 namespace chorus {
 
@@ -72,6 +73,12 @@ class DistContext {
   // pool. Collective the first time a (rankList, backend) pair is asked for: every rank must ask
   // for the same one.
   std::shared_ptr<Communicator> communicator(const RankList& rankList = {});
+  // Makes the world, when it is first asked for, rendezvous through `store` (every rank passes
+  // the same store) as rank `rank` of `size`, instead of through what the launcher set in the
+  // environment: for programs whose launcher gives chorus nothing of its own (torch's Store under
+  // torchrun). It does not communicate. Once the world exists, passing the rank and size it has
+  // does nothing, and anything else is an InvalidArgumentError.
+  void connectThrough(std::shared_ptr<KeyValueStore> store, int rank, int size);
   // Backend of the communicators asked for from now on: "auto", "shm", "tcp", "hierarchical",
   // "mpi", "mpi_algorithms" or "void" (see the contract above). Those already made keep theirs
   // (and are served again when it is switched back).

@@ -22,6 +22,7 @@
 #include "core/check.h"
 #include "core/env.h"
 #include "core/logging.h"
+#include "core/net/handshake.h"
 #include "core/net/socket.h"
 
 namespace chorus::connector {
@@ -98,10 +99,10 @@ std::unique_ptr<Connector> connectChorusrun(std::chrono::milliseconds timeout) {
   CHORUS_CHECK_ARG(token.has_value(),
                    "CHORUS_STORE is set but neither CHORUS_JOB_TOKEN nor CHORUS_JOB_TOKEN_FILE is; "
                    "start the job with chorusrun");
-  std::string bindHost = rankBindAddress().value_or("");
   auto store = std::make_shared<store::TcpStore>(address, *token, Deadline::after(timeout));
+  std::string host = rankBindAddress().value_or(store->localAddress());
   return std::make_unique<StoreConnector>(placement, std::move(store), *token, nullptr,
-                                          std::move(bindHost));
+                                          std::move(host));
 }
 
 // The store that rank 0 serves under torchrun-style launching. It lives as long as the process, not
@@ -140,8 +141,9 @@ std::unique_ptr<Connector> connectTorchrun(std::chrono::milliseconds timeout) {
   if (placement.rank == 0)
     server = processStoreServer(address, *token);
   auto store = std::make_shared<store::TcpStore>(address, *token, Deadline::after(timeout));
+  std::string host = bindHost.empty() ? store->localAddress() : bindHost;
   return std::make_unique<StoreConnector>(placement, std::move(store), *token, std::move(server),
-                                          std::move(bindHost));
+                                          std::move(host));
 }
 
 // mpirun's environment: Open MPI sets OMPI_COMM_WORLD_SIZE, MPICH/Hydra PMI_SIZE, PMIx PMIX_RANK.
@@ -150,6 +152,29 @@ bool launchedByMpirun() {
 }
 
 }  // namespace
+
+// Rank 0 draws the token that authenticates the ranks' own connections and shares it through the
+// store: the store is the program's, and chorus owns only the sockets it opens itself.
+std::unique_ptr<Connector> connectThrough(std::shared_ptr<store::Store> store,
+                                          int rank,
+                                          int size,
+                                          std::chrono::milliseconds timeout) {
+  CHORUS_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "connectThrough: rank ", rank,
+                   " is not a rank of a job of size ", size);
+  Placement placement;
+  placement.rank = rank;
+  placement.size = size;
+  placement.localRank = intOr("LOCAL_RANK", rank);
+  placement.localSize = intOr("LOCAL_WORLD_SIZE", size);
+  placement.nodeId = hostName();
+  const std::string tokenKey = "chorus/connector/token";
+  if (rank == 0)
+    store->set(tokenKey, store::toBytes(net::generateToken()));
+  std::string token = store::toString(store->get(tokenKey, Deadline::after(timeout)));
+  std::string host = rankBindAddress().value_or("127.0.0.1");
+  return std::make_unique<StoreConnector>(placement, std::move(store), std::move(token), nullptr,
+                                          std::move(host));
+}
 
 std::unique_ptr<Connector> connectFromEnvironment(std::chrono::milliseconds timeout) {
   if (env::string("CHORUS_STORE"))

@@ -60,4 +60,13 @@ class Connector {
 // InvalidArgumentError naming the variable. Connecting waits at most `timeout`.
 std::unique_ptr<Connector> connectFromEnvironment(std::chrono::milliseconds timeout);
 
+// A job whose rendezvous store is the program's own (DistContext::connectThrough: torch's Store
+// under torchrun): this process is `rank` of `size`; ranks share node ids through the store, and
+// rank 0 draws the token that authenticates their connections and publishes it there. Listeners
+// bind to CHORUS_BIND_ADDR / CHORUS_IFNAME where set, else to loopback (one node).
+std::unique_ptr<Connector> connectThrough(std::shared_ptr<store::Store> store,
+                                          int rank,
+                                          int size,
+                                          std::chrono::milliseconds timeout);
+
 }  // namespace chorus::connector

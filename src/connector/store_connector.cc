@@ -7,23 +7,19 @@
 namespace chorus::connector {
 
 StoreConnector::StoreConnector(Placement placement,
-                               std::shared_ptr<store::TcpStore> store,
+                               std::shared_ptr<store::Store> store,
                                std::string token,
                                std::shared_ptr<store::TcpStoreServer> server,
-                               std::string bindHost)
+                               std::string hostAddress)
     : placement_(std::move(placement)),
       store_(std::move(store)),
       token_(std::move(token)),
       server_(std::move(server)),
-      bindHost_(std::move(bindHost)) {}
+      hostAddress_(std::move(hostAddress)) {}
 
 StoreConnector::~StoreConnector() = default;
 
 std::shared_ptr<store::Store> StoreConnector::store() const { return store_; }
-
-std::string StoreConnector::hostAddress() const {
-  return bindHost_.empty() ? store_->localAddress() : bindHost_;
-}
 
 void StoreConnector::barrier(Deadline deadline) {
   std::string key = "connector/barrier/" + std::to_string(barrierCount_++);

@@ -23,13 +23,12 @@ class StoreConnector : public Connector {
  public:
   // `server` is non-null when this process serves the store itself (rank 0 under torchrun); it is
   // shared because it outlives the connector (see processStoreServer in connector.cc).
-  // `bindHost` is where this rank's listeners bind (see Note [Bind address]); empty: the local
-  // address of the connection to the store.
+  // `hostAddress` is where this rank's listeners bind (see Note [Bind address]).
   StoreConnector(Placement placement,
-                 std::shared_ptr<store::TcpStore> store,
+                 std::shared_ptr<store::Store> store,
                  std::string token,
                  std::shared_ptr<store::TcpStoreServer> server,
-                 std::string bindHost = "");
+                 std::string hostAddress);
   ~StoreConnector() override;
 
   std::string kind() const override { return "store"; }
@@ -41,18 +40,17 @@ class StoreConnector : public Connector {
   std::string nodeId() const override { return placement_.nodeId; }
   std::shared_ptr<store::Store> store() const override;
   const std::string& token() const override { return token_; }
-  // The bind host given at construction, else the local address of the connection to the store.
-  std::string hostAddress() const override;
+  std::string hostAddress() const override { return hostAddress_; }
 
   void barrier(Deadline deadline) override;
   store::Bytes broadcast(const store::Bytes& bytes, int root, Deadline deadline) override;
 
  private:
   Placement placement_;
-  std::shared_ptr<store::TcpStore> store_;
+  std::shared_ptr<store::Store> store_;
   std::string token_;
   std::shared_ptr<store::TcpStoreServer> server_;
-  std::string bindHost_;
+  std::string hostAddress_;
   std::atomic<uint64_t> barrierCount_{0};
   std::atomic<uint64_t> broadcastCount_{0};
 };

@@ -40,7 +40,8 @@ std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>& mem
   std::string name = detail::concat(tag, "/");
   for (int member : members) name += detail::concat(member, ",");
   const uint64_t count = state_->nextSubgroupCount(name);
-  const std::string scope = detail::concat(state_->resources().scope, "/subgroup/", name, "#", count);
+  const std::string scope =
+      detail::concat(state_->resources().scope, "/subgroup/", name, "#", count);
   return detail::createGroupCommunicator(*state_, members, 0, 1, scope,
                                          state_->resources().backendName);
 }

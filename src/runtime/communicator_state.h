@@ -6,8 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <memory>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>

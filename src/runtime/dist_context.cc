@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/communicator_pool.h"
+#include "store/external_store.h"
 
 namespace chorus {
 
@@ -24,6 +25,8 @@ struct DistContext::State {
   std::unique_ptr<detail::CommunicatorPool> pool;
   bool shutDown = false;
   int generation = 0;
+  // Set by connectThrough(): the world's rendezvous, instead of the environment's.
+  std::shared_ptr<KeyValueStore> externalStore;
 };
 
 namespace {
@@ -111,7 +114,11 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
   auto& state = *state_;
   CHORUS_CHECK_ARG(!state.shutDown, "the chorus context was shut down");
   if (!state.world) {
-    state.connector = connector::connectFromEnvironment(state.config.timeout);
+    state.connector =
+        state.externalStore
+            ? connector::connectThrough(std::make_shared<store::ExternalStore>(state.externalStore),
+                                        state.config.rank, state.config.size, state.config.timeout)
+            : connector::connectFromEnvironment(state.config.timeout);
     if (state.connector->kind() == "mpi") {
       shutDownBeforeMpiFinalize();
       // The store-based backends need a store, which mpirun does not provide (Note [auto under
@@ -146,6 +153,26 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
   if (rankList.empty())
     return state.pool->world(state.config.backend);  // the default may have changed since
   return state.pool->get(rankList, state.config.backend);
+}
+
+void DistContext::connectThrough(std::shared_ptr<KeyValueStore> store, int rank, int size) {
+  std::lock_guard lock(state_->mutex);
+  auto& state = *state_;
+  CHORUS_CHECK_ARG(!state.shutDown, "the chorus context was shut down");
+  CHORUS_CHECK_ARG(store != nullptr, "connectThrough: the store is null");
+  if (state.world) {
+    CHORUS_CHECK_ARG(state.world->rank() == rank && state.world->size() == size,
+                     "connectThrough: chorus's world is already connected as rank ",
+                     state.world->rank(), " of ", state.world->size(), ", not ", rank, " of ",
+                     size);
+    return;
+  }
+  CHORUS_CHECK_ARG(size >= 1 && rank >= 0 && rank < size, "connectThrough: rank ", rank,
+                   " is not a rank of a job of size ", size);
+  state.externalStore = std::move(store);
+  state.config.rank = rank;
+  state.config.size = size;
+  log::setLogRank(rank);
 }
 
 void DistContext::abort(const std::string& reason, int failedRank) noexcept {

@@ -7,12 +7,15 @@ never with chorus. Every rank runs every test in the same order; skips depend on
 """
 
 import datetime
+import os
+import socket
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as tdist
 
+import chorus
 import chorus.torch  # noqa: F401  registers the backend
 
 REDUCING = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
@@ -22,8 +25,18 @@ MOVING = REDUCING + [torch.bool, torch.int16, torch.complex64]
 
 
 @pytest.fixture(scope="module")
-def world(size):
-    """The default torch process group on chorus, made as an unchanged program makes it."""
+def world(comm, size):
+    """The default torch process group on chorus, made as an unchanged program makes it (env://,
+    which chorusrun sets; under mpirun the variables are set here, as a user's script would)."""
+    if "MASTER_PORT" not in os.environ:
+        port = 0
+        if comm.rank == 0:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+        port = int(chorus.broadcast(np.array([port], dtype=np.int64))[0])
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(comm.rank),
+                          WORLD_SIZE=str(size))
     if not tdist.is_initialized():
         tdist.init_process_group("chorus", timeout=datetime.timedelta(seconds=60))
     assert tdist.get_backend() == "chorus"

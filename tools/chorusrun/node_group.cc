@@ -100,7 +100,8 @@ NodeGroup::NodeGroup(const LaunchOptions& options,
   } else {
     config = toString(store_->get("launcher/config", connect));
     jobId_ = toString(store_->get("launcher/job_id", connect));
-    torchPort_ = static_cast<uint16_t>(std::stoi(toString(store_->get("launcher/torch_port", connect))));
+    torchPort_ =
+        static_cast<uint16_t>(std::stoi(toString(store_->get("launcher/torch_port", connect))));
   }
   if (config != mine) {
     std::string theirs = "--nnodes " + config.substr(0, config.find(' ')) + " --nproc-per-node " +

@@ -3,7 +3,9 @@
     import chorus.torch
     torch.distributed.init_process_group("chorus")      # under chorusrun or mpirun
 
-runs torch.distributed programs (DistributedDataParallel included) on chorus's collectives. Each
+runs torch.distributed programs (DistributedDataParallel included) on chorus's collectives. Under
+chorusrun chorus connects through chorusrun's store; under any other launcher (torchrun, mpirun,
+torch's multiprocessing spawn) it rendezvouses through the store torch made. Each
 torch process group gets a chorus communicator of its own over its members (new_group included);
 the operations are those of python/src/torch/process_group.h, on CPU tensors.
 """
@@ -24,7 +26,7 @@ def _create(options, pg_options=None):
     if _c10d is None:
         raise RuntimeError("chorus: this build has no torch.distributed backend (it needs torch's C++ "
                            f"headers, Debian's libtorch-dev, at build time): {_missing}")
-    return _c10d.create(list(options.global_ranks_in_group), options.group_rank,
+    return _c10d.create(options.store, list(options.global_ranks_in_group), options.group_rank,
                         options.group_size, options.timeout, options.group_id)
 
 

@@ -65,8 +65,10 @@ at::Tensor packed(const std::vector<at::Tensor>& tensors, int64_t stride) {
 at::Tensor stacked(const std::vector<at::Tensor>& tensors, const at::Tensor& like, const char* op) {
   for (const auto& tensor : tensors) {
     TORCH_CHECK(tensor.scalar_type() == like.scalar_type() && tensor.numel() == like.numel(),
-                "chorus: ", op, ": every tensor of the list must have the dtype and number of "
-                "elements of ", dtypeName(like.scalar_type()), " x ", like.numel());
+                "chorus: ", op,
+                ": every tensor of the list must have the dtype and number of "
+                "elements of ",
+                dtypeName(like.scalar_type()), " x ", like.numel());
   }
   return at::stack(tensors).contiguous();
 }
@@ -91,10 +93,10 @@ WorkPtr ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
   return translated([&] {
     const at::Tensor& tensor = single(tensors, "broadcast");
     at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    Issued issued{{comm_->broadcast(bytes(buffer, "tensor", "broadcast"),
-                                    static_cast<int>(opts.rootRank))},
-                  tensors,
-                  {tensor, buffer}};
+    Issued issued{
+        {comm_->broadcast(bytes(buffer, "tensor", "broadcast"), static_cast<int>(opts.rootRank))},
+        tensors,
+        {tensor, buffer}};
     if (!buffer.is_same(tensor))
       issued.after = [tensor, buffer] { tensor.copy_(buffer); };
     return finish(c10d::OpType::BROADCAST, std::move(issued));
@@ -143,8 +145,9 @@ WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tens
                                                 std::vector<at::Tensor>& inputs,
                                                 const c10d::AllgatherOptions&) {
   return translated([&] {
-    TORCH_CHECK(outputLists.size() == inputs.size() && !inputs.empty(), "chorus: allgather: ",
-                inputs.size(), " inputs but ", outputLists.size(), " output lists");
+    TORCH_CHECK(outputLists.size() == inputs.size() && !inputs.empty(),
+                "chorus: allgather: ", inputs.size(), " inputs but ", outputLists.size(),
+                " output lists");
     Issued issued;
     std::vector<std::function<void()>> copies;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -153,9 +156,11 @@ WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tens
       for (const auto& output : outputLists[i]) {
         TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == input.numel(),
                     "chorus: allgather: every output must have the input's dtype and number of "
-                    "elements (", dtypeName(input.scalar_type()), " x ", input.numel(), ")");
+                    "elements (",
+                    dtypeName(input.scalar_type()), " x ", input.numel(), ")");
       }
-      at::Tensor gathered = at::empty({getSize() * static_cast<int64_t>(input.nbytes())}, at::kByte);
+      at::Tensor gathered =
+          at::empty({getSize() * static_cast<int64_t>(input.nbytes())}, at::kByte);
       issued.works.push_back(comm_->allgather(bytes(input, "input", "allgather"),
                                               bytes(gathered, "output", "allgather")));
       issued.keepAlive.insert(issued.keepAlive.end(), {input, gathered});
@@ -176,12 +181,16 @@ WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output,
                                             at::Tensor& input,
                                             const c10d::AllgatherOptions&) {
   return translated([&] {
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: allgather_into_tensor: the "
-                "output's dtype ", dtypeName(output.scalar_type()), " differs from the input's ",
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+                "chorus: allgather_into_tensor: the "
+                "output's dtype ",
+                dtypeName(output.scalar_type()), " differs from the input's ",
                 dtypeName(input.scalar_type()));
-    TORCH_CHECK(output.numel() == getSize() * input.numel(), "chorus: allgather_into_tensor: the "
-                "output holds ", output.numel(), " elements; it must hold group size x input (",
-                getSize(), " x ", input.numel(), ")");
+    TORCH_CHECK(output.numel() == getSize() * input.numel(),
+                "chorus: allgather_into_tensor: the "
+                "output holds ",
+                output.numel(), " elements; it must hold group size x input (", getSize(), " x ",
+                input.numel(), ")");
     auto work = comm_->allgather(bytes(input, "input", "allgather_into_tensor"),
                                  bytes(output, "output", "allgather_into_tensor"));
     return finish(c10d::OpType::_ALLGATHER_BASE, {{work}, {output}, {output, input}});
@@ -231,9 +240,10 @@ WorkPtr ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
       checkListLength(inputs[0].size(), getSize(), "the input list", "scatter");
       at::Tensor all = packed(inputs[0], static_cast<int64_t>(output.nbytes()));
       for (const auto& input : inputs[0]) {
-        TORCH_CHECK(input.nbytes() == output.nbytes() && input.scalar_type() == output.scalar_type(),
-                    "chorus: scatter: every input must have the output's dtype and size (",
-                    dtypeName(output.scalar_type()), " x ", output.numel(), ")");
+        TORCH_CHECK(
+            input.nbytes() == output.nbytes() && input.scalar_type() == output.scalar_type(),
+            "chorus: scatter: every input must have the output's dtype and size (",
+            dtypeName(output.scalar_type()), " x ", output.numel(), ")");
       }
       packedView = bytes(all, "input", "scatter");
       issued.keepAlive.push_back(all);
@@ -285,9 +295,11 @@ WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
   return translated([&] {
     const int p = getSize();
     if (outputSplits.empty() && inputSplits.empty()) {
-      TORCH_CHECK(input.dim() > 0 && input.size(0) % p == 0, "chorus: all_to_all_single: the "
-                  "input's first dimension (", input.dim() > 0 ? input.size(0) : 0,
-                  ") must divide evenly among the ", p, " ranks when no split sizes are given");
+      TORCH_CHECK(input.dim() > 0 && input.size(0) % p == 0,
+                  "chorus: all_to_all_single: the "
+                  "input's first dimension (",
+                  input.dim() > 0 ? input.size(0) : 0, ") must divide evenly among the ", p,
+                  " ranks when no split sizes are given");
       TORCH_CHECK(output.nbytes() == input.nbytes() && output.scalar_type() == input.scalar_type(),
                   "chorus: all_to_all_single: the output must have the input's dtype and size");
       auto work = comm_->allToAll(bytes(input, "input", "all_to_all_single"),
@@ -302,15 +314,18 @@ WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
       std::vector<at::Tensor> result;
       int64_t offset = 0;
       for (int64_t rows : splits) {
-        TORCH_CHECK(rows >= 0 && offset + rows <= tensor.size(0), "chorus: all_to_all_single: "
-                    "the ", what, " split sizes add up to more than its first dimension (",
-                    tensor.size(0), ")");
+        TORCH_CHECK(rows >= 0 && offset + rows <= tensor.size(0),
+                    "chorus: all_to_all_single: "
+                    "the ",
+                    what, " split sizes add up to more than its first dimension (", tensor.size(0),
+                    ")");
         result.push_back(tensor.narrow(0, offset, rows));
         offset += rows;
       }
       return result;
     };
-    return alltoallChunks(pieces(input, inputSplits, "input"), pieces(output, outputSplits, "output"));
+    return alltoallChunks(pieces(input, inputSplits, "input"),
+                          pieces(output, outputSplits, "output"));
   });
 }
 
@@ -332,8 +347,8 @@ WorkPtr ProcessGroupChorus::alltoallChunks(const std::vector<at::Tensor>& sends,
   comm_->allreduce(chorus::Tensor(&largest, {1}), ReduceOp::kMax)->wait();
   at::Tensor sent = packed(sends, largest);
   at::Tensor received = at::empty({largest * getSize()}, at::kByte);
-  auto work = comm_->allToAll(bytes(sent, "input", "all_to_all"),
-                              bytes(received, "output", "all_to_all"));
+  auto work =
+      comm_->allToAll(bytes(sent, "input", "all_to_all"), bytes(received, "output", "all_to_all"));
   Issued issued{{work}, receives, {sent, received}};
   issued.keepAlive.insert(issued.keepAlive.end(), receives.begin(), receives.end());
   issued.after = [receives, received, largest] {
@@ -355,9 +370,8 @@ WorkPtr ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int srcRank, 
   return translated([&] {
     const at::Tensor& tensor = single(tensors, "recv");
     at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    Issued issued{{comm_->recv(bytes(buffer, "tensor", "recv"), srcRank, tag)},
-                  tensors,
-                  {tensor, buffer}};
+    Issued issued{
+        {comm_->recv(bytes(buffer, "tensor", "recv"), srcRank, tag)}, tensors, {tensor, buffer}};
     if (!buffer.is_same(tensor))
       issued.after = [tensor, buffer] { tensor.copy_(buffer); };
     issued.sourceRank = srcRank;

@@ -92,8 +92,7 @@ class ProcessGroupChorus : public BackendBase {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
                                       int srcRank,
                                       int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
-                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:

@@ -7,12 +7,14 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "chorus/dist_context.h"
 #include "process_group.h"
+#include "torch_store.h"
 #include "torch_tensors.h"
 
 namespace py = pybind11;
@@ -20,11 +22,17 @@ namespace py = pybind11;
 namespace chorus::torch_backend {
 namespace {
 
-// The group's members are `globalRanks` (torch's global ranks, which are chorus's world ranks; empty
-// for the default group: the whole world), and this process is member `groupRank` of `groupSize`.
-// The group gets a communicator of its own, so its operations never interleave with those of
-// chorus's own API on the world.
-c10::intrusive_ptr<ProcessGroupChorus> create(const std::vector<int64_t>& globalRanks,
+// The group's members are `globalRanks` (torch's global ranks, which are chorus's world ranks;
+// empty for the default group: the whole world), and this process is member `groupRank` of
+// `groupSize`. The group gets a communicator of its own, so its operations never interleave with
+// those of chorus's own API on the world.
+//
+// Under chorusrun (CHORUS_STORE), chorus's world connects through chorusrun's store. Under any
+// other launcher (torchrun, mpirun, torch's spawn; any init_method) the default group's creator
+// makes it rendezvous through `store`, the store torch made for that group: torch's variables
+// (RANK, MASTER_PORT) are then torch's, and chorus serves nothing on them.
+c10::intrusive_ptr<ProcessGroupChorus> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                              const std::vector<int64_t>& globalRanks,
                                               int64_t groupRank,
                                               int64_t groupSize,
                                               std::chrono::milliseconds timeout,
@@ -32,7 +40,15 @@ c10::intrusive_ptr<ProcessGroupChorus> create(const std::vector<int64_t>& global
   std::shared_ptr<Communicator> world;
   {
     py::gil_scoped_release release;  // the first call connects the world: other threads go on
-    world = translated([] { return DistContext::get().communicator(); });
+    world = translated([&] {
+      auto& context = DistContext::get();
+      if (globalRanks.empty() && std::getenv("CHORUS_STORE") == nullptr) {
+        context.mutableConfig().timeout = timeout;
+        context.connectThrough(std::make_shared<TorchStore>(store), static_cast<int>(groupRank),
+                               static_cast<int>(groupSize));
+      }
+      return context.communicator();
+    });
   }
   std::vector<int> members;
   if (globalRanks.empty()) {
@@ -44,7 +60,8 @@ c10::intrusive_ptr<ProcessGroupChorus> create(const std::vector<int64_t>& global
                   groupRank < groupSize && members[groupRank] == world->rank(),
               "chorus: torch's process group '", groupName, "' puts this process at rank ",
               groupRank, " of ", groupSize, ", but it is chorus's world rank ", world->rank(),
-              " of ", world->size(), " (run under chorusrun or mpirun and let torch take RANK and "
+              " of ", world->size(),
+              " (run under chorusrun or mpirun and let torch take RANK and "
               "WORLD_SIZE from the environment)");
   py::gil_scoped_release release;
   return translated([&] {
@@ -65,7 +82,7 @@ PYBIND11_MODULE(_c10d, module) {
       module, "ProcessGroupChorus")
       .def_property_readonly("transport", &ProcessGroupChorus::transport,
                              "The chorus backend that moves this group's bytes (shm, tcp...).");
-  module.def("create", &chorus::torch_backend::create, py::arg("global_ranks"),
+  module.def("create", &chorus::torch_backend::create, py::arg("store"), py::arg("global_ranks"),
              py::arg("group_rank"), py::arg("group_size"), py::arg("timeout"),
              py::arg("group_name"),
              "A ProcessGroupChorus for one torch process group (called by torch through the "

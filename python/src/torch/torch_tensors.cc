@@ -13,8 +13,8 @@ namespace {
 
 void checkHostDense(const at::Tensor& tensor, std::string_view what, std::string_view op) {
   TORCH_CHECK(tensor.defined(), "chorus: ", op, ": ", what, " is an undefined tensor");
-  TORCH_CHECK(tensor.layout() == at::kStrided, "chorus: ", op, ": ", what, " is ",
-              tensor.layout(), "; the chorus backend takes dense (strided) tensors only");
+  TORCH_CHECK(tensor.layout() == at::kStrided, "chorus: ", op, ": ", what, " is ", tensor.layout(),
+              "; the chorus backend takes dense (strided) tensors only");
   TORCH_CHECK(tensor.device().is_cpu(), "chorus: ", op, ": ", what, " is on ", tensor.device(),
               "; the chorus torch.distributed backend takes CPU tensors only for now (CUDA "
               "tensors will go through chorus's nccl backend)");
@@ -28,15 +28,33 @@ chorus::Tensor typed(const at::Tensor& tensor, std::string_view what, std::strin
   checkHostDense(tensor, what, op);
   DataType dtype;
   switch (tensor.scalar_type()) {
-    case at::kHalf: dtype = DataType::kFloat16; break;
-    case at::kBFloat16: dtype = DataType::kBFloat16; break;
-    case at::kFloat: dtype = DataType::kFloat32; break;
-    case at::kDouble: dtype = DataType::kFloat64; break;
-    case at::kChar: dtype = DataType::kInt8; break;
-    case at::kByte: dtype = DataType::kUInt8; break;
-    case at::kInt: dtype = DataType::kInt32; break;
-    case at::kLong: dtype = DataType::kInt64; break;
-    case at::kBool: dtype = DataType::kBool; break;
+    case at::kHalf:
+      dtype = DataType::kFloat16;
+      break;
+    case at::kBFloat16:
+      dtype = DataType::kBFloat16;
+      break;
+    case at::kFloat:
+      dtype = DataType::kFloat32;
+      break;
+    case at::kDouble:
+      dtype = DataType::kFloat64;
+      break;
+    case at::kChar:
+      dtype = DataType::kInt8;
+      break;
+    case at::kByte:
+      dtype = DataType::kUInt8;
+      break;
+    case at::kInt:
+      dtype = DataType::kInt32;
+      break;
+    case at::kLong:
+      dtype = DataType::kInt64;
+      break;
+    case at::kBool:
+      dtype = DataType::kBool;
+      break;
     default:
       TORCH_CHECK(false, "chorus: ", op, ": ", what, " has dtype ", dtypeName(tensor.scalar_type()),
                   ", which chorus does not reduce (it reduces float16, bfloat16, float32, "
@@ -55,14 +73,22 @@ chorus::Tensor bytes(const at::Tensor& tensor, std::string_view what, std::strin
 
 chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return ReduceOp::kSum;
-    case c10d::ReduceOp::AVG: return ReduceOp::kAvg;
-    case c10d::ReduceOp::PRODUCT: return ReduceOp::kProd;
-    case c10d::ReduceOp::MIN: return ReduceOp::kMin;
-    case c10d::ReduceOp::MAX: return ReduceOp::kMax;
-    case c10d::ReduceOp::BAND: return ReduceOp::kBand;
-    case c10d::ReduceOp::BOR: return ReduceOp::kBor;
-    case c10d::ReduceOp::BXOR: return ReduceOp::kBxor;
+    case c10d::ReduceOp::SUM:
+      return ReduceOp::kSum;
+    case c10d::ReduceOp::AVG:
+      return ReduceOp::kAvg;
+    case c10d::ReduceOp::PRODUCT:
+      return ReduceOp::kProd;
+    case c10d::ReduceOp::MIN:
+      return ReduceOp::kMin;
+    case c10d::ReduceOp::MAX:
+      return ReduceOp::kMax;
+    case c10d::ReduceOp::BAND:
+      return ReduceOp::kBand;
+    case c10d::ReduceOp::BOR:
+      return ReduceOp::kBor;
+    case c10d::ReduceOp::BXOR:
+      return ReduceOp::kBxor;
     default:
       TORCH_CHECK(false, "chorus: ", opName, ": reduce op ", static_cast<int>(op.op_),
                   " (PREMUL_SUM) is not supported; chorus supports SUM, AVG, PRODUCT, MIN, "

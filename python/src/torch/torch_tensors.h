@@ -18,11 +18,11 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <exception>
 #include <string>
 #include <string_view>
+#include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include "chorus/tensor.h"
 #include "chorus/types.h"

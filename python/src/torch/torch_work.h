@@ -16,7 +16,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -26,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "chorus/work.h"
@@ -68,7 +68,7 @@ class ChorusWork : public c10d::Work {
   int sourceRank_;
   std::once_flag completed_;
   std::mutex futureMutex_;
-  bool done_ = false;  // guarded by futureMutex_
+  bool done_ = false;                               // guarded by futureMutex_
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by futureMutex_
 };
 
