@@ -10,6 +10,8 @@ packages=(
   ccache
   # The Python front end and its tests, for Debian's /usr/bin/python3.
   pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch libopenblas0-pthread
+  # torch's C++ headers, for the torch.distributed backend (python/src/torch/, docs/torch.md).
+  libtorch-dev
   # MPI: the connector, transport and backend (CHORUS_WITH_MPI), and mpirun for their tests.
   libopenmpi-dev openmpi-bin
   # mpi4py: a test that chorus uses, and leaves alone, an MPI that mpi4py initialized.

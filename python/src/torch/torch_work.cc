@@ -15,7 +15,7 @@ ChorusWork::ChorusWork(int rank,
                        std::vector<at::Tensor> outputs,
                        std::vector<at::Tensor> keepAlive,
                        std::function<void()> after,
-                       std::shared_ptr<FutureCompleter> completer,
+                       std::weak_ptr<FutureCompleter> completer,
                        int sourceRank)
     : c10d::Work(rank, type),
       works_(std::move(works)),
@@ -129,7 +129,10 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
     return future;
   }
   lock.unlock();
-  completer_->add(c10::intrusive_ptr<ChorusWork>::reclaim_copy(this));
+  if (auto completer = completer_.lock())
+    completer->add(c10::intrusive_ptr<ChorusWork>::reclaim_copy(this));
+  else
+    settle();  // the process group is gone, and its completer with it
   return future;
 }
 
@@ -139,33 +142,39 @@ int ChorusWork::sourceRank() const {
 }
 
 FutureCompleter::~FutureCompleter() {
+  std::thread thread;
   {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
+    std::lock_guard lock(queue_->mutex);
+    queue_->stopping = true;
+    thread = std::move(thread_);
   }
-  wake_.notify_all();
-  if (thread_.joinable())
-    thread_.join();
+  queue_->wake.notify_all();
+  if (!thread.joinable())
+    return;
+  if (thread.get_id() == std::this_thread::get_id())
+    thread.detach();  // the last owner let go from a future's callback: the loop ends by itself
+  else
+    thread.join();
 }
 
 void FutureCompleter::add(c10::intrusive_ptr<ChorusWork> work) {
   {
-    std::lock_guard lock(mutex_);
-    pending_.push_back(std::move(work));
+    std::lock_guard lock(queue_->mutex);
+    queue_->pending.push_back(std::move(work));
     if (!thread_.joinable())
-      thread_ = std::thread([this] { loop(); });
+      thread_ = std::thread([queue = queue_] { loop(queue); });
   }
-  wake_.notify_one();
+  queue_->wake.notify_one();
 }
 
-void FutureCompleter::loop() {
-  std::unique_lock lock(mutex_);
+void FutureCompleter::loop(const std::shared_ptr<Queue>& queue) {
+  std::unique_lock lock(queue->mutex);
   while (true) {
-    wake_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
-    if (pending_.empty())
+    queue->wake.wait(lock, [&] { return queue->stopping || !queue->pending.empty(); });
+    if (queue->pending.empty())
       return;  // stopping, and nothing left to settle
-    auto work = std::move(pending_.front());
-    pending_.pop_front();
+    auto work = std::move(queue->pending.front());
+    queue->pending.pop_front();
     lock.unlock();
     work->settle();
     work.reset();

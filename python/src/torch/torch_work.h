@@ -11,7 +11,8 @@
 //    timeout, it raises torch's error when the time runs out, and the operation goes on.
 //  - getFuture() returns a future that completes with result() (the output tensors) or with the
 //    failure; DistributedDataParallel's communication hooks wait on it. A FutureCompleter thread
-//    completes the futures of works that were still running when their future was asked for.
+//    completes the futures of works that were still running when their future was asked for (or,
+//    once the process group is gone, getFuture() waits for the work itself).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -42,7 +43,7 @@ class ChorusWork : public c10d::Work {
              std::vector<at::Tensor> outputs,
              std::vector<at::Tensor> keepAlive,
              std::function<void()> after,
-             std::shared_ptr<FutureCompleter> completer,
+             std::weak_ptr<FutureCompleter> completer,
              int sourceRank = -1);
   ~ChorusWork() override;
 
@@ -64,7 +65,9 @@ class ChorusWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keepAlive_;
   std::function<void()> after_;
-  std::shared_ptr<FutureCompleter> completer_;
+  // Weak: the process group owns the completer, and a work the completer thread drops must not
+  // end it there (its destructor joins that thread).
+  std::weak_ptr<FutureCompleter> completer_;
   int sourceRank_;
   std::once_flag completed_;
   std::mutex futureMutex_;
@@ -84,13 +87,18 @@ class FutureCompleter {
   void add(c10::intrusive_ptr<ChorusWork> work);
 
  private:
-  void loop();
+  // What the thread uses, shared with it: the thread may outlive this object when its last owner
+  // lets go from the thread itself (a future's callback), and then finishes on its own.
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::deque<c10::intrusive_ptr<ChorusWork>> pending;
+    bool stopping = false;
+  };
+  static void loop(const std::shared_ptr<Queue>& queue);
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<c10::intrusive_ptr<ChorusWork>> pending_;
-  bool stopping_ = false;
-  std::thread thread_;
+  std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
+  std::thread thread_;  // guarded by queue_->mutex
 };
 
 }  // namespace chorus::torch_backend
