@@ -118,11 +118,11 @@ def test_all_gather_forms(world, size, rank, dtype):
 
 def test_all_gather_coalesced(world, size, rank):
     inputs = [values(rank, 5, torch.float64), values(rank, 8, torch.float64)]  # torch: one dtype
-    outputs = [[torch.zeros_like(t) for _ in range(size)] for t in inputs]
+    outputs = [[torch.zeros_like(t) for t in inputs] for _ in range(size)]  # [from rank][input]
     tdist.all_gather_coalesced(outputs, inputs)
     for r in range(size):
-        assert torch.equal(outputs[0][r], values(r, 5, torch.float64))
-        assert torch.equal(outputs[1][r], values(r, 8, torch.float64))
+        assert torch.equal(outputs[r][0], values(r, 5, torch.float64))
+        assert torch.equal(outputs[r][1], values(r, 8, torch.float64))
 
 
 def test_gather_and_scatter_at_every_root(world, size, rank):

@@ -135,46 +135,63 @@ WorkPtr ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
   });
 }
 
+// torch's allgather: outputs[i] holds input i's tensor from every rank (outputs[i][r]).
 WorkPtr ProcessGroupChorus::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                       std::vector<at::Tensor>& inputs,
-                                      const c10d::AllgatherOptions& opts) {
-  return allgather_coalesced(outputs, inputs, opts);
+                                      const c10d::AllgatherOptions&) {
+  return translated([&] { return allgatherEach(outputs, inputs); });
 }
 
+// torch's allgather_coalesced: outputLists[r] holds rank r's tensor of every input
+// (outputLists[r][i]), the transpose of allgather's.
 WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
                                                 std::vector<at::Tensor>& inputs,
                                                 const c10d::AllgatherOptions&) {
   return translated([&] {
-    TORCH_CHECK(outputLists.size() == inputs.size() && !inputs.empty(),
-                "chorus: allgather: ", inputs.size(), " inputs but ", outputLists.size(),
-                " output lists");
-    Issued issued;
-    std::vector<std::function<void()>> copies;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      checkListLength(outputLists[i].size(), getSize(), "the output list", "allgather");
-      at::Tensor input = inputs[i].contiguous();
-      for (const auto& output : outputLists[i]) {
-        TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == input.numel(),
-                    "chorus: allgather: every output must have the input's dtype and number of "
-                    "elements (",
-                    dtypeName(input.scalar_type()), " x ", input.numel(), ")");
-      }
-      at::Tensor gathered =
-          at::empty({getSize() * static_cast<int64_t>(input.nbytes())}, at::kByte);
-      issued.works.push_back(comm_->allgather(bytes(input, "input", "allgather"),
-                                              bytes(gathered, "output", "allgather")));
-      issued.keepAlive.insert(issued.keepAlive.end(), {input, gathered});
-      copies.push_back([list = outputLists[i], gathered, stride = input.nbytes()] {
-        const auto* from = static_cast<const std::byte*>(gathered.data_ptr());
-        for (size_t r = 0; r < list.size(); ++r) copyBytesInto(list[r], from + r * stride);
-      });
-      issued.outputs.insert(issued.outputs.end(), outputLists[i].begin(), outputLists[i].end());
+    checkListLength(outputLists.size(), getSize(), "the list of output lists",
+                    "allgather_coalesced");
+    std::vector<std::vector<at::Tensor>> perInput(inputs.size());
+    for (const auto& fromRank : outputLists) {
+      TORCH_CHECK(fromRank.size() == inputs.size(),
+                  "chorus: allgather_coalesced: an output list "
+                  "holds ",
+                  fromRank.size(), " tensors; it must hold one per input (", inputs.size(), ")");
+      for (size_t i = 0; i < inputs.size(); ++i) perInput[i].push_back(fromRank[i]);
     }
-    issued.after = [copies = std::move(copies)] {
-      for (const auto& copy : copies) copy();
-    };
-    return finish(c10d::OpType::ALLGATHER, std::move(issued));
+    return allgatherEach(perInput, inputs);
   });
+}
+
+WorkPtr ProcessGroupChorus::allgatherEach(const std::vector<std::vector<at::Tensor>>& outputLists,
+                                          const std::vector<at::Tensor>& inputs) {
+  TORCH_CHECK(outputLists.size() == inputs.size() && !inputs.empty(),
+              "chorus: allgather: ", inputs.size(), " inputs but ", outputLists.size(),
+              " output lists");
+  Issued issued;
+  std::vector<std::function<void()>> copies;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkListLength(outputLists[i].size(), getSize(), "the output list", "allgather");
+    at::Tensor input = inputs[i].contiguous();
+    for (const auto& output : outputLists[i]) {
+      TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == input.numel(),
+                  "chorus: allgather: every output must have the input's dtype and number of "
+                  "elements (",
+                  dtypeName(input.scalar_type()), " x ", input.numel(), ")");
+    }
+    at::Tensor gathered = at::empty({getSize() * static_cast<int64_t>(input.nbytes())}, at::kByte);
+    issued.works.push_back(comm_->allgather(bytes(input, "input", "allgather"),
+                                            bytes(gathered, "output", "allgather")));
+    issued.keepAlive.insert(issued.keepAlive.end(), {input, gathered});
+    copies.push_back([list = outputLists[i], gathered, stride = input.nbytes()] {
+      const auto* from = static_cast<const std::byte*>(gathered.data_ptr());
+      for (size_t r = 0; r < list.size(); ++r) copyBytesInto(list[r], from + r * stride);
+    });
+    issued.outputs.insert(issued.outputs.end(), outputLists[i].begin(), outputLists[i].end());
+  }
+  issued.after = [copies = std::move(copies)] {
+    for (const auto& copy : copies) copy();
+  };
+  return finish(c10d::OpType::ALLGATHER, std::move(issued));
 }
 
 WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output,

@@ -98,6 +98,10 @@ class ProcessGroupChorus : public BackendBase {
  private:
   struct Issued;  // what an operation hands to finish()
   c10::intrusive_ptr<c10d::Work> finish(c10d::OpType type, Issued issued);
+  // Gathers every input into outputLists[i][r] (r: the rank it came from).
+  c10::intrusive_ptr<c10d::Work> allgatherEach(
+      const std::vector<std::vector<at::Tensor>>& outputLists,
+      const std::vector<at::Tensor>& inputs);
   // Sends chunk i of `sends` to rank i and receives rank j's chunk into `receives[j]` (any sizes,
   // each contiguous or not): one even alltoall of chunks padded to the largest on any rank.
   c10::intrusive_ptr<c10d::Work> alltoallChunks(const std::vector<at::Tensor>& sends,
