@@ -11,7 +11,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 NP ?= 4
 
-.PHONY: all deps configure build demo test fuzz soak install format format-check clean
+.PHONY: all deps configure build demo test fuzz soak torch-suite install format format-check clean
 
 all: build
 
@@ -53,6 +53,16 @@ fuzz: deps
 SOAK_SECONDS ?= 600
 soak: build
 	/usr/bin/python3 tests/soak/soak.py --build $(BUILD) --seconds $(SOAK_SECONDS)
+
+# PyTorch's own distributed suite (tests/torch_suite/run_torch_suite.py) against the chorus
+# torch.distributed backend and against gloo, WORLD_SIZE ranks each; the last lines of each run
+# give its counts (docs/torch.md).
+WORLD_SIZE ?= 2
+torch-suite: build
+	-BACKEND=chorus WORLD_SIZE=$(WORLD_SIZE) PYTHONPATH=$(BUILD)/python /usr/bin/python3 \
+		tests/torch_suite/run_torch_suite.py
+	-BACKEND=gloo WORLD_SIZE=$(WORLD_SIZE) PYTHONPATH=$(BUILD)/python /usr/bin/python3 \
+		tests/torch_suite/run_torch_suite.py
 
 # Installs under PREFIX (default /usr/local): libchorus.so, headers, chorusrun, the CMake package
 # (find_package(chorus)), chorus.pc, and the Python package where /usr/bin/python3 finds it.
