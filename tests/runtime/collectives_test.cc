@@ -384,8 +384,9 @@ TEST_P(CollectivesTest, SubgroupIsCollectiveOverItsMembersOnly) {
     EXPECT_EQ(all[0], p);
     EXPECT_THROW(comm.subgroup({r, r}, "twice"), InvalidArgumentError);
     EXPECT_THROW(comm.subgroup({r, p}, "outside"), InvalidArgumentError);
-    if (p > 1)
+    if (p > 1) {
       EXPECT_THROW(comm.subgroup({(r + 1) % p}, "not me"), InvalidArgumentError);
+    }
   });
 }
 
