@@ -10,6 +10,11 @@
 //    then returns a Work at once. Operations run in call order, one at a time, on the
 //    communicator's worker thread (or on a thread that waits for them, or under BlockingCalls on
 //    the calling thread). Tensors must stay alive and untouched until the Work completes.
+//  - Except point-to-point: sends and receives issued one after another are in flight together,
+//    as MPI's and torch's isend/irecv are, so a receive posted before the send its peer waits for
+//    does not hold that send back. Those of one (peer, tag) still match in call order. A
+//    collective issued after them starts once they are done (issue it on another communicator to
+//    overlap it with a receive that waits for it). The mpi, tcp, shm and hierarchical backends.
 //  - Ranks and roots are ranks of this communicator (0..size()-1). Tensors must be contiguous CPU
 //    tensors (GPU tensors: UnsupportedError until a GPU backend is built).
 //  - No operation blocks forever: each has a deadline (DistConfig::timeout, CHORUS_TIMEOUT). A peer

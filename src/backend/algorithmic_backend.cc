@@ -114,6 +114,28 @@ void AlgorithmicBackend::recv(
   peers.waitAll();
 }
 
+void AlgorithmicBackend::postSend(const CallContext& call,
+                                  const void* data,
+                                  size_t bytes,
+                                  int peer,
+                                  int tag,
+                                  Transfer& transfer) {
+  transport_->postSend(peer, static_cast<uint64_t>(tag), call.fingerprint, data, bytes,
+                       transfer.request);
+}
+
+void AlgorithmicBackend::postRecv(
+    const CallContext& call, void* data, size_t bytes, int peer, int tag, Transfer& transfer) {
+  transport_->postRecv(peer, static_cast<uint64_t>(tag), call.fingerprint, data, bytes,
+                       transfer.request);
+}
+
+bool AlgorithmicBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadline) {
+  waitingTransfers_.clear();
+  for (Transfer* transfer : transfers) waitingTransfers_.push_back(&transfer->request);
+  return transport_->waitSome(waitingTransfers_, deadline);
+}
+
 void AlgorithmicBackend::abort(std::exception_ptr reason) noexcept { transport_->abort(reason); }
 
 void AlgorithmicBackend::close() noexcept { transport_->close(); }

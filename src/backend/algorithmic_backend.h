@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "algorithms/peers.h"
 #include "backend/backend.h"
@@ -37,6 +38,21 @@ class AlgorithmicBackend : public Backend {
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
+  bool postsPointToPoint() const override { return true; }
+  void postSend(const CallContext& call,
+                const void* data,
+                size_t bytes,
+                int peer,
+                int tag,
+                Transfer& transfer) override;
+  void postRecv(const CallContext& call,
+                void* data,
+                size_t bytes,
+                int peer,
+                int tag,
+                Transfer& transfer) override;
+  bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
+  void interruptWait() noexcept override { transport_->interrupt(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 
@@ -49,6 +65,7 @@ class AlgorithmicBackend : public Backend {
   std::string name_;
   Workspace workspace_;
   algorithms::RequestPool requests_;
+  std::vector<transport::Request*> waitingTransfers_;  // scratch for waitSome()
 };
 
 }  // namespace chorus::backend

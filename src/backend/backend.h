@@ -13,17 +13,28 @@
 //
 // Contract: methods are called from one thread at a time, in the communicator's call order. Each
 // call finishes or throws a chorus::Error before `call.deadline`. After a throw the backend is
-// failed and every later call throws again; abort() and close() may be called from any thread.
+// failed and every later call throws again; abort(), close() and interruptWait() may be called
+// from any thread.
+//
+// Point-to-point comes in two forms. send/recv run a transfer whole. A backend whose
+// postsPointToPoint() is true also lets the front end overlap them (Note [Point-to-point
+// overlap], runtime/communicator_state.h): postSend/postRecv start a transfer and return at once;
+// waitSome() waits until one of the given transfers is done (true) or interruptWait() was called
+// (false); the semantics and failures are Transport::waitSome's (transport.h). Transfers of one
+// (peer, tag) match in the order they were posted.
 #pragma once
 
 #include <exception>
 #include <memory>
+#include <span>
 #include <string>
 
+#include "core/check.h"
 #include "core/collective.h"
 #include "core/collective_args.h"
 #include "core/deadline.h"
 #include "core/stall_watch.h"
+#include "transport/transport.h"
 
 namespace chorus::backend {
 
@@ -32,6 +43,12 @@ class DeviceBackend;
 struct CallContext {
   Fingerprint fingerprint;
   Deadline deadline;
+};
+
+// A posted point-to-point transfer. Its address must stay the same until it is done.
+struct Transfer {
+  transport::Request request;
+  bool done() const { return request.done; }
 };
 
 class Backend {
@@ -69,6 +86,31 @@ class Backend {
   virtual void barrier(const CallContext& call) = 0;
   virtual void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) = 0;
   virtual void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) = 0;
+
+  // Overlapping point-to-point (see the contract above); the defaults serve backends that run
+  // send/recv whole, whose postsPointToPoint() is false, so the front end never calls the others.
+  virtual bool postsPointToPoint() const { return false; }
+  virtual void postSend(const CallContext& /*call*/,
+                        const void* /*data*/,
+                        size_t /*bytes*/,
+                        int /*peer*/,
+                        int /*tag*/,
+                        Transfer& /*transfer*/) {
+    CHORUS_ASSERT(!"postSend on a backend that does not post point-to-point");
+  }
+  virtual void postRecv(const CallContext& /*call*/,
+                        void* /*data*/,
+                        size_t /*bytes*/,
+                        int /*peer*/,
+                        int /*tag*/,
+                        Transfer& /*transfer*/) {
+    CHORUS_ASSERT(!"postRecv on a backend that does not post point-to-point");
+  }
+  virtual bool waitSome(std::span<Transfer* const> /*transfers*/, Deadline /*deadline*/) {
+    CHORUS_ASSERT(!"waitSome on a backend that does not post point-to-point");
+    return false;
+  }
+  virtual void interruptWait() noexcept {}
 
   // See Transport::abort / close.
   virtual void abort(std::exception_ptr reason) noexcept = 0;

@@ -203,10 +203,7 @@ Communicator::WorkPtr Communicator::send(Tensor tensor, int peer, int tag) {
                                              tensor.dtype(), std::nullopt, -1);
   if (const int device = detail::deviceOf({&tensor}, "send", worldRank()); device >= 0)
     return detail::devicePointToPoint(*state_, fingerprint, device, tensor, peer, tag, true);
-  auto& state = *state_;
-  return state_->submit(fingerprint, [&state, tensor, peer, tag](const backend::CallContext& call) {
-    state.backend().send(call, tensor.data(), tensor.nbytes(), peer, tag);
-  });
+  return state_->submitPointToPoint(fingerprint, {true, tensor, peer, tag});
 }
 
 Communicator::WorkPtr Communicator::recv(Tensor tensor, int peer, int tag) {
@@ -216,10 +213,7 @@ Communicator::WorkPtr Communicator::recv(Tensor tensor, int peer, int tag) {
                                              tensor.dtype(), std::nullopt, -1);
   if (const int device = detail::deviceOf({&tensor}, "recv", worldRank()); device >= 0)
     return detail::devicePointToPoint(*state_, fingerprint, device, tensor, peer, tag, false);
-  auto& state = *state_;
-  return state_->submit(fingerprint, [&state, tensor, peer, tag](const backend::CallContext& call) {
-    state.backend().recv(call, tensor.data(), tensor.nbytes(), peer, tag);
-  });
+  return state_->submitPointToPoint(fingerprint, {false, tensor, peer, tag});
 }
 
 Communicator::WorkPtr Communicator::barrier() {

@@ -1,6 +1,7 @@
 #include "runtime/communicator_state.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 
 #include "backend/factory.h"
@@ -191,20 +192,138 @@ void CommunicatorState::execute(Work& work,
                                 &fingerprint, census);
     body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});
   } catch (...) {
-    error = inContext(std::current_exception());
-    {
-      std::lock_guard lock(mutex_);
-      if (!failure_)
-        failure_ = error;
-    }
-    // The host backend already failed itself; the device backend must stop too (a failed host
-    // check means its NCCL call may never end).
-    if (backend::Backend* device = publishedDeviceBackend_.load())
-      device->abort(error);
+    error = latchFailure(std::current_exception());
   }
   // The queue is free before anyone learns the work is done (see releaseRunning).
   queue_.releaseRunning();
   work.finish(error);
+}
+
+std::exception_ptr CommunicatorState::latchFailure(std::exception_ptr error) noexcept {
+  error = inContext(error);
+  {
+    std::lock_guard lock(mutex_);
+    if (!failure_)
+      failure_ = error;
+  }
+  // The host backend already failed itself; the device backend must stop too (a failed host
+  // check means its NCCL call may never end).
+  if (backend::Backend* device = publishedDeviceBackend_.load())
+    device->abort(error);
+  return error;
+}
+
+struct CommunicatorState::PendingTransfer {
+  std::shared_ptr<QueuedWork> work;
+  Fingerprint fingerprint;
+  PointToPointCall call;
+  backend::Transfer transfer;
+  Deadline deadline = Deadline::never();
+};
+
+std::shared_ptr<Work> CommunicatorState::submitPointToPoint(const Fingerprint& fingerprint,
+                                                            PointToPointCall call) {
+  if (!backend_->postsPointToPoint() || BlockingCalls::active()) {
+    auto whole = [this, call](const backend::CallContext& context) {
+      if (call.isSend)
+        backend_->send(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag);
+      else
+        backend_->recv(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag);
+    };
+    if (!backend_->postsPointToPoint())
+      return submit(fingerprint, whole);
+    if (std::shared_ptr<Work> work = runHereIfIdle(fingerprint, BodyRef(whole)))
+      return work;
+  }
+  auto pending = std::make_shared<PendingTransfer>();
+  pending->work = makeWork(info_.worldRank, fingerprint, weak_from_this());
+  pending->fingerprint = fingerprint;
+  pending->call = std::move(call);
+  std::shared_ptr<Work> work = pending->work;
+  auto operation = std::make_shared<std::function<void()>>([this, pending] {
+    if (joining_ != nullptr)
+      joining_->push_back(pending);  // taken by the running batch (takeNextPointToPoint)
+    else
+      runTransfers(pending);
+  });
+  pending->work->setOperation(operation);
+  {
+    std::lock_guard lock(mutex_);  // in order with the collectives enqueue() numbers
+    queue_.push(std::move(operation), /*pointToPoint=*/true);
+  }
+  if (transfersWaiting_.load(std::memory_order_seq_cst))
+    backend_->interruptWait();
+  return work;
+}
+
+void CommunicatorState::startTransfer(PendingTransfer& transfer,
+                                      std::chrono::milliseconds timeout) {
+  transfer.deadline = Deadline(coarseNow() + timeout);
+  const backend::CallContext context{transfer.fingerprint, transfer.deadline};
+  const PointToPointCall& call = transfer.call;
+  if (call.isSend) {
+    backend_->postSend(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag,
+                       transfer.transfer);
+  } else {
+    backend_->postRecv(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag,
+                       transfer.transfer);
+  }
+}
+
+void CommunicatorState::runTransfers(std::shared_ptr<PendingTransfer> first) {
+  std::vector<std::shared_ptr<PendingTransfer>> active;                     // posted, in flight
+  std::vector<std::shared_ptr<PendingTransfer>> joining{std::move(first)};  // not yet posted
+  std::vector<std::shared_ptr<PendingTransfer>> finished;
+  std::vector<backend::Transfer*> waiting;
+  std::exception_ptr error;
+  std::chrono::milliseconds timeout;
+  {
+    std::lock_guard lock(mutex_);
+    error = failure_;
+    timeout = timeout_;
+  }
+  if (!error) {
+    joining_ = &joining;
+    try {
+      stall::OperationScope scope(info_.worldRank, coarseNow(), timeout, &describeFingerprint,
+                                  &joining.front()->fingerprint);
+      while (true) {
+        for (auto& transfer : joining) {
+          startTransfer(*transfer, timeout);
+          active.push_back(transfer);
+        }
+        joining.clear();
+        auto done = std::stable_partition(active.begin(), active.end(),
+                                          [](const auto& t) { return !t->transfer.done(); });
+        finished.assign(std::make_move_iterator(done), std::make_move_iterator(active.end()));
+        active.erase(done, active.end());
+        if (active.empty())
+          break;  // the last ones finish once the queue is free
+        for (auto& transfer : finished) transfer->work->finish(nullptr);
+        // Those queued behind join now; any pushed from here on interrupts the wait.
+        transfersWaiting_.store(true, std::memory_order_seq_cst);
+        while (OperationQueue::Operation next = queue_.takeNextPointToPoint()) (*next)();
+        if (!joining.empty())
+          continue;
+        waiting.clear();
+        Deadline deadline = Deadline::never();
+        for (auto& transfer : active) {
+          waiting.push_back(&transfer->transfer);
+          deadline = Deadline::earliest(deadline, transfer->deadline);
+        }
+        backend_->waitSome(waiting, deadline);
+        transfersWaiting_.store(false, std::memory_order_seq_cst);
+      }
+    } catch (...) {
+      error = latchFailure(std::current_exception());
+    }
+    transfersWaiting_.store(false, std::memory_order_seq_cst);
+    joining_ = nullptr;
+  }
+  queue_.releaseRunning();
+  for (auto* list : {&finished, &active, &joining}) {
+    for (auto& transfer : *list) transfer->work->finish(list == &finished ? nullptr : error);
+  }
 }
 
 std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,

@@ -16,6 +16,7 @@
 #include "backend/device_backend.h"
 #include "backend/options.h"
 #include "chorus/communicator.h"
+#include "chorus/tensor.h"
 #include "chorus/work.h"
 #include "core/function_ref.h"
 #include "core/rank_names.h"
@@ -75,6 +76,23 @@ backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
 // no host backend (backend 'nccl' named on its own). Cost: one host barrier per device
 // collective, off the caller's thread.
 
+// Note [Point-to-point overlap]
+// torch.distributed, MPI and NCCL let a program post a receive and then the send its peer waits
+// for (irecv(left); isend(right); wait for both): the two must progress together. A
+// communicator's operations run one at a time, in call order, so a receive posted first would
+// hold the queue until its message came, and a ring of such receives would wait forever. So when
+// the backend posts point-to-point (Backend::postsPointToPoint: tcp, shm, hierarchical,
+// mpi_algorithms), a send or recv runs differently: the worker thread posts it, then, while any
+// transfer is in flight, takes the point-to-point operations queued right behind it, posts them
+// too, and waits for any of them to finish (Backend::waitSome). Pushing a transfer to the queue
+// interrupts that wait, so a newly issued one joins at once. Each Work completes when its own
+// transfer does. A collective queued behind them starts once every earlier transfer is done (as
+// before); transfers of one (peer, tag) match in call order; each has its own deadline, a failure
+// fails the communicator as any other. Only the worker runs transfers (a waiter could not leave
+// the others in flight when its own is done). A blocking call under BlockingCalls that finds the
+// queue idle still runs whole on the calling thread: nothing can join it from that thread. The
+// mpi backend does not post them, and runs send/recv whole, in order.
+
 class DeviceWatchdog;
 
 // A reference to an operation's body for the time of one call: no copy, no allocation.
@@ -126,6 +144,16 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // numbered in an order the program does not control, as host calls are.
   std::shared_ptr<Work> submitDevice(Fingerprint fingerprint, int device, const DeviceBody& body);
 
+  // A send (`isSend`) or receive of host tensor `tensor` with `peer` (a rank of this
+  // communicator, not this one) and `tag` (Note [Point-to-point overlap]).
+  struct PointToPointCall {
+    bool isSend = false;
+    Tensor tensor;
+    int peer = -1;
+    int tag = 0;
+  };
+  std::shared_ptr<Work> submitPointToPoint(const Fingerprint& fingerprint, PointToPointCall call);
+
   // Collective over this communicator (split and rank_list call it on every rank, in call
   // order): when it has a device backend, splits it (DeviceBackend::split) for the group of
   // `members` (ranks of this communicator, in the group's order) that this rank joins at position
@@ -165,6 +193,14 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
                BodyRef body,
                std::exception_ptr earlier,
                std::chrono::milliseconds timeout);
+  // Note [Point-to-point overlap]: runs `first` and every transfer that joins it, on the worker.
+  struct PendingTransfer;
+  void runTransfers(std::shared_ptr<PendingTransfer> first);
+  // Posts `transfer` with a deadline `timeout` from now.
+  void startTransfer(PendingTransfer& transfer, std::chrono::milliseconds timeout);
+  // Latches `error` (in this communicator's context) as its failure unless one is, and aborts
+  // the device backend with it (the host backend failed itself); returns the error.
+  std::exception_ptr latchFailure(std::exception_ptr error) noexcept;
   // Latches `error` as the communicator's failure (unless one is latched) and aborts its
   // backends, host and device, with it: peers hear of it, and NCCL's kernels end. Any thread.
   void failWith(std::exception_ptr error) noexcept;
@@ -191,6 +227,10 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   std::atomic<backend::Backend*> publishedDeviceBackend_{nullptr};
   std::unique_ptr<DeviceWatchdog> watchdog_;  // made with the device backend
   Workspace staging_;
+  // The running batch of transfers takes those that join it here (worker thread only).
+  std::vector<std::shared_ptr<PendingTransfer>>* joining_ = nullptr;
+  // Set while that batch may wait: a pushed transfer then interrupts the wait.
+  std::atomic<bool> transfersWaiting_{false};
 
   mutable std::mutex mutex_;
   std::chrono::milliseconds timeout_ CHORUS_GUARDED_BY(mutex_);

@@ -14,10 +14,10 @@ void OperationQueue::shutdown() {
     worker_.join();
 }
 
-void OperationQueue::push(Operation operation) {
+void OperationQueue::push(Operation operation, bool pointToPoint) {
   {
     std::lock_guard lock(mutex_);
-    pending_.push_back(std::move(operation));
+    pending_.push_back(Entry{std::move(operation), pointToPoint});
     if (!worker_.joinable())
       worker_ = std::thread([this] { workerLoop(); });
   }
@@ -35,13 +35,24 @@ bool OperationQueue::claimIfIdle() {
 bool OperationQueue::runIfNext(const Operation& operation) {
   {
     std::lock_guard lock(mutex_);
-    if (running_ || pending_.empty() || pending_.front() != operation)
+    if (running_ || pending_.empty() || pending_.front().operation != operation ||
+        pending_.front().pointToPoint) {
       return false;
+    }
     pending_.pop_front();
     running_ = true;
   }
   run(operation);
   return true;
+}
+
+OperationQueue::Operation OperationQueue::takeNextPointToPoint() {
+  std::lock_guard lock(mutex_);
+  if (pending_.empty() || !pending_.front().pointToPoint)
+    return nullptr;
+  Operation next = std::move(pending_.front().operation);
+  pending_.pop_front();
+  return next;
 }
 
 namespace {
@@ -77,7 +88,7 @@ void OperationQueue::workerLoop() {
     wake_.wait(lock, [&] { return !running_ && (stopping_ || !pending_.empty()); });
     if (pending_.empty())
       return;  // stopping, and everything queued has run
-    auto operation = std::move(pending_.front());
+    auto operation = std::move(pending_.front().operation);
     pending_.pop_front();
     running_ = true;
     lock.unlock();

@@ -5,6 +5,10 @@
 // itself with runIfNext(), when that operation is at the head of the queue and nothing is running:
 // a blocking call then costs no thread hand-off (DESIGN §6), and the order is the same.
 // Operations must not throw: they report failure through their Work.
+//
+// Point-to-point operations (Note [Point-to-point overlap], communicator_state.h) are marked when
+// pushed: only the worker runs them (runIfNext refuses them), and the one running may take those
+// queued right behind it (takeNextPointToPoint) to run them alongside itself.
 #pragma once
 
 #include <condition_variable>
@@ -27,13 +31,16 @@ class OperationQueue {
   OperationQueue(const OperationQueue&) = delete;
   OperationQueue& operator=(const OperationQueue&) = delete;
 
-  void push(Operation operation);
+  void push(Operation operation, bool pointToPoint = false);
   // If nothing is queued or running, claims the queue and returns true: the caller then runs its
   // operation itself and calls releaseRunning() when it is done. Otherwise returns false.
   bool claimIfIdle();
   // Runs `operation` on the calling thread if it is next and nothing is running; returns whether
   // it did. Otherwise the worker will run it.
   bool runIfNext(const Operation& operation);
+  // For the running operation: removes and returns the next queued operation if it is a
+  // point-to-point one; null otherwise.
+  Operation takeNextPointToPoint();
   // Called by the running operation (on its thread) just before it reports completion, so that a
   // thread its completion wakes finds the queue free: a blocking call issued right after a wait
   // then runs on its own thread. Operations that do not call it are released when they return.
@@ -47,7 +54,11 @@ class OperationQueue {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Operation> pending_ CHORUS_GUARDED_BY(mutex_);
+  struct Entry {
+    Operation operation;
+    bool pointToPoint = false;
+  };
+  std::deque<Entry> pending_ CHORUS_GUARDED_BY(mutex_);
   bool running_ CHORUS_GUARDED_BY(mutex_) = false;
   bool stopping_ CHORUS_GUARDED_BY(mutex_) = false;
   std::thread worker_;

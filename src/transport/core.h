@@ -64,6 +64,11 @@ class TransportCore : public Transport {
     post(/*isSend=*/false, peer, tag, fingerprint, data, bytes, request);
   }
   void wait(std::span<Request* const> requests, Deadline deadline) final;
+  bool waitSome(std::span<Request* const> requests, Deadline deadline) final;
+  void interrupt() noexcept final {
+    interruptWanted_.store(true, std::memory_order_release);
+    wakeWaiter();
+  }
   void abort(std::exception_ptr reason) noexcept final;
   void close() noexcept final;
   std::exception_ptr failure() const final {
@@ -95,6 +100,7 @@ class TransportCore : public Transport {
   [[noreturn]] void rethrowFailure() const { std::rethrow_exception(failure_); }
   void fail(std::exception_ptr error, bool tellPeers) noexcept;
   bool abortRequested() const { return abortWanted_.load(std::memory_order_acquire); }
+  bool interruptRequested() const { return interruptWanted_.load(std::memory_order_acquire); }
   OpPool<Op>& ops() { return ops_; }
 
   // The hooks: how this transport moves bytes.
@@ -118,7 +124,8 @@ class TransportCore : public Transport {
   // The transport just failed with `error`: forget every op's buffers and, if `tellPeers`, tell
   // every peer. Ops are released afterwards. Never throws.
   virtual void onFailure(std::exception_ptr error, bool tellPeers) noexcept = 0;
-  // abort() from another thread: make a blocked idle() return soon. No lock held. Never throws.
+  // abort() or interrupt() from another thread: make a blocked idle() return soon (also when it
+  // comes just before idle() blocks). No lock held. Never throws.
   virtual void wakeWaiter() noexcept {}
   // close(), after failing: say goodbye to every peer and let go of the links. Never throws.
   virtual void sayGoodbye() noexcept = 0;
@@ -133,7 +140,19 @@ class TransportCore : public Transport {
             void* data,
             size_t bytes,
             Request& request);
+  // Collects the ops of `requests` into waitOps_ (InvalidArgumentError for one never posted).
+  void collectWaitOps(std::span<Request* const> requests);
+  // The loop of wait() and waitSome(): until done() (or, when `interruptible`, an interrupt()),
+  // failing the transport on any error. Returns whether done() became true.
+  template <typename Done>
+  bool waitLoop(Deadline deadline,
+                std::unique_lock<std::mutex>& lock,
+                bool interruptible,
+                Done done);
+  // Marks done and releases those of `requests` whose op is complete.
+  void finishComplete(std::span<Request* const> requests);
   bool allComplete();
+  bool anyComplete();
 
   const int rank_;
   const int size_;
@@ -146,6 +165,7 @@ class TransportCore : public Transport {
   std::atomic<bool> abortWanted_{false};
   std::mutex abortMutex_;
   std::exception_ptr abortReason_;
+  std::atomic<bool> interruptWanted_{false};  // interrupt(): taken up by the next waitSome()
 
   OpPool<Op> ops_;
   std::vector<Op*> waitOps_;    // scratch for wait()
@@ -197,10 +217,18 @@ bool TransportCore<Op>::allComplete() {
   return waitingOn_.empty();
 }
 
+// True when some op of waitOps_ is complete (or there is none); otherwise as allComplete().
 template <typename Op>
-void TransportCore<Op>::wait(std::span<Request* const> requests, Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  throwIfFailed();
+bool TransportCore<Op>::anyComplete() {
+  for (Op* op : waitOps_) {
+    if (op == nullptr || op->complete)
+      return true;
+  }
+  return waitOps_.empty() || allComplete();
+}
+
+template <typename Op>
+void TransportCore<Op>::collectWaitOps(std::span<Request* const> requests) {
   waitOps_.clear();
   for (Request* request : requests) {
     Op* op = ops_.find(request);
@@ -208,6 +236,14 @@ void TransportCore<Op>::wait(std::span<Request* const> requests, Deadline deadli
                      " (this process): wait() was given a request that was never posted");
     waitOps_.push_back(op);
   }
+}
+
+template <typename Op>
+template <typename Done>
+bool TransportCore<Op>::waitLoop(Deadline deadline,
+                                 std::unique_lock<std::mutex>& lock,
+                                 bool interruptible,
+                                 Done done) {
   try {
     beginWait();
     while (true) {
@@ -217,8 +253,10 @@ void TransportCore<Op>::wait(std::span<Request* const> requests, Deadline deadli
         rethrowFailure();
       }
       progress();
-      if (allComplete())
-        break;
+      if (done())
+        return true;
+      if (interruptible && interruptWanted_.exchange(false, std::memory_order_acq_rel))
+        return false;
       if (deadline.expired())
         throw makeTimeoutError(worldRank(rank_), waitingOn_);
       if (Clock::now() >= stall::nextCheckAt())
@@ -230,11 +268,38 @@ void TransportCore<Op>::wait(std::span<Request* const> requests, Deadline deadli
     fail(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
     rethrowFailure();
   }
+}
+
+template <typename Op>
+void TransportCore<Op>::finishComplete(std::span<Request* const> requests) {
   for (size_t i = 0; i < requests.size(); ++i) {
+    Op* op = waitOps_[i];
+    if (op != nullptr && !op->complete)
+      continue;
     requests[i]->done = true;
-    if (waitOps_[i] != nullptr)
-      ops_.release(waitOps_[i]);
+    if (op != nullptr)
+      ops_.release(op);
   }
+}
+
+template <typename Op>
+void TransportCore<Op>::wait(std::span<Request* const> requests, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  throwIfFailed();
+  collectWaitOps(requests);
+  waitLoop(deadline, lock, /*interruptible=*/false, [this] { return allComplete(); });
+  finishComplete(requests);
+}
+
+template <typename Op>
+bool TransportCore<Op>::waitSome(std::span<Request* const> requests, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  throwIfFailed();
+  collectWaitOps(requests);
+  const bool completed =
+      waitLoop(deadline, lock, /*interruptible=*/true, [this] { return anyComplete(); });
+  finishComplete(requests);
+  return completed;
 }
 
 template <typename Op>

@@ -35,8 +35,14 @@
 //  - A peer that closes without saying goodbye (a crash, kill -9) fails the transport as soon as
 //    any rank notices, even while waiting on someone else. A peer that said goodbye (close()) only
 //    fails the requests that involve it.
-//  - Threading: one thread at a time may post and wait. abort() may be called from any thread at
-//    any time, including while another thread is inside wait(), which then throws.
+//  - waitSome() is wait() for overlapping point-to-point operations (Note [Point-to-point
+//    overlap] in runtime/communicator_state.h): it returns as soon as at least one of the requests
+//    is complete (those complete are marked done and returned to the pool; the others stay posted),
+//    or when interrupt() has been called since the last waitSome() returned, whichever comes first.
+//    It fails as wait() does.
+//  - Threading: one thread at a time may post and wait. abort() and interrupt() may be called from
+//    any thread at any time, including while another thread is inside wait(), which then throws
+//    (abort) or, in waitSome(), returns (interrupt).
 #pragma once
 
 #include <cstddef>
@@ -86,6 +92,10 @@ class Transport {
                         size_t bytes,
                         Request& request) = 0;
   virtual void wait(std::span<Request* const> requests, Deadline deadline) = 0;
+  // Returns true when at least one request completed, false when interrupted first.
+  virtual bool waitSome(std::span<Request* const> requests, Deadline deadline) = 0;
+  // Makes the current or next waitSome() return. Thread-safe, never throws.
+  virtual void interrupt() noexcept = 0;
 
   // Fails the transport with `reason` (a chorus::Error) and tells every peer, which then fail
   // with an error of the same type whose message quotes this one. Thread-safe, never throws.

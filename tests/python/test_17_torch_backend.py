@@ -198,6 +198,18 @@ def test_send_recv_ring_and_barrier(world, size, rank, multi_rank):
     tdist.barrier()
 
 
+def test_receives_posted_before_their_sends_around_a_ring(world, size, rank, multi_rank):
+    """irecv(left) before isend(right) on every rank, as batch_isend_irecv users write it (4 MiB:
+    past any buffering). Run one after the other, every rank would wait in its receive."""
+    right, left = (rank + 1) % size, (rank - 1) % size
+    got = torch.zeros(1 << 20, dtype=torch.float32)
+    ops = [tdist.P2POp(tdist.irecv, got, left),
+           tdist.P2POp(tdist.isend, values(rank, 1 << 20, torch.float32), right)]
+    for work in tdist.batch_isend_irecv(ops):
+        work.wait()
+    assert torch.equal(got, values(left, 1 << 20, torch.float32))
+
+
 def test_async_works_and_futures(world, size, rank):
     tensors = [values(rank, 50 + k, torch.float32) for k in range(4)]
     works = [tdist.all_reduce(t, async_op=True) for t in tensors]
@@ -209,6 +221,26 @@ def test_async_works_and_futures(world, size, rank):
         np.testing.assert_array_equal(tensor.double().numpy(), expected.numpy())
         assert torch.equal(future.wait()[0], tensor)
         assert works[k].is_completed()
+
+
+def test_wait_with_a_timeout_raises_and_the_operation_goes_on(world, size, rank, multi_rank):
+    """Rank 1 sends only after the barrier, which rank 0 reaches only once its wait(50 ms) has run
+    out: the expiry is certain, not a race. The receive then completes with rank 1's values. The
+    barrier is another group's: on the receive's own group it would wait for the receive."""
+    signal = tdist.new_group(list(range(size)))
+    if rank == 0:
+        got = torch.zeros(6, dtype=torch.int64)
+        receiving = tdist.irecv(got, src=1)
+        with pytest.raises(RuntimeError, match="did not complete within 50 ms"):
+            receiving.wait(datetime.timedelta(milliseconds=50))
+        assert not receiving.is_completed()
+        tdist.barrier(group=signal)
+        receiving.wait()
+        assert torch.equal(got, values(1, 6, torch.int64))
+    else:
+        tdist.barrier(group=signal)
+        if rank == 1:
+            tdist.send(values(1, 6, torch.int64), dst=0)
 
 
 def test_new_group_of_even_ranks(world, size, rank):

@@ -294,6 +294,43 @@ TEST_P(CollectivesTest, SendRecvAroundARingAndBarrier) {
   });
 }
 
+// Note [Point-to-point overlap]: receives posted before the sends their peers wait for, as in
+// torch's irecv(left); isend(right). Run one at a time in call order, every rank would wait in its
+// receive for ever. Small and large (past socket buffers and shared-memory chunks) messages, a
+// second receive from each side on the same tag (matched in call order), and a barrier queued
+// behind them.
+TEST_P(CollectivesTest, ReceivesPostedBeforeTheirSendsDoNotHoldTheSendsBack) {
+  const int p = GetParam().size;
+  if (p == 1)
+    GTEST_SKIP() << "send/recv needs a peer";
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank(), right = (r + 1) % p, left = (r + p - 1) % p;
+    for (int64_t count : {int64_t{3}, int64_t{3} << 20}) {
+      std::vector<int32_t> first(count, -1), second(count, -1), fromRight(count, -1);
+      std::vector<int32_t> out(count), outAgain(count), outLeft(count);
+      for (int64_t i = 0; i < count; ++i) {
+        out[i] = r * 10 + static_cast<int32_t>(i % 7);
+        outAgain[i] = r * 10 + 5000;
+        outLeft[i] = r * 10 + 9000;
+      }
+      std::vector<std::shared_ptr<Work>> works{
+          comm.recv(Tensor(first.data(), {count}), left, 4),
+          comm.recv(Tensor(fromRight.data(), {count}), right, 5),
+          comm.recv(Tensor(second.data(), {count}), left, 4),
+          comm.send(Tensor(out.data(), {count}), right, 4),
+          comm.send(Tensor(outLeft.data(), {count}), left, 5),
+          comm.send(Tensor(outAgain.data(), {count}), right, 4)};
+      comm.barrier()->wait();  // queued behind them: runs once they are done
+      for (auto& work : works) work->wait();
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(first[i], left * 10 + static_cast<int32_t>(i % 7)) << "count " << count;
+        ASSERT_EQ(second[i], left * 10 + 5000) << "count " << count;
+        ASSERT_EQ(fromRight[i], right * 10 + 9000) << "count " << count;
+      }
+    }
+  });
+}
+
 TEST_P(CollectivesTest, ManyAsyncOperationsRunInCallOrder) {
   const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {

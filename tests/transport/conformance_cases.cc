@@ -453,6 +453,63 @@ TEST_P(Conformance, AbortFromAnotherThreadWakesTheWaiter) {
   });
 }
 
+// waitSome() returns once one of its requests is complete, and leaves the other posted: here the
+// message from the right is sent only after the barrier, which every rank passes after waitSome().
+TEST_P(Conformance, WaitSomeReturnsWhenOneRequestIsComplete) {
+  run([&](Transport& t, Member& m) {
+    const int right = (t.rank() + 1) % size();
+    const int left = (t.rank() + size() - 1) % size();
+    int64_t fromLeft = -1, fromRight = -1;
+    const int64_t toRight = 100 + t.rank(), toLeft = 200 + t.rank();
+    Request recvLeft, recvRight, sendRight, sendLeft;
+    t.postRecv(left, 1, stamp(), &fromLeft, 8, recvLeft);
+    t.postRecv(right, 2, stamp(), &fromRight, 8, recvRight);
+    t.postSend(right, 1, stamp(), &toRight, 8, sendRight);
+    Request* const both[] = {&recvLeft, &recvRight};
+    EXPECT_TRUE(t.waitSome(both, soon()));
+    EXPECT_TRUE(recvLeft.done);
+    EXPECT_FALSE(recvRight.done);
+    EXPECT_EQ(fromLeft, 100 + left);
+    m.barrier();
+    t.postSend(left, 2, stamp(), &toLeft, 8, sendLeft);
+    Request* const rest[] = {&recvRight, &sendRight, &sendLeft};
+    t.wait(rest, soon());
+    EXPECT_EQ(fromRight, 200 + right);
+  });
+}
+
+// interrupt() makes a waitSome() that waits return false at once (it wakes a waiter that sleeps),
+// the request still posted and the transport healthy; one that comes before waitSome() is kept
+// for it.
+TEST_P(Conformance, InterruptEndsWaitSomeWithoutFailing) {
+  run([&](Transport& t, Member& m) {
+    const int right = (t.rank() + 1) % size();
+    const int left = (t.rank() + size() - 1) % size();
+    int64_t value = -1;
+    Request request;
+    t.postRecv(left, 0, stamp(), &value, 8, request);
+    Request* const one[] = {&request};
+    t.interrupt();
+    EXPECT_FALSE(t.waitSome(one, soon()));
+    {
+      const auto start = Clock::now();
+      std::jthread interrupter([&t] {
+        std::this_thread::sleep_for(milliseconds(50));  // most likely inside waitSome() by now
+        t.interrupt();
+      });
+      EXPECT_FALSE(t.waitSome(one, Deadline::after(seconds(20))));  // woken, not timed out
+      EXPECT_LT(Clock::now() - start, seconds(3));
+    }
+    EXPECT_FALSE(request.done);
+    EXPECT_EQ(t.failure(), nullptr);
+    m.barrier();
+    const int64_t mine = 300 + t.rank();
+    send(t, right, 0, &mine, 8, stamp());
+    waitOne(t, request);
+    EXPECT_EQ(value, 300 + left);
+  });
+}
+
 // The last rank sends one message and closes. Rank 0 still gets that message, and messages the
 // other ranks send afterwards, but a further receive from the closed rank fails with PeerError
 // naming it.

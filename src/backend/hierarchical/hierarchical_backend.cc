@@ -178,6 +178,26 @@ void HierarchicalBackend::recv(
   guarded([&] { flat_->recv(call, data, bytes, peer, tag); });
 }
 
+void HierarchicalBackend::postSend(const CallContext& call,
+                                   const void* data,
+                                   size_t bytes,
+                                   int peer,
+                                   int tag,
+                                   Transfer& transfer) {
+  guarded([&] { flat_->postSend(call, data, bytes, peer, tag, transfer); });
+}
+
+void HierarchicalBackend::postRecv(
+    const CallContext& call, void* data, size_t bytes, int peer, int tag, Transfer& transfer) {
+  guarded([&] { flat_->postRecv(call, data, bytes, peer, tag, transfer); });
+}
+
+bool HierarchicalBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadline) {
+  bool completed = false;
+  guarded([&] { completed = flat_->waitSome(transfers, deadline); });
+  return completed;
+}
+
 void HierarchicalBackend::abort(std::exception_ptr reason) noexcept {
   if (local_ != nullptr)
     local_->abort(reason);

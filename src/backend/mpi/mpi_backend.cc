@@ -314,6 +314,10 @@ void MpiBackend::recv(const CallContext& call, void* data, size_t bytes, int pee
   MPI_Status status = run(call, "MPI_Irecv", peer, [&](MPI_Request* request) {
     return MPI_Irecv(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, request);
   });
+  checkReceivedBytes(status, bytes, peer, tag);
+}
+
+void MpiBackend::checkReceivedBytes(const MPI_Status& status, size_t bytes, int peer, int tag) {
   int received = 0;
   MPI_Get_count(&status, MPI_BYTE, &received);
   if (received != asInt(bytes)) {
@@ -324,6 +328,103 @@ void MpiBackend::recv(const CallContext& call, void* data, size_t bytes, int pee
         "count", {names_(rank_), names_(peer)}));
     abort(error);
     std::rethrow_exception(error);
+  }
+}
+
+void MpiBackend::postSend(const CallContext& call,
+                          const void* data,
+                          size_t bytes,
+                          int peer,
+                          int tag,
+                          Transfer& transfer) {
+  post(call, const_cast<void*>(data), bytes, peer, tag, transfer, /*isSend=*/true);
+}
+
+void MpiBackend::postRecv(
+    const CallContext& call, void* data, size_t bytes, int peer, int tag, Transfer& transfer) {
+  post(call, data, bytes, peer, tag, transfer, /*isSend=*/false);
+}
+
+void MpiBackend::post(const CallContext& call,
+                      void* data,
+                      size_t bytes,
+                      int peer,
+                      int tag,
+                      Transfer& transfer,
+                      bool isSend) {
+  CHORUS_CHECK_ARG(tag >= 0 && tag <= tagUpperBound_, "tag ", tag,
+                   " is outside the MPI library's range 0..", tagUpperBound_);
+  if (!fitsInt(bytes)) {  // whole, through the fallback
+    if (isSend)
+      send(call, data, bytes, peer, tag);
+    else
+      recv(call, data, bytes, peer, tag);
+    transfer.request.done = true;
+    return;
+  }
+  checkUsable();
+  Posted& posted = posted_[&transfer];
+  posted = Posted{MPI_REQUEST_NULL, isSend, bytes, peer, tag};
+  const char* what = isSend ? "MPI_Isend" : "MPI_Irecv";
+  try {
+    int code = isSend ? MPI_Isend(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, &posted.request)
+                      : MPI_Irecv(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, &posted.request);
+    connector::checkMpi(code, what, names_(rank_), names_(peer));
+  } catch (...) {
+    posted_.erase(&transfer);
+    abort(std::current_exception());
+    throw;
+  }
+}
+
+bool MpiBackend::testPosted(Transfer& transfer) {
+  auto found = posted_.find(&transfer);
+  CHORUS_ASSERT(found != posted_.end());
+  Posted& posted = found->second;
+  int done = 0;
+  MPI_Status status;
+  connector::checkMpi(MPI_Test(&posted.request, &done, &status),
+                      posted.isSend ? "MPI_Isend" : "MPI_Irecv", names_(rank_),
+                      names_(posted.peer));
+  if (!done)
+    return false;
+  if (!posted.isSend)
+    checkReceivedBytes(status, posted.bytes, posted.peer, posted.tag);
+  transfer.request.done = true;
+  posted_.erase(found);
+  return true;
+}
+
+bool MpiBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadline) {
+  checkUsable();
+  try {
+    for (int pass = 0;; ++pass) {
+      bool some = false;
+      int waitingOn = -1;  // a peer still owing, for the errors
+      for (Transfer* transfer : transfers) {
+        if (transfer->done() || testPosted(*transfer)) {
+          some = true;
+        } else {
+          waitingOn = posted_.at(transfer).peer;
+        }
+      }
+      if (some)
+        return true;
+      if (interrupted_.exchange(false, std::memory_order_acq_rel))
+        return false;
+      if ((pass & 63) == 0) {
+        checkUsable();
+        if (deadline.expired())
+          throw timeoutIn("send/recv", waitingOn);
+        if (Clock::now() >= stall::nextCheckAt())
+          stall::onStalled(std::vector<int>{names_(waitingOn)});
+      }
+      if (pass >= kSpinPasses)
+        sched_yield();
+    }
+  } catch (...) {
+    abort(std::current_exception());
+    throw;
   }
 }
 

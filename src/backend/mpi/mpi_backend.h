@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -74,6 +75,23 @@ class MpiBackend : public Backend {
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
+  // MPI_Isend / MPI_Irecv, completed by MPI_Test in waitSome (a transfer past INT_MAX bytes runs
+  // whole, through the fallback, when posted).
+  bool postsPointToPoint() const override { return true; }
+  void postSend(const CallContext& call,
+                const void* data,
+                size_t bytes,
+                int peer,
+                int tag,
+                Transfer& transfer) override;
+  void postRecv(const CallContext& call,
+                void* data,
+                size_t bytes,
+                int peer,
+                int tag,
+                Transfer& transfer) override;
+  bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
+  void interruptWait() noexcept override { interrupted_.store(true, std::memory_order_release); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 
@@ -91,6 +109,29 @@ class MpiBackend : public Backend {
   void checkFingerprints(const CallContext& call);
   // The algorithmic backend over the MPI transport; UnsupportedError naming `what` without one.
   Backend& fallback(const char* what);
+  // A MismatchError (failing the backend) unless a receive of `bytes` from `peer` got that many.
+  void checkReceivedBytes(const MPI_Status& status, size_t bytes, int peer, int tag);
+  // postSend (`isSend`) or postRecv.
+  void post(const CallContext& call,
+            void* data,
+            size_t bytes,
+            int peer,
+            int tag,
+            Transfer& transfer,
+            bool isSend);
+  // Tests the posted transfer `transfer` once; true when it is done (then it is forgotten).
+  bool testPosted(Transfer& transfer);
+
+  // A posted transfer's MPI request and what its completion checks.
+  struct Posted {
+    MPI_Request request = MPI_REQUEST_NULL;
+    bool isSend = false;
+    size_t bytes = 0;
+    int peer = -1;
+    int tag = 0;
+  };
+  std::unordered_map<const Transfer*, Posted> posted_;
+  std::atomic<bool> interrupted_{false};  // interruptWait() since the last waitSome()
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   detail::RankNames names_;  // Note [One rank numbering]

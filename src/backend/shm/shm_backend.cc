@@ -102,6 +102,26 @@ void ShmBackend::recv(const CallContext& call, void* data, size_t bytes, int pee
   guarded([&] { fallback_->recv(call, data, bytes, peer, tag); });
 }
 
+void ShmBackend::postSend(const CallContext& call,
+                          const void* data,
+                          size_t bytes,
+                          int peer,
+                          int tag,
+                          Transfer& transfer) {
+  guarded([&] { fallback_->postSend(call, data, bytes, peer, tag, transfer); });
+}
+
+void ShmBackend::postRecv(
+    const CallContext& call, void* data, size_t bytes, int peer, int tag, Transfer& transfer) {
+  guarded([&] { fallback_->postRecv(call, data, bytes, peer, tag, transfer); });
+}
+
+bool ShmBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadline) {
+  bool completed = false;
+  guarded([&] { completed = fallback_->waitSome(transfers, deadline); });
+  return completed;
+}
+
 void ShmBackend::abort(std::exception_ptr reason) noexcept {
   group_->fail(reason);
   fallback_->abort(reason);

@@ -63,6 +63,22 @@ class ShmBackend : public Backend {
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
+  // Point-to-point goes through fallback_, which may post it.
+  bool postsPointToPoint() const override { return fallback_->postsPointToPoint(); }
+  void postSend(const CallContext& call,
+                const void* data,
+                size_t bytes,
+                int peer,
+                int tag,
+                Transfer& transfer) override;
+  void postRecv(const CallContext& call,
+                void* data,
+                size_t bytes,
+                int peer,
+                int tag,
+                Transfer& transfer) override;
+  bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
+  void interruptWait() noexcept override { fallback_->interruptWait(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 

@@ -101,6 +101,20 @@ void FaultyTransport::wait(std::span<Request* const> requests, Deadline deadline
   inner_->wait(forwarded_, deadline);
 }
 
+bool FaultyTransport::waitSome(std::span<Request* const> requests, Deadline deadline) {
+  if (dropped_.empty())
+    return inner_->waitSome(requests, deadline);
+  forwarded_.clear();
+  bool droppedOne = false;  // a dropped send is done at once
+  for (Request* request : requests) {
+    if (dropped_.erase(request) == 0)
+      forwarded_.push_back(request);
+    else
+      droppedOne = true;
+  }
+  return droppedOne || inner_->waitSome(forwarded_, deadline);
+}
+
 std::optional<Fault> faultFromEnvironment(int rank) {
   const std::optional<long long> milliseconds = env::integer("CHORUS_FAULT_DELAY_MS");
   if (!milliseconds || *milliseconds == 0)

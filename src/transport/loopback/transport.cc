@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -122,42 +123,17 @@ class LoopbackTransport final : public Transport {
   }
 
   void wait(std::span<Request* const> requests, Deadline deadline) override {
-    std::unique_lock<std::mutex> lock(group_->mutex);
-    Endpoint& self = endpoint(rank_);
-    while (true) {
-      throwIfFailedLocked();
-      std::vector<int> waitingOn;
-      for (Request* request : requests) {
-        Op* op = findOp(request);
-        if (op == nullptr) {
-          CHORUS_CHECK_ARG(request->done, "rank ", rank_,
-                           " (this process): wait() was given a request that was never posted");
-          continue;
-        }
-        if (op->complete)
-          continue;
-        if (endpoint(op->peer).state != State::kOpen) {
-          failLocked(rank_,
-                     std::make_exception_ptr(makeClosedPeerError(rank_, op->peer, op->isSend)),
-                     /*propagate=*/true);
-          throwIfFailedLocked();
-        }
-        waitingOn.push_back(op->peer);
-      }
-      if (waitingOn.empty()) {
-        finishLocked(requests);
-        return;
-      }
-      if (deadline.expired()) {
-        failLocked(rank_, std::make_exception_ptr(makeTimeoutError(rank_, waitingOn)), true);
-        throwIfFailedLocked();
-      }
-      if (deadline.isNever()) {
-        self.changed.wait(lock);
-      } else {
-        self.changed.wait_until(lock, deadline.at());
-      }
-    }
+    waitFor(requests, deadline, /*some=*/false);
+  }
+
+  bool waitSome(std::span<Request* const> requests, Deadline deadline) override {
+    return waitFor(requests, deadline, /*some=*/true);
+  }
+
+  void interrupt() noexcept override {
+    std::lock_guard<std::mutex> lock(group_->mutex);
+    interrupted_ = true;
+    endpoint(rank_).changed.notify_all();
   }
 
   void abort(std::exception_ptr reason) noexcept override {
@@ -244,10 +220,60 @@ class LoopbackTransport final : public Transport {
     endpoint(to).changed.notify_all();
   }
 
+  // wait() (all of `requests`), or waitSome() (`some`: one of them, or an interrupt()).
+  bool waitFor(std::span<Request* const> requests, Deadline deadline, bool some) {
+    std::unique_lock<std::mutex> lock(group_->mutex);
+    Endpoint& self = endpoint(rank_);
+    while (true) {
+      throwIfFailedLocked();
+      std::vector<int> waitingOn;
+      bool anyComplete = false;
+      for (Request* request : requests) {
+        Op* op = findOp(request);
+        if (op == nullptr) {
+          CHORUS_CHECK_ARG(request->done, "rank ", rank_,
+                           " (this process): wait() was given a request that was never posted");
+          anyComplete = true;
+          continue;
+        }
+        if (op->complete) {
+          anyComplete = true;
+          continue;
+        }
+        if (endpoint(op->peer).state != State::kOpen) {
+          failLocked(rank_,
+                     std::make_exception_ptr(makeClosedPeerError(rank_, op->peer, op->isSend)),
+                     /*propagate=*/true);
+          throwIfFailedLocked();
+        }
+        waitingOn.push_back(op->peer);
+      }
+      if (waitingOn.empty() || (some && anyComplete)) {
+        finishLocked(requests);
+        return true;
+      }
+      if (some && std::exchange(interrupted_, false))
+        return false;
+      if (deadline.expired()) {
+        failLocked(rank_, std::make_exception_ptr(makeTimeoutError(rank_, waitingOn)), true);
+        throwIfFailedLocked();
+      }
+      if (deadline.isNever()) {
+        self.changed.wait(lock);
+      } else {
+        self.changed.wait_until(lock, deadline.at());
+      }
+    }
+  }
+
+  // Marks done and releases those of `requests` whose op is complete (all of them, after wait()).
   void finishLocked(std::span<Request* const> requests) {
     auto& ops = endpoint(rank_).ops;
     for (Request* request : requests) {
-      if (Op* op = ops.find(request))
+      Op* op = ops.find(request);
+      if (op != nullptr && !op->complete)
+        continue;
+      if (op != nullptr)
         ops.release(op);
       request->done = true;
     }
@@ -293,6 +319,7 @@ class LoopbackTransport final : public Transport {
   std::shared_ptr<Group> group_;
   int rank_;
   int size_;
+  bool interrupted_ = false;  // interrupt() since the last waitSome(); under group_->mutex
 };
 
 }  // namespace

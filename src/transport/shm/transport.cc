@@ -410,12 +410,12 @@ void ShmTransport::idle(Deadline deadline, std::unique_lock<std::mutex>& lock) {
   }
 }
 
-// Sleeps on this rank's doorbell until a peer rings it, abort() does, or a slice passes. Drops
-// the lock meanwhile, so abort() from another thread can get in.
+// Sleeps on this rank's doorbell until a peer rings it, abort() or interrupt() does, or a slice
+// passes. Drops the lock meanwhile, so abort() from another thread can get in.
 void ShmTransport::sleep(Deadline deadline, std::unique_lock<std::mutex>& lock) {
   const Segment& self = segments_[rank()];
   uint32_t seen = self.prepareToSleep();
-  if (abortRequested() || progressAll()) {
+  if (abortRequested() || interruptRequested() || progressAll()) {
     self.stayAwake();
     return;
   }

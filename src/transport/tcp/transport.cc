@@ -24,6 +24,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 
@@ -54,6 +55,7 @@ class TcpTransport final : public TransportCore<Op> {
   bool peerLeft(int peer) const override;
   void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
   void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
+  void wakeWaiter() noexcept override;
   void sayGoodbye() noexcept override;
   void vanish() noexcept override;
 
@@ -65,7 +67,9 @@ class TcpTransport final : public TransportCore<Op> {
   std::vector<std::unique_ptr<Connection>> connections_;  // by rank; null for this rank
   std::vector<bool> writeInterest_;
   int epollFd_ = -1;
-  int wakeFd_ = -1;
+  // An eventfd in the epoll set: written to end an epoll_wait early (wakeWaiter, onFailure).
+  // Atomic: wakeWaiter() reads it without the lock.
+  std::atomic<int> wakeFd_{-1};
 };
 
 TcpTransport::TcpTransport(int rank,
@@ -208,9 +212,13 @@ void TcpTransport::onFailure(std::exception_ptr error, bool tellPeers) noexcept 
     } catch (...) {
     }
   }
-  if (wakeFd_ >= 0) {
+  wakeWaiter();
+}
+
+void TcpTransport::wakeWaiter() noexcept {
+  if (int fd = wakeFd_.load(); fd >= 0) {
     uint64_t one = 1;
-    [[maybe_unused]] auto ignored = ::write(wakeFd_, &one, sizeof(one));
+    [[maybe_unused]] auto ignored = ::write(fd, &one, sizeof(one));
   }
 }
 
