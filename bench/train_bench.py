@@ -1,5 +1,5 @@
 """Data-parallel training throughput: 1 process, 2 independent processes, chorus DP and torch DDP
-over gloo, all in one session, every configuration started by chorusrun. With --zero, chorus DP
+over gloo and over chorus (the torch.distributed backend), all in one session, every configuration started by chorusrun. With --zero, chorus DP
 against ZeRO stages (chorus.torch.ZeroOptimizer, SGD like the others) instead, with each rank's
 memory.
 
@@ -33,6 +33,7 @@ CONFIGS = {  # name: (ranks, worker mode)
     "2 independent processes": (2, "independent"),
     "chorus DP, 2 ranks": (2, "chorus"),
     "torch DDP (gloo), 2 ranks": (2, "gloo"),
+    "torch DDP (chorus), 2 ranks": (2, "torch_chorus"),
 }
 ENVIRONMENT = {
     "OPENBLAS_NUM_THREADS": "1",
@@ -56,8 +57,9 @@ def make_model(torch):
     return torch.nn.Sequential(*layers)
 
 
-def gloo_wrap(torch, chorus, model):
-    """torch DDP over gloo: rank 0 picks a free loopback port and chorus broadcasts it."""
+def torch_ddp_wrap(torch, chorus, model, backend):
+    """torch DDP over `backend` (gloo, or chorus's torch.distributed backend): rank 0 picks a free
+    loopback port and chorus broadcasts it."""
     import socket
     import numpy as np
     import torch.distributed as torch_dist
@@ -68,7 +70,9 @@ def gloo_wrap(torch, chorus, model):
             port[0] = probe.getsockname()[1]
     port = int(chorus.broadcast(port, root=0)[0])
     config = chorus.distributed.get_config()
-    torch_dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+    if backend == "chorus":
+        import chorus.torch  # noqa: F401  registers the backend
+    torch_dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
                                   rank=config.rank, world_size=config.size)
     return torch.nn.parallel.DistributedDataParallel(model)
 
@@ -109,8 +113,8 @@ def worker(args):
     exposed = []
     if args.worker == "chorus":
         model = chorus_wrap(chorus_torch, model, args.bucket_mb, exposed)
-    elif args.worker == "gloo":
-        model = gloo_wrap(torch, chorus, model)
+    elif args.worker in ("gloo", "torch_chorus"):
+        model = torch_ddp_wrap(torch, chorus, model, args.worker.replace("torch_", ""))
     if args.worker.startswith("zero"):
         optimizer = chorus_torch.ZeroOptimizer(model, optim="sgd", lr=1e-4,
                                                stage=int(args.worker[4:]),
@@ -236,7 +240,8 @@ def driver(args):
                    **{f"chorus ZeRO-{k}, 2 ranks": (2, f"zero{k}") for k in args.zero}}
         baselines = ["chorus DP, 2 ranks"]
     else:
-        configs, baselines = CONFIGS, ["1 process", "torch DDP (gloo), 2 ranks"]
+        configs = CONFIGS
+        baselines = ["1 process", "torch DDP (gloo), 2 ranks", "chorus DP, 2 ranks"]
     results = {name: [] for name in configs}
     for repeat in range(args.repeats):
         for name, (ranks, mode) in configs.items():

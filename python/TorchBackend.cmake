@@ -36,6 +36,7 @@ foreach(library torch torch_cpu c10 torch_python)
 endforeach()
 pybind11_add_module(_c10d MODULE
   src/torch/process_group.cc
+  src/torch/sparse_allreduce.cc
   src/torch/torch_module.cc
   src/torch/torch_store.cc
   src/torch/torch_tensors.cc

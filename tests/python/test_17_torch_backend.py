@@ -73,6 +73,30 @@ def test_all_reduce(world, size, rank, dtype, op):
     np.testing.assert_allclose(tensor.double().numpy(), expected, rtol=tolerance)
 
 
+def test_sparse_all_reduce_sums_every_rank(world, size, rank):
+    """Rank q holds [q + 1, 2(q + 1)] at (q % 3, q) and [1, 1] at (0, 0) (twice on rank 0, so its
+    input is uncoalesced); the sum is built densely here."""
+    indices = torch.tensor([[rank % 3, 0], [rank, 0]])
+    entries = torch.tensor([[rank + 1.0, 2.0 * (rank + 1)], [1.0, 1.0]])
+    tensor = torch.sparse_coo_tensor(indices, entries, (3, size + 1, 2))
+    tdist.all_reduce(tensor)
+    expected = torch.zeros(3, size + 1, 2)
+    for q in range(size):
+        expected[q % 3, q] += torch.tensor([q + 1.0, 2.0 * (q + 1)])
+        expected[0, 0] += 1.0
+    assert tensor.is_sparse
+    assert torch.equal(tensor.to_dense(), expected)
+    with pytest.raises(RuntimeError, match="SUM only"):
+        tdist.all_reduce(tensor, op=tdist.ReduceOp.MAX)
+
+
+def test_sparse_all_reduce_of_different_shapes_fails_on_every_rank(world, size, rank, multi_rank):
+    group = tdist.new_group(list(range(size)))
+    tensor = torch.sparse_coo_tensor(torch.tensor([[0]]), torch.tensor([1.0]), (4 + rank,))
+    with pytest.raises(RuntimeError, match="every rank must pass the same shape"):
+        tdist.all_reduce(tensor, group=group)
+
+
 def test_all_reduce_coalesced(world, size, rank):
     tensors = [values(rank, n, torch.float32) for n in (3, 1000, 17)]
     tdist.all_reduce_coalesced(tensors)

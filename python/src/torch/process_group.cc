@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "sparse_allreduce.h"
 #include "torch_tensors.h"
 
 namespace chorus::torch_backend {
@@ -107,6 +108,12 @@ WorkPtr ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
                                       const c10d::AllreduceOptions& opts) {
   return translated([&] {
     const at::Tensor& tensor = single(tensors, "allreduce");
+    if (tensor.is_sparse()) {
+      TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM,
+                  "chorus: all_reduce of a sparse tensor supports ReduceOp.SUM only");
+      tensor.copy_(sparseAllreduceSum(*comm_, tensor));  // blocks: done when this returns
+      return finish(c10d::OpType::ALLREDUCE, {{}, tensors, tensors});
+    }
     auto work = comm_->allreduce(typed(tensor, "tensor", "allreduce"),
                                  toChorus(opts.reduceOp, "allreduce"));
     return finish(c10d::OpType::ALLREDUCE, {{work}, tensors, tensors});
