@@ -30,7 +30,7 @@ TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers) {
                      " (this process): ", operation.empty() ? "timed out" : operation,
                      " waiting for ", one ? "rank " : "ranks ", names, "; ", one ? "it" : "they",
                      " may have crashed, be stuck, or have called a different collective (raise "
-                     "CHORUS_TIMEOUT if ",
+                     "the timeout (CHORUS_TIMEOUT) if ",
                      one ? "it is" : "they are", " only slow)"),
       peers);
 }
