@@ -20,11 +20,13 @@ using RankFn = std::function<void(int rank, transport::Transport& transport)>;
 // Runs fn(rank, transport) on `size` threads, one per rank of a fresh loopback group, and returns
 // each rank's exception (null where fn returned). If the ranks are not all done within `limit`,
 // records a test failure, aborts every transport (so waits throw) and then joins the threads.
-// When `transportFailures` is given, it receives each transport's failure() after the join.
+// When `transportFailures` is given, it receives each transport's failure() after the join. The
+// limit guards against hangs, not slowness: a test's whole body (every size case) must fit, and
+// under ThreadSanitizer on a busy 2-core machine an 8-rank one takes up to ~20 s.
 std::vector<std::exception_ptr> runRanks(
     int size,
     const RankFn& fn,
-    std::chrono::milliseconds limit = std::chrono::seconds(20),
+    std::chrono::milliseconds limit = std::chrono::seconds(90),
     std::vector<std::exception_ptr>* transportFailures = nullptr);
 
 // "" when every entry is null, else "rank R: what()" lines.
