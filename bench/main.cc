@@ -112,7 +112,15 @@ int main(int argc, char** argv) {
     if (!makeReport(*comm, options, report)) {
       return 2;
     }
+    if (!options.tracePath.empty())
+      chorus::DistContext::get().startTrace(options.tracePath);
     int64_t wrong = runSweeps(*comm, options, report.get());
+    if (!options.tracePath.empty()) {
+      chorus::trace::stop();
+      comm->barrier()->wait();  // every part is written
+      if (rank == 0)
+        chorus::trace::merge(options.tracePath);
+    }
     report.reset();
     chorus::DistContext::get().shutdown();
     return wrong > 0 ? 1 : 0;

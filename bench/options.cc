@@ -116,6 +116,9 @@ void addOptions(CLI::App& app, BenchOptions& options, RawText& raw) {
   app.add_option("--device", raw.device,
                  "cpu, or cuda: buffers on this rank's GPU, timed with CUDA events (default cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option(
+      "--trace", options.tracePath,
+      "Record a timeline of the timed calls into this Chrome trace file (rank 0 merges)");
   app.add_option("--csv", options.csvPath,
                  "Also write every row to this CSV file (rank 0), for bench/plot.py");
 }

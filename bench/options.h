@@ -42,6 +42,9 @@ struct BenchOptions {
   bool compareNccl = false;
   // --csv: rank 0 writes every row there as well (report.h); empty for none.
   std::string csvPath;
+  // --trace: record a timeline of the sweeps (chorus/trace.h), merged by rank 0 into this file;
+  // empty for none. For measuring what recording costs (docs/observability.md).
+  std::string tracePath;
 };
 
 // The backend --compare mpi gives chorus when CHORUS_BACKEND is not set: the shared-memory backend

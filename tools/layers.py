@@ -24,9 +24,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-# Bottom to top; layers on one row share a rank. trace (the flight recorder, DESIGN §2) is mapped
-# if src/trace/ appears; its place here is provisional and no row allows including it yet: its
-# first user adds one.
+# Bottom to top; layers on one row share a rank. trace (the flight recorder, DESIGN §2) sits just
+# above core: a leaf that the runtime records into and that parallel marks spans in.
 ORDER = [["core"], ["trace"], ["store"], ["connector"], ["transport"], ["algorithms"], ["backend"],
          ["runtime"], ["parallel"], ["python", "api"]]
 RANK = {layer: rank for rank, row in enumerate(ORDER) for layer in row}
@@ -41,6 +40,7 @@ PUBLIC_HEADERS = [
     ("stream.h", "runtime"),
     ("gradient_reducer.h", "parallel"), ("zero*.h", "parallel"), ("shard_plan.h", "parallel"),
     ("*optimizer*.h", "parallel"),
+    ("trace.h", "trace"),
     ("chorus.h", "api"),  # the umbrella: everything a user includes
 ]
 
@@ -57,15 +57,17 @@ ALLOWED = {
     "algorithms": {"transport"},  # an algorithm knows only send/recv/wait on peers
     # owns the transport it runs over (shm and mpi use no algorithm); runs algorithms over it
     "backend": {"store", "connector", "transport", "algorithms"},
-    "runtime": {"store", "connector", "backend"},  # builds a backend from a store and a connector
-    "parallel": {"runtime"},  # training on top of Communicator and Work
+    # builds a backend from a store and a connector; records operations (the flight recorder)
+    "runtime": {"store", "connector", "backend", "trace"},
+    "parallel": {"runtime", "trace"},  # training on top of Communicator and Work; marks spans
     # bindings of the public API (python/src/bindings.h includes the umbrella chorus.h)
-    "python": {"runtime", "parallel", "api"},
-    "api": {"runtime", "parallel"},  # the umbrella header lists the public headers
+    "python": {"runtime", "parallel", "api", "trace"},
+    "api": {"runtime", "parallel", "trace"},  # the umbrella header lists the public headers
 }
 # Layers whose includes of these layers must name a public "chorus/..." header: the public API is
 # the boundary there (python/src is type conversion only; parallel sees the runtime as a user does).
-PUBLIC_ONLY = {"python": {"core", "runtime", "parallel"}, "parallel": {"runtime"}}
+PUBLIC_ONLY = {"python": {"core", "runtime", "parallel", "trace"},
+               "parallel": {"runtime", "trace"}}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 SOURCE_SUFFIXES = {".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh"}

@@ -14,6 +14,7 @@
 #include "chorus/shard_plan.h"
 #include "chorus/stream.h"
 #include "chorus/tensor.h"
+#include "chorus/trace.h"
 #include "chorus/types.h"
 #include "chorus/work.h"
 #include "chorus/zero_engine.h"

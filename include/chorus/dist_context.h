@@ -83,6 +83,11 @@ class DistContext {
   // "mpi", "mpi_algorithms" or "void" (see the contract above). Those already made keep theirs
   // (and are served again when it is switched back).
   void setDefaultBackend(const std::string& backend);
+  // Starts recording a timeline toward `path` (chorus/trace.h) on this rank, after measuring its
+  // clock's offset to rank 0's: collective over the world, every rank calls it. Returns false if
+  // a trace records already. CHORUS_TRACE=path does this when the world is first made, and
+  // writes this rank's part at exit.
+  bool startTrace(const std::string& path);
   void shutdown();
   // Aborts every communicator made so far (Communicator::abort(reason)): pending and later
   // operations fail here, and peers fail promptly with a PeerError quoting `reason`. For a program

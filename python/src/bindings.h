@@ -38,6 +38,8 @@ void bindReducer(py::module_& module);
 void bindOptimizers(py::module_& module);
 // ZeroEngine: ZeRO stages 1-3, the core under chorus.torch.ZeroOptimizer.
 void bindZero(py::module_& module);
+// trace_start, trace_stop, trace_active, trace_path, trace_merge (chorus/trace.h).
+void bindTrace(py::module_& module);
 
 // A Tensor viewing the DLPack capsule `capsule` (which must stay alive while the view is used).
 // A `dtype` replaces the exported element type (bool arrives as uint8 of equal size).

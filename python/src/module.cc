@@ -68,6 +68,22 @@ void bindConfig(py::module_& module) {
              [](const std::string& backend) { DistContext::get().setDefaultBackend(backend); });
 }
 
+// chorus/trace.h, for python/chorus/trace.py.
+void bindTrace(py::module_& module) {
+  module.def(
+      "trace_start",
+      [](const std::string& path) {
+        py::gil_scoped_release release;
+        return DistContext::get().startTrace(path);
+      },
+      py::arg("path"), "Collective: measures the clock offset to rank 0, starts recording.");
+  module.def("trace_stop", &trace::stop, "Stops recording; writes this rank's part, returns it.");
+  module.def("trace_active", &trace::active);
+  module.def("trace_path", &trace::path);
+  module.def("trace_merge", &trace::merge, py::arg("path"),
+             "Merges the parts of `path` into it; returns how many.");
+}
+
 PYBIND11_MODULE(_chorus, module) {
   module.doc() = "chorus C++ runtime bindings (type conversion only); use the chorus package.";
   bindErrors(module);
@@ -79,6 +95,7 @@ PYBIND11_MODULE(_chorus, module) {
   bindReducer(module);
   bindOptimizers(module);
   bindZero(module);
+  bindTrace(module);
 }
 
 }  // namespace chorus::python

@@ -3,6 +3,7 @@
 #include "core/stall_watch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace chorus::stall {
 namespace {
 
 thread_local OperationScope* current = nullptr;
+std::atomic<StallListener> stallListener{nullptr};
 
 std::string formatSeconds(Clock::duration elapsed) {
   char text[32];
@@ -83,16 +85,20 @@ void onStalled(std::span<const int> waitingOn) {
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
     std::string names;
     for (int rank : ranks) names += detail::concat(names.empty() ? "" : ", ", rank);
-    CHORUS_LOG(kWarn) << "rank " << current->rank_
-                      << " (this process): " << current->describe_(current->subject_)
-                      << " has waited " << formatSeconds(Clock::now() - current->startedAt_)
-                      << "; still waiting for " << (ranks.size() == 1 ? "rank " : "ranks ")
-                      << (names.empty() ? "(unknown)" : names) << " (CHORUS_STALL_WARN="
-                      << std::chrono::duration<double>(stallWarnAfter()).count() << ")";
+    const std::string warning = detail::concat(
+        "rank ", current->rank_, " (this process): ", current->describe_(current->subject_),
+        " has waited ", formatSeconds(Clock::now() - current->startedAt_), "; still waiting for ",
+        ranks.size() == 1 ? "rank " : "ranks ", names.empty() ? "(unknown)" : names,
+        " (CHORUS_STALL_WARN=", std::chrono::duration<double>(stallWarnAfter()).count(), ")");
+    CHORUS_LOG(kWarn) << warning;
+    if (StallListener listener = stallListener.load())
+      listener(warning);
   } catch (...) {
     // Logging is best effort; the operation goes on waiting either way.
   }
 }
+
+void setStallListener(StallListener listener) { stallListener.store(listener); }
 
 std::vector<int> missingRanks(std::vector<int> waitingOn) {
   if (current != nullptr && current->census_ != nullptr) {

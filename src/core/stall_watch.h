@@ -105,6 +105,10 @@ Clock::time_point nextCheckAt();
 // the wait waits on directly, when the census knows nothing). Throws the census's MismatchError
 // (Note [Census agreement]): the caller fails its wait with it, as with any error it meets there.
 void onStalled(std::span<const int> waitingOn);
+// Called with each stall warning's text after it is logged (the flight recorder dumps its ring:
+// Note [Flight recorder], trace/recorder.h); null for none. Must not throw.
+using StallListener = void (*)(const std::string& warning);
+void setStallListener(StallListener listener);
 // The ranks a TimeoutError should name: the census's missing ranks, else `waitingOn`.
 std::vector<int> missingRanks(std::vector<int> waitingOn);
 // "allreduce #7 (float32 x 1024, sum) timed out after 3.0 s" for the calling thread's operation

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "chorus/error.h"
+#include "chorus/trace.h"
 #include "parallel/aligned_buffer.h"
 #include "parallel/bucket_plan.h"
 #include "parallel/wait_all.h"
@@ -188,6 +189,7 @@ void GradientReducer::Impl::launchReadyBuckets() {
   while (nextBucketToLaunch_ < numBuckets() && pendingInBucket_[nextBucketToLaunch_] == 0) {
     const parallel::Bucket& bucket = buckets_[nextBucketToLaunch_];
     Tensor whole(storage_[nextBucketToLaunch_]->data(), bucket.dtype, {bucket.numel});
+    trace::Span mark("bucket launched", nextBucketToLaunch_);  // Note [Timeline]
     inFlight_.push_back(comm_->allreduce(whole, ReduceOp::kAvg));
     ++nextBucketToLaunch_;
   }

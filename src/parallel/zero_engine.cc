@@ -10,6 +10,7 @@
 #include <exception>
 
 #include "chorus/error.h"
+#include "chorus/trace.h"
 #include "core/reduce_kernels.h"
 #include "parallel/aligned_buffer.h"
 #include "parallel/wait_all.h"
@@ -315,6 +316,7 @@ void ZeroEngine::Impl::gather(int unit) {
     return;
   gathered_[unit] = allocateBuffer(layout_.plan(unit).paddedNumel(), "ZeRO: a gathered unit");
   Tensor whole(gathered_[unit]->data(), options_.dtype, {layout_.plan(unit).paddedNumel()});
+  trace::Span mark("zero gather launched", unit);  // Note [Timeline]
   gatherWork_[unit] = comm_->allgather(shardOf(*parameterShard_, unit), whole);
 }
 
@@ -445,6 +447,7 @@ void ZeroEngine::Impl::launchReadyUnits() {
 
 void ZeroEngine::Impl::issueReduction(int unit) {
   const ShardPlan& plan = layout_.plan(unit);
+  trace::Span mark("zero reduction launched", unit);  // Note [Timeline]
   if (options_.stage == 1) {
     Tensor whole(unitGradients_[unit]->data(), options_.dtype, {plan.paddedNumel()});
     allreduces_.push_back(comm_->allreduce(whole, ReduceOp::kAvg));
@@ -520,6 +523,7 @@ void ZeroEngine::Impl::zeroGradients() {
 
 void ZeroEngine::Impl::step() {
   checkIdle("step");
+  trace::Span mark("zero step");  // Note [Timeline]
   optimizer_->beginStep();
   for (int u = 0; u < layout_.numUnits(); ++u) updateShard(u);
   publishParameters();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <mutex>
 #include <optional>
 
 #include "backend/factory.h"
@@ -17,6 +18,7 @@
 #include "runtime/device_work.h"
 #include "runtime/group_context.h"
 #include "store/prefix_store.h"
+#include "trace/flight_record.h"
 
 namespace chorus::detail {
 namespace {
@@ -57,6 +59,41 @@ std::shared_ptr<QueuedWork> makeWork(int rank,
                                           std::move(state));
 }
 
+// "group [0, 1, 2, 3] (shm)", "group [0..63] (tcp)": the communicator in flight records.
+std::string describeGroup(const std::vector<int>& worldRanks, const std::string& backend) {
+  std::string members;
+  bool consecutive = worldRanks.size() > 4;
+  for (size_t i = 1; i < worldRanks.size() && consecutive; ++i)
+    consecutive = worldRanks[i] == worldRanks[i - 1] + 1;
+  if (consecutive) {
+    members = concat(worldRanks.front(), "..", worldRanks.back());
+  } else {
+    for (size_t i = 0; i < worldRanks.size(); ++i)
+      members += (i > 0 ? ", " : "") + std::to_string(worldRanks[i]);
+  }
+  return concat("group [", members, "] (", backend, ")");
+}
+
+uint64_t bytesOf(const Fingerprint& fingerprint) {
+  if (fingerprint.dataType == Fingerprint::kNoDataType)
+    return fingerprint.count;
+  return fingerprint.count * dataTypeSize(static_cast<DataType>(fingerprint.dataType));
+}
+
+int64_t nanoseconds(Clock::time_point at) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+}
+
+std::string whatOf(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an unknown error";
+  }
+}
+
 }  // namespace
 
 backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
@@ -92,7 +129,19 @@ CommunicatorState::CommunicatorState(CommunicatorInfo info,
       names_(info_.worldRanks),
       groupContext_(groupContext(info_.worldRanks)),
       backend_(std::move(backend)),
-      timeout_(timeout) {}
+      traceGroup_(trace::registerGroup(describeGroup(info_.worldRanks, backend_->name()))),
+      timeout_(timeout) {
+  // A stall warning writes the flight record too (Note [Flight recorder]).
+  static std::once_flag listening;
+  std::call_once(listening, [] {
+    stall::setStallListener([](const std::string& warning) {
+      try {
+        trace::dumpFlightRecord("stall warning: " + warning);
+      } catch (...) {
+      }
+    });
+  });
+}
 
 std::exception_ptr CommunicatorState::inContext(std::exception_ptr error) const noexcept {
   return groupContext_.empty() ? error : withPrefix(error, groupContext_);
@@ -174,6 +223,7 @@ void CommunicatorState::execute(Work& work,
     return;
   }
   std::exception_ptr error;
+  trace::Ticket ticket;
   try {
     const Clock::time_point startedAt = coarseNow();  // its deadline is seconds away
     // The census (Note [Stall inspector]): in the store, else the backend's own, if it has one.
@@ -190,10 +240,15 @@ void CommunicatorState::execute(Work& work,
     }
     stall::OperationScope scope(info_.worldRank, startedAt, timeout, &describeFingerprint,
                                 &fingerprint, census);
+    // Send and recv record themselves, with their peer (submitPointToPoint).
+    if (fingerprint.collective != Collective::kPointToPoint)
+      ticket = trace::beginOperation(traceGroup_, fingerprint, bytesOf(fingerprint),
+                                     nanoseconds(startedAt));
     body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});
   } catch (...) {
     error = latchFailure(std::current_exception());
   }
+  trace::end(ticket, error != nullptr);
   // The queue is free before anyone learns the work is done (see releaseRunning).
   queue_.releaseRunning();
   work.finish(error);
@@ -206,6 +261,7 @@ std::exception_ptr CommunicatorState::latchFailure(std::exception_ptr error) noe
     if (!failure_)
       failure_ = error;
   }
+  trace::dumpFlightRecordOnFailure(whatOf(error));  // Note [Flight recorder]
   // The host backend already failed itself; the device backend must stop too (a failed host
   // check means its NCCL call may never end).
   if (backend::Backend* device = publishedDeviceBackend_.load())
@@ -219,16 +275,39 @@ struct CommunicatorState::PendingTransfer {
   PointToPointCall call;
   backend::Transfer transfer;
   Deadline deadline = Deadline::never();
+  trace::Ticket ticket;  // from its start
+  // Ends its record and completes its Work.
+  void finish(std::exception_ptr error) {
+    trace::end(ticket, error != nullptr);
+    work->finish(error);
+  }
 };
+
+trace::Ticket CommunicatorState::recordTransfer(const Fingerprint& fingerprint,
+                                                const PointToPointCall& call) const {
+  const int64_t peer = info_.worldRanks.empty() ? call.peer : info_.worldRanks[call.peer];
+  return trace::beginOperation(traceGroup_, fingerprint, call.tensor.nbytes(),
+                               nanoseconds(coarseNow()),
+                               peer | (call.isSend ? trace::kSendBit : 0));
+}
 
 std::shared_ptr<Work> CommunicatorState::submitPointToPoint(const Fingerprint& fingerprint,
                                                             PointToPointCall call) {
   if (!backend_->postsPointToPoint() || BlockingCalls::active()) {
     auto whole = [this, call](const backend::CallContext& context) {
-      if (call.isSend)
-        backend_->send(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag);
-      else
-        backend_->recv(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag);
+      const trace::Ticket ticket = recordTransfer(context.fingerprint, call);
+      bool failed = true;
+      try {
+        if (call.isSend)
+          backend_->send(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag);
+        else
+          backend_->recv(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag);
+        failed = false;
+      } catch (...) {
+        trace::end(ticket, failed);
+        throw;
+      }
+      trace::end(ticket, failed);
     };
     if (!backend_->postsPointToPoint())
       return submit(fingerprint, whole);
@@ -259,6 +338,7 @@ std::shared_ptr<Work> CommunicatorState::submitPointToPoint(const Fingerprint& f
 void CommunicatorState::startTransfer(PendingTransfer& transfer,
                                       std::chrono::milliseconds timeout) {
   transfer.deadline = Deadline(coarseNow() + timeout);
+  transfer.ticket = recordTransfer(transfer.fingerprint, transfer.call);
   const backend::CallContext context{transfer.fingerprint, transfer.deadline};
   const PointToPointCall& call = transfer.call;
   if (call.isSend) {
@@ -299,7 +379,7 @@ void CommunicatorState::runTransfers(std::shared_ptr<PendingTransfer> first) {
         active.erase(done, active.end());
         if (active.empty())
           break;  // the last ones finish once the queue is free
-        for (auto& transfer : finished) transfer->work->finish(nullptr);
+        for (auto& transfer : finished) transfer->finish(nullptr);
         // Those queued behind join now; any pushed from here on interrupts the wait.
         transfersWaiting_.store(true, std::memory_order_seq_cst);
         while (OperationQueue::Operation next = queue_.takeNextPointToPoint()) (*next)();
@@ -322,7 +402,7 @@ void CommunicatorState::runTransfers(std::shared_ptr<PendingTransfer> first) {
   }
   queue_.releaseRunning();
   for (auto* list : {&finished, &active, &joining}) {
-    for (auto& transfer : *list) transfer->work->finish(list == &finished ? nullptr : error);
+    for (auto& transfer : *list) transfer->finish(list == &finished ? nullptr : error);
   }
 }
 
@@ -399,6 +479,7 @@ void CommunicatorState::failWith(std::exception_ptr error) noexcept {
     if (!failure_)
       failure_ = inContext(error);
   }
+  trace::dumpFlightRecordOnFailure(whatOf(error));  // Note [Flight recorder]
   backend_->abort(error);
   if (backend::Backend* device = publishedDeviceBackend_.load())
     device->abort(error);

@@ -24,6 +24,7 @@
 #include "core/workspace.h"
 #include "runtime/operation_queue.h"
 #include "store/store.h"
+#include "trace/recorder.h"
 
 namespace chorus::detail {
 
@@ -196,6 +197,8 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // Note [Point-to-point overlap]: runs `first` and every transfer that joins it, on the worker.
   struct PendingTransfer;
   void runTransfers(std::shared_ptr<PendingTransfer> first);
+  // Records the start of a send or recv in the flight recorder (Note [Flight recorder]).
+  trace::Ticket recordTransfer(const Fingerprint& fingerprint, const PointToPointCall& call) const;
   // Posts `transfer` with a deadline `timeout` from now.
   void startTransfer(PendingTransfer& transfer, std::chrono::milliseconds timeout);
   // Latches `error` (in this communicator's context) as its failure unless one is, and aborts
@@ -219,6 +222,7 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   const RankNames names_;           // Note [One rank numbering]
   const std::string groupContext_;  // empty for the world
   std::unique_ptr<backend::Backend> backend_;
+  const uint32_t traceGroup_;  // this communicator in the flight recorder (trace/recorder.h)
   // The backend of CUDA tensors (nccl), made at the first call on them; null before. Device calls
   // hold deviceMutex_ from numbering to enqueuing, so enqueue order is call order; abort() reads
   // the published pointer without it.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "chorus/trace.h"
 #include "connector/bind_address.h"
 #include "connector/connector.h"
 #include "core/check.h"
@@ -13,7 +14,9 @@
 #include "core/logging.h"
 #include "runtime/communicator_factory.h"
 #include "runtime/communicator_pool.h"
+#include "runtime/trace_clock.h"
 #include "store/external_store.h"
+#include "trace/recorder.h"
 
 namespace chorus {
 
@@ -78,6 +81,27 @@ bool needsStoreUnderMpi(const std::string& backend, const std::vector<std::strin
     return true;  // one node
   const bool someNodeShared = std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
   return someNodeShared && connector::rankBindAddress().has_value();
+}
+
+// CHORUS_TRACE=path: every rank starts recording when the world is made, and writes its part at
+// exit (Note [Timeline]); chorusrun merges the parts.
+void traceFromEnvironment(Communicator& world) {
+  trace::setRank(world.worldRank());
+  const auto path = env::string("CHORUS_TRACE");
+  if (!path || path->empty())
+    return;
+  if (!detail::startTrace(world, *path))
+    return;
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    std::atexit([] {
+      try {
+        trace::stop();
+      } catch (const std::exception& error) {
+        CHORUS_LOG(kError) << error.what();
+      }
+    });
+  });
 }
 
 }  // namespace
@@ -149,10 +173,16 @@ std::shared_ptr<Communicator> DistContext::communicator(const RankList& rankList
     options.scope = "world" + std::to_string(state.generation);
     state.world = detail::createWorldCommunicator(options);
     state.pool = std::make_unique<detail::CommunicatorPool>(state.world);
+    traceFromEnvironment(*state.world);
   }
   if (rankList.empty())
     return state.pool->world(state.config.backend);  // the default may have changed since
   return state.pool->get(rankList, state.config.backend);
+}
+
+bool DistContext::startTrace(const std::string& path) {
+  std::shared_ptr<Communicator> world = communicator();
+  return detail::startTrace(*world, path);
 }
 
 void DistContext::connectThrough(std::shared_ptr<KeyValueStore> store, int rank, int size) {

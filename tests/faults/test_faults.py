@@ -7,7 +7,9 @@ Run by ctest (tests/faults/CMakeLists.txt) as
 For every fault, the checks are the issue's promises:
   - every surviving rank raises a chorus error naming the failed rank, within seconds of the fault
     (CHORUS_TIMEOUT is 60 s, so a report that waited for the timeout fails the bound);
-  - chorusrun exits non-zero and ends with exactly one line of its own ("chorusrun: ...");
+  - chorusrun exits non-zero and ends with exactly one line of its own ("chorusrun: ..."), then
+    where each rank stood, from the ranks' flight records (Note [Flight recorder]): the survivors
+    in the operation that failed, the victim without a record;
   - no rank process, no /dev/shm segment of the job and no temporary file is left behind (each job
     gets an empty TMPDIR of its own, which must still be empty afterwards).
 """
@@ -43,7 +45,17 @@ class Job:
         self.starts = self._events("START")
         self.faults = self._events("FAULT")
         self.results = self._events("RESULT")
-        self.launcher_lines = [line for line in err.splitlines() if line.startswith("chorusrun:")]
+        lines = [line for line in err.splitlines() if line.startswith("chorusrun:")]
+        block = next((i for i, line in enumerate(lines) if "where the ranks stood" in line),
+                     len(lines))
+        self.launcher_lines = lines[:block]
+        self.recorder_lines = lines[block + 1:]  # "chorusrun:   ranks 0 and 1: in ..."
+        self.standings = {}
+        for line in self.recorder_lines:
+            match = re.match(r"chorusrun:   ranks? ([\d, and]+): (.*)$", line)
+            assert match, line
+            for rank in re.findall(r"\d+", match.group(1)):
+                self.standings[int(rank)] = match.group(2)
 
     def _events(self, kind):
         events = {}
@@ -106,6 +118,15 @@ def assert_one_launcher_line(job, pattern):
     assert re.search(pattern, job.launcher_lines[0]), job.describe()
 
 
+def assert_flight_records(job, survivor_pattern, victim_pattern):
+    """Every rank has a place in the flight-recorder summary: each survivor's matches
+    `survivor_pattern`, the victim's `victim_pattern`."""
+    assert sorted(job.standings) == list(range(RANKS)), job.describe()
+    for rank in range(RANKS - 1):
+        assert re.search(survivor_pattern, job.standings[rank]), job.describe()
+    assert re.search(victim_pattern, job.standings[VICTIM_RANK]), job.describe()
+
+
 def assert_survivors_named_the_victim(job, error_types=("PeerError",)):
     fault_at = float(job.faults[VICTIM_RANK]["at"])
     for rank in range(RANKS - 1):
@@ -127,6 +148,9 @@ def test_rank_killed_mid_collective(tmp_path, collective, backend):
     assert_survivors_named_the_victim(job)
     assert_one_launcher_line(job, rf"^chorusrun: rank {VICTIM_RANK} was killed by signal 9 "
                                   r"\(SIGKILL\)")
+    # The survivors wrote where they stood; the killed rank could not.
+    assert_flight_records(job, r"^in |; last finished ",
+                          r"^no flight record \(rank \d was killed by signal 9 \(SIGKILL\)\)$")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -200,6 +224,9 @@ def test_rank_that_never_calls_is_named_after_the_timeout(tmp_path, backend):
         delay = float(result["at"]) - fault_at
         assert timeout_s - 0.5 <= delay < timeout_s + REPORT_WITHIN_S, job.describe()
     assert_one_launcher_line(job, r"^chorusrun: rank [01] exited with code 1")
+    # The waiting ranks stood in the allreduce the absent rank never called; it has no record.
+    assert_flight_records(job, r"^in allreduce #\d+ \(float32 x 262144, sum; 1\.0 MiB\) on group "
+                               r"\[0, 1, 2\] \(\w+\); last finished ", r"^no flight record")
 
 
 def test_peer_closes_its_sockets_mid_message(tmp_path):

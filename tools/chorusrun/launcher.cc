@@ -85,6 +85,7 @@ int Launcher::run() {
     say(missingTokenMessage());
     return 2;
   }
+  records_ = std::make_unique<JobRecords>();
   // See Note [Bind address] (src/connector/bind_address.h).
   std::optional<std::string> bindHost = connector::launcherBindAddress(options_.bind);
   if (options_.nnodes > 1) {
@@ -178,6 +179,7 @@ void Launcher::spawnRanks(const std::string& token,
   job.bindHost = bindHost;
   job.token = token;
   job.jobId = jobId_;
+  job.recorderDir = records_ ? records_->directory() : "";
   job.timeout = options_.timeout;
 
   SpawnSpec spec;
@@ -258,6 +260,8 @@ void Launcher::eventLoop() {
   }
   output_->closeAll();
   sayFailures();
+  if (const std::string merged = records_->mergeTimeline(); !merged.empty())
+    say(nodeName() + merged);
 }
 
 void Launcher::sayFailures() const {
@@ -272,6 +276,9 @@ void Launcher::sayFailures() const {
     line += ranks + " exited with code 0";
   }
   say(line);
+  for (const std::string& summary :
+       records_->failureSummary(options_.nnodes * options_.nprocPerNode, endings_))
+    say(nodeName() + summary);
 }
 
 std::optional<Launcher::TimePoint> Launcher::nextDeadline() const {
@@ -327,6 +334,7 @@ void Launcher::checkRankExits() {
     if (status.success() && !finishing_ && !stopping_) {
       earlyExits_.insert(process.rank());  // only worth saying if the job then fails
     }
+    endings_[process.rank()] = status.describe(process.rank());
     if (status.success()) {
       continue;
     }

@@ -40,6 +40,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -47,6 +48,7 @@
 #include <utility>
 #include <vector>
 
+#include "job_records.h"
 #include "node_group.h"
 #include "options.h"
 #include "output_forwarder.h"
@@ -137,10 +139,12 @@ class Launcher {
   bool finishing_ = false;
   bool childrenLeft_ = true;
   std::optional<TimePoint> killAt_;
-  std::optional<TimePoint> stopAt_;    // the end of the failure grace
-  bool failed_ = false;                // a rank here or another node failed
-  std::vector<std::string> failures_;  // how each failed rank ended, in the order seen
-  std::set<int> earlyExits_;           // ranks that exited 0 before the job ended
+  std::optional<TimePoint> stopAt_;      // the end of the failure grace
+  bool failed_ = false;                  // a rank here or another node failed
+  std::vector<std::string> failures_;    // how each failed rank ended, in the order seen
+  std::set<int> earlyExits_;             // ranks that exited 0 before the job ended
+  std::map<int, std::string> endings_;   // how each rank that ended did, by rank
+  std::unique_ptr<JobRecords> records_;  // flight records and the timeline (job_records.h)
   std::optional<TimePoint> drainUntil_;
   bool drained_ = false;
   // Multi-node: the node group's watcher has reported (the job may end), this node's failure was

@@ -13,12 +13,13 @@ namespace {
 
 // Every variable chorusrun sets (but CHORUS_TIMEOUT, which is inherited unless --timeout is
 // given); copies inherited from an enclosing launch are dropped first.
-constexpr std::array<std::string_view, 20> kLaunchVariables = {
-    "CHORUS_RANK",       "CHORUS_SIZE",   "CHORUS_LOCAL_RANK",     "CHORUS_LOCAL_SIZE",
-    "CHORUS_NODE_RANK",  "CHORUS_NNODES", "CHORUS_STORE",          "CHORUS_JOB_TOKEN",
-    "CHORUS_TOKEN_FILE", "CHORUS_JOB_ID", "CHORUS_LAUNCHER",       "RANK",
-    "WORLD_SIZE",        "LOCAL_RANK",    "LOCAL_WORLD_SIZE",      "GROUP_RANK",
-    "MASTER_ADDR",       "MASTER_PORT",   "CHORUS_JOB_TOKEN_FILE", "CHORUS_BIND_ADDR",
+constexpr std::array<std::string_view, 21> kLaunchVariables = {
+    "CHORUS_RANK",         "CHORUS_SIZE",   "CHORUS_LOCAL_RANK",     "CHORUS_LOCAL_SIZE",
+    "CHORUS_NODE_RANK",    "CHORUS_NNODES", "CHORUS_STORE",          "CHORUS_JOB_TOKEN",
+    "CHORUS_TOKEN_FILE",   "CHORUS_JOB_ID", "CHORUS_LAUNCHER",       "RANK",
+    "WORLD_SIZE",          "LOCAL_RANK",    "LOCAL_WORLD_SIZE",      "GROUP_RANK",
+    "MASTER_ADDR",         "MASTER_PORT",   "CHORUS_JOB_TOKEN_FILE", "CHORUS_BIND_ADDR",
+    "CHORUS_RECORDER_DIR",
 };
 
 bool replaced(std::string_view entry, bool timeoutGiven) {
@@ -66,6 +67,8 @@ std::vector<std::string> rankEnvironment(const JobEnvironment& job,
       {"MASTER_ADDR", job.storeHost},
       {"MASTER_PORT", std::to_string(job.torchPort)},
   };
+  if (!job.recorderDir.empty())
+    launch.emplace_back("CHORUS_RECORDER_DIR", job.recorderDir);
   if (job.timeout) {
     launch.emplace_back("CHORUS_TIMEOUT", *job.timeout);
   }

@@ -33,6 +33,7 @@ struct JobEnvironment {
   std::string bindHost;
   std::string token;
   std::string jobId;                   // CHORUS_JOB_ID, see newJobId()
+  std::string recorderDir;             // CHORUS_RECORDER_DIR (job_records.h); empty: not set
   std::optional<std::string> timeout;  // CHORUS_TIMEOUT, seconds
 };
 

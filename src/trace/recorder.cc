@@ -1,0 +1,156 @@
+// See Note [Flight recorder] (recorder.h).
+#include "trace/recorder.h"
+
+#include <time.h>
+
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "core/env.h"
+
+namespace chorus::trace {
+namespace {
+
+constexpr size_t kDefaultFlightCapacity = 1024;
+
+size_t flightCapacity() {
+  const auto configured = env::integer("CHORUS_RECORDER_SIZE");
+  if (!configured)
+    return kDefaultFlightCapacity;
+  return *configured > 0 ? static_cast<size_t>(*configured) : 0;
+}
+
+OperationRing& flightRing() {
+  static OperationRing ring(flightCapacity());
+  return ring;
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::deque<std::string> groups;
+  // Timeline rings are never freed before exit: an operation that began in one may end after
+  // stopTimeline().
+  std::vector<std::unique_ptr<OperationRing>> timelines;
+};
+
+Registry& registry() {
+  static Registry instance;
+  return instance;
+}
+
+std::atomic<OperationRing*> activeTimeline{nullptr};
+std::atomic<int> worldRank{-1};
+std::atomic<int64_t> offsetNs{0};
+
+}  // namespace
+
+int64_t monotonicNs() noexcept {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+}
+
+uint32_t registerGroup(std::string description) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.groups.push_back(std::move(description));
+  return static_cast<uint32_t>(r.groups.size() - 1);
+}
+
+std::string groupDescription(uint32_t group) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return group < r.groups.size() ? r.groups[group] : "?";
+}
+
+Ticket beginOperation(uint32_t group,
+                      const Fingerprint& fingerprint,
+                      uint64_t bytes,
+                      int64_t coarseNowNs,
+                      int64_t detail) noexcept {
+  Ticket ticket;
+  Record record;
+  record.group = group;
+  record.fingerprint = fingerprint;
+  record.bytes = bytes;
+  record.detail = detail;
+  OperationRing* timeline = activeTimeline.load(std::memory_order_acquire);
+  record.startNs = timeline != nullptr ? monotonicNs() : coarseNowNs;
+  ticket.flight = flightRing().begin(record);
+  if (timeline != nullptr) {
+    ticket.timeline = timeline;
+    ticket.timelineTicket = timeline->begin(record);
+  }
+  return ticket;
+}
+
+Ticket beginMark(const char* label, int64_t index) noexcept {
+  Ticket ticket;
+  OperationRing* timeline = activeTimeline.load(std::memory_order_acquire);
+  if (timeline == nullptr)
+    return ticket;
+  Record record;
+  record.kind = RecordKind::kMark;
+  record.label = label;
+  record.detail = index;
+  record.startNs = monotonicNs();
+  ticket.timeline = timeline;
+  ticket.timelineTicket = timeline->begin(record);
+  return ticket;
+}
+
+void end(const Ticket& ticket, bool failed) noexcept {
+  if (ticket.timeline == nullptr) {
+    // The flight ring alone keeps no end time: that it ended, and how, is what a dump needs, and
+    // a clock read would be a third of the recorder's cost per operation.
+    flightRing().end(ticket.flight, 0, failed);
+    return;
+  }
+  const int64_t now = monotonicNs();
+  flightRing().end(ticket.flight, now, failed);
+  ticket.timeline->end(ticket.timelineTicket, now, failed);
+}
+
+void setRank(int rank) noexcept { worldRank.store(rank); }
+
+int rank() noexcept {
+  const int known = worldRank.load();
+  if (known >= 0)
+    return known;
+  return static_cast<int>(env::integer("CHORUS_RANK").value_or(0));
+}
+
+void setClockOffset(int64_t offset) noexcept { offsetNs.store(offset); }
+int64_t clockOffset() noexcept { return offsetNs.load(); }
+
+std::vector<Record> flightRecords() { return flightRing().snapshot(); }
+
+bool startTimeline(size_t capacity) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (activeTimeline.load() != nullptr)
+    return false;
+  r.timelines.push_back(std::make_unique<OperationRing>(capacity));
+  activeTimeline.store(r.timelines.back().get(), std::memory_order_release);
+  return true;
+}
+
+std::vector<Record> stopTimeline(uint64_t& dropped) {
+  OperationRing* ring = nullptr;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    ring = activeTimeline.exchange(nullptr);
+  }
+  dropped = 0;
+  if (ring == nullptr)
+    return {};
+  const uint64_t begun = ring->begun();
+  dropped = begun > ring->capacity() ? begun - ring->capacity() : 0;
+  return ring->snapshot();
+}
+
+bool timelineActive() noexcept { return activeTimeline.load(std::memory_order_relaxed) != nullptr; }
+
+}  // namespace chorus::trace

@@ -1,0 +1,102 @@
+"""The timeline end to end (Note [Timeline]): chorusrun runs traced_job.py on 4 ranks; the merged
+trace must be valid JSON with every rank's events, sequence numbers that agree across the ranks of
+each group, and `chorus-trace summary` must blame the rank that was late on purpose. Recording is
+off by default and changes no result.
+
+    CHORUSRUN=<build>/bin/chorusrun CHORUS_TRACE_TOOL=<build>/bin/chorus-trace \
+        PYTHONPATH=<build>/python /usr/bin/python3 -m pytest test_trace_job.py
+"""
+
+import json
+import os
+import subprocess
+from collections import defaultdict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "traced_job.py")
+CHORUSRUN = os.environ.get("CHORUSRUN", "chorusrun")
+TRACE_TOOL = os.environ.get("CHORUS_TRACE_TOOL", "chorus-trace")
+RANKS = 4
+SLOW_RANK = 2
+JOB_DEADLINE_S = 180
+
+
+def run_job(tmp_path, mode, trace_env):
+    path = tmp_path / "trace.json"
+    env = dict(os.environ, CHORUS_TIMEOUT="60", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
+    env.pop("CHORUS_TRACE", None)
+    if trace_env:
+        env["CHORUS_TRACE"] = str(path)
+    done = subprocess.run([CHORUSRUN, "-np", str(RANKS), "/usr/bin/python3", JOB, mode, str(path)],
+                          env=env, capture_output=True, text=True, timeout=JOB_DEADLINE_S)
+    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    assert done.returncode == 0, report
+    for rank in range(RANKS):
+        assert f"RESULT rank={rank} ok" in done.stdout, report
+    return path, done
+
+
+def collectives_by_rank(events):
+    """{rank: [(group, seq, op), ...]} of the collectives (seq > 0), in start order."""
+    found = defaultdict(list)
+    for event in sorted(events, key=lambda e: e.get("ts", 0)):
+        if event.get("cat") == "operation" and event["args"]["seq"] > 0:
+            found[event["pid"]].append((event["args"]["group"], event["args"]["seq"],
+                                        event["args"]["op"]))
+    return found
+
+
+def check_trace(path, allreduces_on_world):
+    with open(path) as stream:
+        trace = json.load(stream)  # valid JSON, or the test fails here
+    events = trace["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names == {rank: f"rank {rank}" for rank in range(RANKS)}
+    for event in events:
+        if event["ph"] == "X":  # complete events: balanced by construction, never negative
+            assert event["dur"] >= 0 and event["ts"] > 0, event
+    found = collectives_by_rank(events)
+    world = "group [0, 1, 2, 3] (shm)"
+    for rank in range(RANKS):
+        ops = found[rank]
+        on_world = [seq for group, seq, op in ops if group == world and op == "allreduce"]
+        assert len(on_world) == allreduces_on_world, ops
+        half = [op for group, _, op in ops if group != world]
+        assert half == ["allreduce"] * 3, ops
+    # The ranks of one group numbered its collectives alike.
+    by_group = defaultdict(dict)
+    for rank, ops in found.items():
+        for group, seq, op in ops:
+            by_group[group].setdefault(rank, []).append((seq, op))
+    for group, ranks in by_group.items():
+        sequences = list(ranks.values())
+        assert all(s == sequences[0] for s in sequences), (group, ranks)
+    assert len(by_group) == 3  # the world and two halves
+    return events
+
+
+def test_chorus_trace_records_the_job_and_blames_the_late_rank(tmp_path):
+    path, done = run_job(tmp_path, "env", trace_env=True)
+    assert f"chorusrun: trace of {RANKS} ranks written to {path}" in done.stderr, done.stderr
+    assert not list(tmp_path.glob("trace.json.rank*.part"))  # merged and removed
+    events = check_trace(path, allreduces_on_world=10)
+    sends = [e for e in events if e["name"] in ("send to 1", "recv from 0")]
+    assert sorted(e["pid"] for e in sends) == [0, 1]
+    summary = subprocess.run([TRACE_TOOL, "summary", str(path)], capture_output=True, text=True,
+                             timeout=60)
+    assert summary.returncode == 0, summary.stderr
+    first = summary.stdout.splitlines()[0]
+    assert first.startswith(f"rank {SLOW_RANK} made the others wait longest"), summary.stdout
+
+
+def test_recording_context_manager_traces_only_its_block(tmp_path):
+    path, _ = run_job(tmp_path, "api", trace_env=False)
+    events = check_trace(path, allreduces_on_world=10)  # the warm-up allreduce is not there
+    world_seqs = {e["args"]["seq"] for e in events
+                  if e.get("cat") == "operation" and e["args"]["group"].startswith("group [0, 1, 2")}
+    assert 1 not in world_seqs  # allreduce #1 ran before start()
+
+
+def test_recording_is_off_by_default(tmp_path):
+    run_job(tmp_path, "off", trace_env=False)
+    assert list(tmp_path.iterdir()) == []  # no trace, no part, no recorder directory left
