@@ -442,10 +442,19 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
   try {
     const backend::DeviceCallContext call{fingerprint, Deadline::after(timeout)};
     backend->startAfter(currentStream());
-    body(*backend, call);
+    // Recorded from its enqueue to the completion the watchdog sees (Note [Flight recorder]).
+    const trace::Ticket ticket =
+        trace::beginOperation(traceGroup_, fingerprint, bytesOf(fingerprint),
+                              nanoseconds(coarseNow()), trace::kDeviceBit);
+    try {
+      body(*backend, call);
+    } catch (...) {
+      trace::end(ticket, /*failed=*/true);
+      throw;
+    }
     std::shared_ptr<backend::DeviceCompletion> completion = backend->recordEnd();
     std::shared_ptr<Work> check = checkOnHost(fingerprint);
-    watchdog_->watch(completion, check, fingerprint, call.deadline);
+    watchdog_->watch(completion, check, fingerprint, call.deadline, ticket);
     return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, std::move(completion),
                                         nullptr, std::move(check));
   } catch (const UnsupportedError&) {

@@ -35,14 +35,15 @@ DeviceWatchdog::~DeviceWatchdog() {
 void DeviceWatchdog::watch(std::shared_ptr<backend::DeviceCompletion> completion,
                            std::shared_ptr<Work> check,
                            const Fingerprint& fingerprint,
-                           Deadline deadline) {
+                           Deadline deadline,
+                           trace::Ticket ticket) {
   bool wasIdle = false;
   {
     std::lock_guard lock(mutex_);
     if (failed_)
       return;  // the communicator failed: every call raises from now on
     wasIdle = watched_.empty();
-    watched_.push_back({std::move(completion), std::move(check), fingerprint, deadline});
+    watched_.push_back({std::move(completion), std::move(check), fingerprint, deadline, ticket});
   }
   // Only an idle thread sleeps until told; a busy one looks again within kPollInterval. So a
   // stream of calls costs one lock each, not a wake-up each.
@@ -66,6 +67,7 @@ void DeviceWatchdog::run() {
     lock.lock();
     if (failure && !stopping_) {
       failed_ = true;
+      for (const Watched& watched : watched_) trace::end(watched.ticket, /*failed=*/true);
       watched_.clear();
       lock.unlock();
       fail_(failure);
@@ -113,6 +115,7 @@ std::exception_ptr DeviceWatchdog::inspect(bool readStore) {
         return timedOut(oldest);
       return nullptr;
     }
+    trace::end(oldest.ticket, /*failed=*/false);
     std::lock_guard lock(mutex_);
     if (!watched_.empty() && watched_.front().completion == oldest.completion)
       watched_.pop_front();

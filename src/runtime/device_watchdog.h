@@ -35,6 +35,7 @@
 #include "core/deadline.h"
 #include "core/thread_annotations.h"
 #include "store/store.h"
+#include "trace/recorder.h"
 
 namespace chorus::detail {
 
@@ -52,11 +53,14 @@ class DeviceWatchdog {
   DeviceWatchdog& operator=(const DeviceWatchdog&) = delete;
 
   // Watches one call's completion until it ends. `check`: the call's host check (null when it
-  // has none: point-to-point, one rank).
+  // has none: point-to-point, one rank). `ticket`: the call's flight record, begun at its enqueue
+  // and ended here when the watchdog sees it complete (within kPollInterval) or fail (Note
+  // [Flight recorder]).
   void watch(std::shared_ptr<backend::DeviceCompletion> completion,
              std::shared_ptr<Work> check,
              const Fingerprint& fingerprint,
-             Deadline deadline);
+             Deadline deadline,
+             trace::Ticket ticket = {});
 
  private:
   struct Watched {
@@ -64,6 +68,7 @@ class DeviceWatchdog {
     std::shared_ptr<Work> check;
     Fingerprint fingerprint;
     Deadline deadline = Deadline::never();
+    trace::Ticket ticket;
   };
 
   void run();

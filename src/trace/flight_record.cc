@@ -32,8 +32,11 @@ std::string humanBytes(uint64_t bytes) {
 // "allreduce #7 (float32 x 1024, sum; 4.0 KiB) on group [0, 1] (shm)", "send to rank 3 (...)".
 std::string describe(const Record& record) {
   const Fingerprint& f = record.fingerprint;
+  const bool onDevice = record.detail >= 0 && (record.detail & kDeviceBit) != 0;
   std::string text;
-  if (f.collective == Collective::kPointToPoint) {
+  if (f.collective == Collective::kPointToPoint && onDevice) {
+    text = "send/recv (" + humanBytes(record.bytes) + ")";
+  } else if (f.collective == Collective::kPointToPoint) {
     const bool send = (record.detail & kSendBit) != 0;
     text = std::string(send ? "send to rank " : "recv from rank ") +
            std::to_string(record.detail & (kSendBit - 1)) + " (" + humanBytes(record.bytes) + ")";
@@ -46,7 +49,7 @@ std::string describe(const Record& record) {
       text += " (" + humanBytes(record.bytes) + ")";
     }
   }
-  return text + " on " + groupDescription(record.group);
+  return text + (onDevice ? " on the GPU, in " : " on ") + groupDescription(record.group);
 }
 
 std::string joined(const std::vector<std::string>& items, const char* last) {

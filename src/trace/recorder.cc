@@ -21,9 +21,11 @@ size_t flightCapacity() {
   return *configured > 0 ? static_cast<size_t>(*configured) : 0;
 }
 
+// Never destroyed (nor the registry): communicators may still run operations while the process's
+// static objects are destroyed at exit.
 OperationRing& flightRing() {
-  static OperationRing ring(flightCapacity());
-  return ring;
+  static OperationRing* ring = new OperationRing(flightCapacity());
+  return *ring;
 }
 
 struct Registry {
@@ -35,8 +37,8 @@ struct Registry {
 };
 
 Registry& registry() {
-  static Registry instance;
-  return instance;
+  static Registry* instance = new Registry;
+  return *instance;
 }
 
 std::atomic<OperationRing*> activeTimeline{nullptr};

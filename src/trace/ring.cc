@@ -1,6 +1,7 @@
 // See Note [Record ring] (ring.h).
 #include "trace/ring.h"
 
+#include <bit>
 #include <cstring>
 
 namespace chorus::trace {
@@ -27,13 +28,15 @@ Fingerprint unpackFingerprint(const std::atomic<uint64_t> (&words)[3]) {
 static_assert(sizeof(Fingerprint) == 3 * sizeof(uint64_t));
 
 OperationRing::OperationRing(size_t capacity)
-    : capacity_(capacity), slots_(capacity > 0 ? new Slot[capacity] : nullptr) {}
+    : capacity_(capacity > 0 ? std::bit_ceil(capacity) : 0),
+      mask_(capacity_ > 0 ? capacity_ - 1 : 0),
+      slots_(capacity_ > 0 ? new Slot[capacity_] : nullptr) {}
 
 uint64_t OperationRing::begin(const Record& record) noexcept {
   if (capacity_ == 0)
     return 0;
   const uint64_t ticket = next_.fetch_add(1, kRelaxed) + 1;
-  Slot& slot = slots_[(ticket - 1) % capacity_];
+  Slot& slot = slots_[(ticket - 1) & mask_];
   slot.ticket.store(0, kRelaxed);  // readers skip the slot while it is rewritten
   std::atomic_thread_fence(std::memory_order_release);
   packFingerprint(record.fingerprint, slot.fingerprint);
@@ -50,7 +53,7 @@ uint64_t OperationRing::begin(const Record& record) noexcept {
 void OperationRing::end(uint64_t ticket, int64_t endNs, bool failed) noexcept {
   if (ticket == 0)
     return;
-  Slot& slot = slots_[(ticket - 1) % capacity_];
+  Slot& slot = slots_[(ticket - 1) & mask_];
   if (slot.ticket.load(std::memory_order_acquire) != ticket)
     return;  // overwritten by a newer record: the ring wrapped while this one ran
   slot.endNs.store(endNs <= 0 ? (failed ? -1 : 1) : (failed ? -endNs : endNs),
@@ -63,7 +66,7 @@ std::vector<Record> OperationRing::snapshot() const {
   const uint64_t first = last > capacity_ ? last - capacity_ + 1 : 1;
   records.reserve(last - first + 1);
   for (uint64_t ticket = first; ticket <= last && capacity_ > 0; ++ticket) {
-    const Slot& slot = slots_[(ticket - 1) % capacity_];
+    const Slot& slot = slots_[(ticket - 1) & mask_];
     if (slot.ticket.load(std::memory_order_acquire) != ticket)
       continue;  // being written, or already reused
     Record record;

@@ -44,10 +44,12 @@ struct Record {
 };
 
 inline constexpr int64_t kSendBit = int64_t{1} << 40;
+inline constexpr int64_t kDeviceBit = int64_t{1} << 41;
 
 class OperationRing {
  public:
-  // `capacity` slots, allocated here (zero: records nothing).
+  // `capacity` slots rounded up to a power of two (a mask, not a division, finds a slot),
+  // allocated here; zero records nothing.
   explicit OperationRing(size_t capacity);
 
   size_t capacity() const { return capacity_; }
@@ -74,6 +76,7 @@ class OperationRing {
     std::atomic<int64_t> endNs{0};  // negative: failed at -endNs
   };
   const size_t capacity_;
+  const uint64_t mask_;
   std::unique_ptr<Slot[]> slots_;
   std::atomic<uint64_t> next_{0};
 };

@@ -43,6 +43,11 @@ std::string eventName(const Record& record) {
     return record.detail >= 0 ? name + " " + std::to_string(record.detail) : name;
   }
   const Fingerprint& f = record.fingerprint;
+  if (record.detail >= 0 && (record.detail & kDeviceBit) != 0) {
+    if (f.collective == Collective::kPointToPoint)
+      return "send/recv (cuda)";
+    return std::string(toString(f.collective)) + " #" + std::to_string(f.sequence) + " (cuda)";
+  }
   if (f.collective == Collective::kPointToPoint) {
     const bool send = (record.detail & kSendBit) != 0;
     const int64_t peer = record.detail & (kSendBit - 1);
@@ -68,6 +73,8 @@ std::string eventArgs(const Record& record) {
     args << ",\"root\":" << f.root;
   args << ",\"algorithm\":" << int{f.algorithm}
        << ",\"group\":" << jsonString(groupDescription(record.group));
+  if (record.detail >= 0 && (record.detail & kDeviceBit) != 0)
+    args << ",\"device\":\"cuda\"";
   if (record.failed)
     args << ",\"failed\":true";
   args << "}";

@@ -49,6 +49,15 @@ TEST(FlightRecord, StandingNamesThePeerOfASend) {
   EXPECT_EQ(standing({send}), "in send to rank 1 (12 B) on group [0, 1] (tcp); none finished");
 }
 
+TEST(FlightRecord, StandingSaysAnOperationRanOnTheGpu) {
+  const uint32_t group = registerGroup("group [0, 1] (shm)");
+  Record record = allreduce(3, group, /*running=*/true);
+  record.detail = kDeviceBit;
+  EXPECT_EQ(standing({record}),
+            "in allreduce #3 (float32 x 4194304, sum; 16.0 MiB) on the GPU, in group [0, 1] (shm); "
+            "none finished");
+}
+
 TEST(FlightRecord, SummaryGroupsRanksByPlaceAndNamesThoseWithoutARecord) {
   const std::vector<std::string> lines =
       summarizeStandings({{0, "in allreduce #5"},

@@ -56,6 +56,17 @@ TEST(OperationRing, AFullRingKeepsTheNewestAndDropsStaleEnds) {
   EXPECT_EQ(ring.begun(), 10u);
 }
 
+TEST(OperationRing, CapacityRoundsUpToAPowerOfTwo) {
+  EXPECT_EQ(OperationRing(1000).capacity(), 1024u);
+  EXPECT_EQ(OperationRing(1024).capacity(), 1024u);
+  EXPECT_EQ(OperationRing(1).capacity(), 1u);
+  OperationRing ring(3);  // 4 slots: the 4 newest of 6 stay
+  for (uint64_t i = 1; i <= 6; ++i) ring.begin(operation(i, int64_t(i)));
+  const std::vector<Record> records = ring.snapshot();
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records.front().fingerprint.sequence, 3u);
+}
+
 TEST(OperationRing, ZeroCapacityRecordsNothing) {
   OperationRing ring(0);
   EXPECT_EQ(ring.begin(operation(1, 1)), 0u);
