@@ -1,4 +1,5 @@
-"""Communicators as Python sees them, and rank_list handling (DESIGN §4).
+"""Communicators as Python sees them, rank_list handling, and groups with their own ranks
+(DESIGN §4).
 
 A rank_list is a list of lists of world ranks, or a flat list (one group). Ranks in no group run
 standalone (a group of one). Communicators come from the C++ pool (DistContext::communicator) and
@@ -163,6 +164,86 @@ def _get_normalized(rank_list):
                 comm = Communicator(native, members)
                 _cache[key] = comm
     return comm
+
+
+class Group:
+    """A group made by dist.new_group(ranks), seen with its own ranks (DESIGN §4).
+
+    `ranks`: its members' world ranks, in group-rank order (the order given); `size`; `rank`: this
+    process's group rank, or -1 when it is not a member. world_rank(g) and group_rank(w) translate.
+    Every operation takes group= instead of rank_list=: only the members call it, and roots and
+    peers are group ranks, as in torch.distributed. A non-member calling a group operation is a
+    ValueError (chorus.InvalidArgumentError) naming it and the group.
+    """
+
+    __slots__ = ("ranks", "size", "rank", "_index", "_rank_list")
+
+    def __init__(self, ranks, world_rank):
+        self.ranks = tuple(ranks)
+        self.size = len(self.ranks)
+        self._index = {w: g for g, w in enumerate(self.ranks)}
+        self.rank = self._index.get(world_rank, -1)
+        self._rank_list = (self.ranks,)
+
+    def world_rank(self, group_rank):
+        """The world rank of group rank `group_rank`."""
+        if isinstance(group_rank, bool) or not isinstance(group_rank, int) \
+                or not 0 <= group_rank < self.size:
+            raise _chorus.InvalidArgumentError(
+                f"{group_rank!r} is not a rank of the group {list(self.ranks)} (its ranks are 0 to "
+                f"{self.size - 1})")
+        return self.ranks[group_rank]
+
+    def group_rank(self, world_rank):
+        """The group rank of world rank `world_rank`, or -1 when it is not a member."""
+        return self._index.get(world_rank, -1)
+
+    def __repr__(self):
+        return f"Group(ranks={list(self.ranks)}, rank={self.rank})"
+
+
+def new_group(ranks):
+    """A Group of the world ranks `ranks` (collective over the world: every rank calls it with the
+    same ranks, as torch.distributed.new_group; the group's communicator is made here)."""
+    world = _world_communicator()
+    if not isinstance(ranks, (list, tuple, range)) or not ranks:
+        raise _chorus.InvalidArgumentError(
+            f"new_group needs a non-empty list of world ranks, not {ranks!r}")
+    ranks = list(ranks)
+    normalize([ranks], world.world_size)  # ints, in range, none twice: or a clear error
+    get([ranks])
+    return Group(ranks, world.world_rank)
+
+
+def resolve(group, rank_list, operation):
+    """The rank_list an operation called with `group` (or `rank_list`) runs on."""
+    if group is None:
+        return rank_list
+    if not isinstance(group, Group):
+        raise _chorus.InvalidArgumentError(
+            f"group must be a chorus Group (from chorus.distributed.new_group), not "
+            f"{type(group).__name__}")
+    if rank_list is not None:
+        raise _chorus.InvalidArgumentError(
+            f"{operation}: pass group= or rank_list=, not both")
+    if group.rank < 0:
+        world_rank = _world_communicator().world_rank
+        raise _chorus.InvalidArgumentError(
+            f"rank {world_rank} (this process) called {operation} on the group "
+            f"{list(group.ranks)}, which it is not a member of; only the group's members call "
+            f"its operations")
+    return group._rank_list
+
+
+def world_rank_of(group, rank, what):
+    """`rank` as a world rank: a group rank of `group` when a group is given, else as is."""
+    if group is None:
+        return rank
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < group.size:
+        raise _chorus.InvalidArgumentError(
+            f"{what}={rank!r} is not a rank of the group {list(group.ranks)}: with group=, {what} "
+            f"is a group rank from 0 to {group.size - 1}")
+    return group.ranks[rank]
 
 
 def reset():

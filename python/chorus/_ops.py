@@ -20,7 +20,7 @@ list are compared with x before it).
 import inspect
 import time
 
-from . import _arrays, _chorus, _groups
+from . import _arrays, _chorus, _groups, _nested
 from ._foreign import accepts_foreign
 
 _OPS = dict(_chorus.ReduceOp.__members__)  # "sum": _chorus.ReduceOp.sum, ... in C++'s order
@@ -198,14 +198,18 @@ def _front(general):
 
 
 def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False,
-              out=None):
+              out=None, group=None):
     """Reduces `x` element-wise across the ranks of the group and returns the result.
 
     A list of arrays (one dtype) is reduced as one fused message and gives a list.
     op: "sum", "prod", "min", "max", "avg" ("band", "bor", "bxor" for integers and bool).
     inplace=True writes the result into `x` and returns it; out= writes it into `out` (an array of
     x's dtype and size, or a list like x) and returns `out`.
+    A nest of dicts, lists and tuples of arrays gives the same nest, one fused message per dtype.
     """
+    rank_list = _groups.resolve(group, rank_list, "allreduce")
+    if _nested.is_nest(x):
+        return _nested.allreduce(x, op, rank_list, async_op, inplace, synchronize, out)
     return _allreduce(x, op, rank_list, async_op, synchronize, inplace=inplace, out=out)
 
 
@@ -306,9 +310,16 @@ def _reduce_then_copy(native, in_cap, out_cap, root, op, export):
 
 
 def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchronize=False,
-              out=None):
-    """Returns root's `x` on every rank of the group (root is a world rank). A list broadcasts
-    each item. inplace=True overwrites `x` on non-roots; out= writes into `out` and returns it."""
+              out=None, group=None):
+    """Returns root's `x` on every rank of the group (root is a world rank; with group=, a group
+    rank). A list broadcasts each item. inplace=True overwrites `x` on non-roots; out= writes into
+    `out` and returns it."""
+    rank_list = _groups.resolve(group, rank_list, "broadcast")
+    root = _groups.world_rank_of(group, root, "root")
+    if _nested.is_nest(x):
+        return _nested.leafwise(_broadcast_leaf, x, dict(root=root, rank_list=rank_list,
+                                                         inplace=inplace), async_op, out,
+                                "broadcast")
     return _broadcast(x, root, rank_list, async_op, synchronize, inplace=inplace, out=out)
 
 
@@ -320,23 +331,48 @@ def _broadcast(x, root, rank_list, async_op, synchronize, inplace, out):
     return _rooted(x, root, None, rank_list, async_op, inplace, synchronize, out)
 
 
-@accepts_foreign
+def _broadcast_leaf(x, root, rank_list, inplace, async_op):
+    return _broadcast(x, root, rank_list, async_op, False, inplace=inplace, out=None)
+
+
 def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False,
-           out=None):
-    """Returns the reduction of `x` across the group on `root` (a world rank); other ranks get
-    their input back unchanged (a copy of it, `x` itself with inplace=True, or `out` holding a copy
-    of it with out=)."""
+           out=None, group=None):
+    """Returns the reduction of `x` across the group on `root` (a world rank; with group=, a group
+    rank); other ranks get their input back unchanged (a copy of it, `x` itself with inplace=True,
+    or `out` holding a copy of it with out=)."""
+    rank_list = _groups.resolve(group, rank_list, "reduce")
+    root = _groups.world_rank_of(group, root, "root")
+    if _nested.is_nest(x):
+        return _nested.leafwise(_reduce, x, dict(root=root, op=op, rank_list=rank_list,
+                                                 inplace=inplace), async_op, out, "reduce")
+    return _reduce(x, root, op, rank_list, async_op, inplace=inplace, synchronize=synchronize,
+                   out=out)
+
+
+@accepts_foreign
+def _reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False,
+            out=None):
     return _rooted(x, root, op, rank_list, async_op, inplace, synchronize, out)
 
 
-@accepts_foreign
-def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=False, out=None):
+def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=False, out=None,
+                   group=None):
     """Reduces across the group and returns this rank's part of the result.
 
     An array: dimension 0 must be divisible by the group size; returns chunk `rank` along axis 0.
     A list of exactly group-size arrays: returns the reduction of item `rank`.
+    A nest (dicts, or lists and tuples holding containers): each array as above, same nest out.
     out= writes the part into `out` and returns it.
     """
+    rank_list = _groups.resolve(group, rank_list, "reduce_scatter")
+    if _nested.is_nest(x):
+        return _nested.leafwise(_reduce_scatter, x, dict(op=op, rank_list=rank_list), async_op,
+                                out, "reduce_scatter")
+    return _reduce_scatter(x, op, rank_list, async_op, synchronize, out=out)
+
+
+@accepts_foreign
+def _reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=False, out=None):
     comm = _groups.get(rank_list)
     size = comm.size
     if _is_list(x):
@@ -382,13 +418,21 @@ def _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize, out):
 # --------------------------------------------------------------------------- data movement
 
 
-def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=None):
-    """Concatenates every rank's `x` along `axis` in group-rank order. A list gathers each item.
-    out= writes into `out` (a list like x for a list) and returns it."""
+def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=None, group=None):
+    """Concatenates every rank's `x` along `axis` in group-rank order. A list gathers each item; a
+    nest gives the same nest. out= writes into `out` (a list like x for a list) and returns it."""
+    rank_list = _groups.resolve(group, rank_list, "allgather")
+    if _nested.is_nest(x):
+        return _nested.leafwise(_allgather_leaf, x, dict(axis=axis, rank_list=rank_list),
+                                async_op, out, "allgather")
     return _allgather(x, axis, rank_list, async_op, synchronize, out=out)
 
 
 allgather = _front(allgather)
+
+
+def _allgather_leaf(x, axis, rank_list, async_op):
+    return _allgather(x, axis, rank_list, async_op, False, out=None)
 
 
 @accepts_foreign
@@ -406,11 +450,21 @@ def _allgather(x, axis, rank_list, async_op, synchronize, out):
     return _complete(calls, lambda: _results(targets, is_list), async_op, synchronize)
 
 
+def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False, out=None,
+           group=None):
+    """Concatenates every rank's `x` along `axis` on `root` (a world rank; with group=, a group
+    rank) and returns it there (in `out`, if given). Non-root ranks get their input `x` back
+    unchanged (the same object) and leave `out` untouched."""
+    rank_list = _groups.resolve(group, rank_list, "gather")
+    root = _groups.world_rank_of(group, root, "root")
+    if _nested.is_nest(x):
+        return _nested.leafwise(_gather, x, dict(root=root, axis=axis, rank_list=rank_list),
+                                async_op, out, "gather")
+    return _gather(x, root, axis, rank_list, async_op, synchronize, out=out)
+
+
 @accepts_foreign
-def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False, out=None):
-    """Concatenates every rank's `x` along `axis` on `root` (a world rank) and returns it there
-    (in `out`, if given). Non-root ranks get their input `x` back unchanged (the same object) and
-    leave `out` untouched."""
+def _gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False, out=None):
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
@@ -429,14 +483,23 @@ def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False,
                      async_op, synchronize)
 
 
-@accepts_foreign
-def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False, out=None):
+def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False, out=None, group=None):
     """Splits root's `x` along axis 0 into group-size chunks and returns chunk `rank` on each rank
     (in `out`, if given).
 
-    Every rank passes an array of the full shape and dtype (root is a world rank); only root's
-    content is read. Dimension 0 must be divisible by the group size.
+    Every rank passes an array of the full shape and dtype (root is a world rank; with group=, a
+    group rank); only root's content is read. Dimension 0 must be divisible by the group size.
     """
+    rank_list = _groups.resolve(group, rank_list, "scatter")
+    root = _groups.world_rank_of(group, root, "root")
+    if _nested.is_nest(x):
+        return _nested.leafwise(_scatter, x, dict(root=root, rank_list=rank_list), async_op, out,
+                                "scatter")
+    return _scatter(x, root, rank_list, async_op, synchronize, out=out)
+
+
+@accepts_foreign
+def _scatter(x, root=0, rank_list=None, async_op=False, synchronize=False, out=None):
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_root = comm.group_rank(root, "root")
@@ -451,11 +514,22 @@ def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False, out=No
     return _complete([call], lambda: _results([target], False), async_op, synchronize)
 
 
-@accepts_foreign
 def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, synchronize=False,
-               out=None):
+               out=None, group=None):
     """Splits `x` along split_axis into group-size chunks, sends chunk i to group rank i, and
     concatenates what arrives along concat_axis in group-rank order (into `out`, if given)."""
+    rank_list = _groups.resolve(group, rank_list, "all_to_all")
+    if _nested.is_nest(x):
+        return _nested.leafwise(_all_to_all, x, dict(split_axis=split_axis,
+                                                     concat_axis=concat_axis,
+                                                     rank_list=rank_list), async_op, out,
+                                "all_to_all")
+    return _all_to_all(x, split_axis, concat_axis, rank_list, async_op, synchronize, out=out)
+
+
+@accepts_foreign
+def _all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, synchronize=False,
+                out=None):
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     split = _int(split_axis, "split_axis")
@@ -471,9 +545,16 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, s
     return _complete([call], lambda: _results([target], False), async_op, synchronize)
 
 
+def send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False, group=None):
+    """Sends `x` to world rank `peer` (with group=, a group rank), matched by the recv with the
+    same peer and tag."""
+    rank_list = _groups.resolve(group, rank_list, "send")
+    peer = _groups.world_rank_of(group, peer, "peer")
+    return _send(x, peer, tag, rank_list, async_op, synchronize)
+
+
 @accepts_foreign
-def send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False):
-    """Sends `x` to world rank `peer` (matched by the recv with the same peer and tag)."""
+def _send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False):
     b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
     group_peer = comm.group_rank(peer, "peer")
@@ -486,11 +567,20 @@ def send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False):
     return _complete([call], lambda: None, async_op, synchronize)
 
 
-@accepts_foreign
 def recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, async_op=False,
-         synchronize=False):
-    """Receives from world rank `peer` into a new array of `shape` and `dtype` (a name, NumPy
-    dtype, or torch dtype, which gives a torch tensor), or into `out` (returned)."""
+         synchronize=False, group=None):
+    """Receives from world rank `peer` (with group=, a group rank) into a new array of `shape` and
+    `dtype` (a name, NumPy dtype, or torch dtype, which gives a torch tensor), or into `out`
+    (returned)."""
+    rank_list = _groups.resolve(group, rank_list, "recv")
+    peer = _groups.world_rank_of(group, peer, "peer")
+    return _recv(peer, shape, dtype, tag, out=out, rank_list=rank_list, async_op=async_op,
+                 synchronize=synchronize)
+
+
+@accepts_foreign
+def _recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, async_op=False,
+          synchronize=False):
     comm = _groups.get(rank_list)
     group_peer = comm.group_rank(peer, "peer")
     if out is not None:
@@ -523,9 +613,9 @@ def _tag(tag):
     return tag
 
 
-def barrier(rank_list=None, async_op=False, synchronize=False):
+def barrier(rank_list=None, async_op=False, synchronize=False, group=None):
     """Returns once every rank of the group has entered it."""
-    comm = _groups.get(rank_list)
+    comm = _groups.get(_groups.resolve(group, rank_list, "barrier"))
     return _complete([lambda a: _chorus.barrier(comm._native, a)], lambda: None, async_op,
                      synchronize)
 

@@ -43,7 +43,8 @@ struct Front {
   std::vector<py::object> names;     // the parameters, in order
   std::vector<py::object> defaults;  // by parameter; empty for one without a default
   // Where the short path's parameters are (-1: the operation has no such parameter).
-  int x = -1, argument = -1, rankList = -1, asyncOp = -1, synchronize = -1, inplace = -1, out = -1;
+  int x = -1, argument = -1, rankList = -1, asyncOp = -1, synchronize = -1, inplace = -1, out = -1,
+      group = -1;
 };
 
 Kind kindOf(const std::string& name) {
@@ -88,6 +89,7 @@ void describe(Front& front) {
   front.synchronize = indexOf(front, "synchronize");
   front.inplace = indexOf(front, "inplace");
   front.out = indexOf(front, "out");
+  front.group = indexOf(front, "group");
   const bool withArray = front.kind != Kind::kBarrier;
   if (front.rankList < 0 || front.asyncOp < 0 || front.synchronize < 0 ||
       (withArray && (front.x < 0 || front.argument < 0 || front.out < 0)))
@@ -134,7 +136,7 @@ bool isShort(const Front& front,
              const std::array<PyObject*, kMostParameters>& values,
              PyObject*& target) {
   if (values[front.rankList] != Py_None || values[front.asyncOp] != Py_False ||
-      values[front.synchronize] != Py_False)
+      values[front.synchronize] != Py_False || (front.group >= 0 && values[front.group] != Py_None))
     return false;
   if (front.kind == Kind::kBarrier)
     return true;

@@ -102,9 +102,9 @@ def test_the_fronts_bind_arguments_as_python_does():
     x = np.ones(3, np.float32)
     assert str(inspect.signature(chorus.allreduce)) == (
         "(x, op='sum', rank_list=None, async_op=False, inplace=False, synchronize=False, "
-        "out=None)")
+        "out=None, group=None)")
     assert str(inspect.signature(chorus.barrier)) == (
-        "(rank_list=None, async_op=False, synchronize=False)")
+        "(rank_list=None, async_op=False, synchronize=False, group=None)")
     assert "element-wise" in chorus.allreduce.__doc__
     np.testing.assert_array_equal(chorus.allreduce(x, "sum", None, False, False, False, None),
                                   x * size)
@@ -114,8 +114,8 @@ def test_the_fronts_bind_arguments_as_python_does():
         chorus.allreduce(x, "sum", op="max")
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'x'"):
         chorus.allreduce()
-    with pytest.raises(TypeError, match="takes from 1 to 7 positional arguments"):
-        chorus.allreduce(x, "sum", None, False, False, False, None, 8)
+    with pytest.raises(TypeError, match="takes from 1 to 8 positional arguments"):
+        chorus.allreduce(x, "sum", None, False, False, False, None, None, 9)
     with pytest.raises(chorus.InvalidArgumentError, match="either inplace=True or out=, not both"):
         chorus.allreduce(x, inplace=True, out=np.empty_like(x))
     assert chorus.barrier() is None

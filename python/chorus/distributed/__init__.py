@@ -3,13 +3,15 @@
     cfg = chorus.distributed.get_config()       # rank, size, local_rank, local_size, root_rank,
                                                 # enable_data_parallel, zero_opt_level, ...
     comm = chorus.distributed.get_communicator()   # or get_communicator(rank_list=[[0, 1], [2, 3]])
+    g = chorus.distributed.new_group([2, 3])    # a Group: chorus.allreduce(x, group=g), roots and
+                                                # peers as group ranks
     chorus.distributed.set_default_backend("mpi")  # for communicators made from now on
     dir(chorus.distributed.op)                  # the operators
 """
 
 from .. import _chorus, _groups, _ops
 from .._chorus import DistConfig
-from .._groups import Communicator
+from .._groups import Communicator, Group
 
 
 def get_config():
@@ -26,6 +28,14 @@ def get_communicator(rank_list=None):
     """The caller's communicator for `rank_list` (None: the world). Collective the first time a
     rank_list is used: every rank must call it with the same rank_list."""
     return _groups.get(rank_list)
+
+
+def new_group(ranks):
+    """A Group of the world ranks `ranks`, with its own ranks (in the order given): g.rank, g.size,
+    g.ranks, g.world_rank(i), g.group_rank(w). Collective over the world (every rank calls it with
+    the same ranks); then only members call operations with group=g, whose roots and peers are
+    group ranks. A non-member gets g.rank == -1, and a ValueError if it calls a group operation."""
+    return _groups.new_group(ranks)
 
 
 def set_default_backend(name):
@@ -57,5 +67,5 @@ class _OperatorNamespace:
 
 op = _OperatorNamespace()
 
-__all__ = ["DistConfig", "Communicator", "get_config", "get_communicator", "set_default_backend",
-           "op"]
+__all__ = ["DistConfig", "Communicator", "Group", "get_config", "get_communicator", "new_group",
+           "set_default_backend", "op"]

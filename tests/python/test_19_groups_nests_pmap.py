@@ -1,0 +1,143 @@
+"""Groups with their own ranks (dist.new_group, group=), nests of arrays, and pmap's in_axes /
+out_axes (issue 23, parts 3-5). Run at 1 to 4 ranks under chorusrun; skips depend on the world
+size only. Expected values are closed forms of the ranks.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import chorus
+import chorus.distributed as dist
+from helpers import rank_size
+
+
+def reversed_group():
+    """Every rank but rank 0 (when there are at least 2), in reverse order: group rank g is world
+    rank size - 1 - g, so group ranks and world ranks differ."""
+    rank, size = rank_size()
+    members = list(range(size - 1, 0, -1)) if size > 1 else [0]
+    return dist.new_group(members), members
+
+
+def test_a_group_knows_its_ranks():
+    rank, size = rank_size()
+    group, members = reversed_group()
+    assert group.ranks == tuple(members) and group.size == len(members)
+    assert group.rank == (members.index(rank) if rank in members else -1)
+    for g, w in enumerate(members):
+        assert group.world_rank(g) == w and group.group_rank(w) == g
+    if size > 1:
+        assert group.group_rank(0) == -1
+    with pytest.raises(ValueError, match="is not a rank of the group"):
+        group.world_rank(len(members))
+
+
+def test_group_operations_take_group_ranks():
+    rank, size = rank_size()
+    group, members = reversed_group()
+    if group.rank < 0:
+        return
+    total = chorus.allreduce(np.full(3, rank + 1, np.int64), group=group)
+    assert np.all(total == sum(m + 1 for m in members))
+    # root=0 is group rank 0: world rank members[0].
+    got = chorus.broadcast(np.full(2, rank, np.float64), root=0, group=group)
+    assert np.all(got == members[0])
+    gathered = chorus.allgather(np.array([rank], np.int32), group=group)
+    assert list(gathered) == members  # group-rank order
+    reduced = chorus.reduce(np.array([rank], np.int64), root=group.size - 1, group=group)
+    if group.rank == group.size - 1:
+        assert reduced[0] == sum(members)
+    if group.size >= 2:
+        if group.rank == 0:
+            chorus.send(np.arange(4, dtype=np.float32), 1, group=group)
+        elif group.rank == 1:
+            assert list(chorus.recv(0, (4,), group=group)) == [0, 1, 2, 3]
+    chorus.barrier(group=group)
+
+
+def test_a_non_member_calling_a_group_operation_is_a_value_error():
+    rank, size = rank_size()
+    if size < 2:
+        pytest.skip("needs a rank outside the group")
+    group, _ = reversed_group()
+    if group.rank >= 0:
+        return
+    with pytest.raises(ValueError, match=r"rank 0 \(this process\) called allreduce on the group"):
+        chorus.allreduce(np.ones(2), group=group)
+
+
+def test_group_arguments_are_checked():
+    rank, size = rank_size()
+    group, _ = reversed_group()
+    if group.rank < 0:
+        return
+    with pytest.raises(ValueError, match="not both"):
+        chorus.allreduce(np.ones(2), rank_list=[0], group=group)
+    with pytest.raises(ValueError, match="root=.* is not a rank of the group"):
+        chorus.broadcast(np.ones(2), root=group.size, group=group)
+    with pytest.raises(ValueError, match="group must be a chorus Group"):
+        chorus.allreduce(np.ones(2), group=[0])
+
+
+def test_new_group_refuses_bad_ranks():
+    rank, size = rank_size()
+    with pytest.raises(ValueError, match="not a rank of this job"):
+        dist.new_group([size])
+    with pytest.raises(ValueError, match="non-empty list"):
+        dist.new_group([])
+
+
+def test_allreduce_of_a_nest_returns_the_nest():
+    rank, size = rank_size()
+    nest = {"w": np.full((2, 3), rank, np.float32),
+            "b": [torch.full((4,), float(rank + 1), dtype=torch.float64),
+                  np.full(1, rank, np.int64)],
+            "t": (np.full(2, 2 * rank, np.float32),)}
+    out = chorus.allreduce(nest)
+    ranks_sum = size * (size - 1) // 2
+    assert list(out) == ["w", "b", "t"] and isinstance(out["t"], tuple)
+    assert out["w"].shape == (2, 3) and np.all(out["w"] == ranks_sum)
+    assert isinstance(out["b"][0], torch.Tensor) and torch.all(out["b"][0] == ranks_sum + size)
+    assert np.all(out["b"][1] == ranks_sum) and np.all(out["t"][0] == 2 * ranks_sum)
+    assert np.all(nest["w"] == rank)  # the input is untouched
+
+
+def test_other_collectives_take_nests():
+    rank, size = rank_size()
+    got = chorus.allgather({"a": [np.array([rank]), np.full(2, rank)]})
+    assert list(got["a"][0]) == list(range(size))
+    assert list(got["a"][1]) == [r for r in range(size) for _ in range(2)]
+    b = chorus.broadcast({"k": (np.full(3, rank),)}, root=size - 1)
+    assert np.all(b["k"][0] == size - 1)
+    rs = chorus.reduce_scatter({"r": np.arange(2 * size, dtype=np.int64)}, "sum")
+    assert list(rs["r"]) == [size * (2 * rank), size * (2 * rank + 1)]
+    work = chorus.allreduce({"x": [np.ones(2)]}, async_op=True)
+    assert np.all(work.wait()["x"][0] == size)
+
+
+def test_nests_that_differ_across_ranks_are_a_mismatch_error():
+    rank, size = rank_size()
+    if size < 2:
+        pytest.skip("needs two ranks")
+    nest = {"w": np.ones(2, np.float32)} if rank != 1 else {"v": np.ones(2, np.float32)}
+    with pytest.raises(chorus.MismatchError,
+                       match=r"at leaf 0, rank 0 has x\['w'\]: float32 and rank 1 has x\['v'\]"):
+        chorus.allreduce(nest)
+    chorus.barrier()  # the group still works
+
+
+def test_pmap_with_in_axes_and_out_axes():
+    rank, size = rank_size()
+    x = np.arange(4 * size * 3, dtype=np.float64).reshape(4 * size, 3).T.copy()  # 3 x 4*size
+    twice = chorus.pmap(lambda a, k: a * k, in_axes=(1, None), out_axes=1)(x, 2.0)
+    assert np.array_equal(twice, x * 2)
+    nested = chorus.pmap(lambda d: {"s": d["a"] + 1, "l": [d["a"][:0]]})({"a": x.T.copy()})
+    assert np.array_equal(nested["s"], x.T + 1) and nested["l"][0].shape == (0, 3)
+    total, mine = chorus.pmap(lambda a: (a.sum(axis=0, keepdims=True), a),
+                              out_axes=[0, None])(x.T.copy())
+    assert total.shape == (size, 3) and mine.shape == (4, 3)
+    np.testing.assert_allclose(total.sum(axis=0), x.T.sum(axis=0))
+    if size > 1:
+        with pytest.raises(ValueError, match="must be divisible by the group size"):
+            chorus.pmap(lambda a: a)(np.ones(size + 1))
