@@ -60,6 +60,21 @@ TEST(Launcher, UsageErrorsExitTwo) {
   EXPECT_NE(unknown.err.find("--bogus"), std::string::npos) << unknown.err;
 }
 
+TEST(Launcher, TorchrunSpellingsStartTheRanks) {
+  LaunchResult result = runLauncher({"--nproc_per_node", "2", "--standalone", "/bin/sh", "-c",
+                                     "echo \"rank=$RANK of $WORLD_SIZE\""});
+  EXPECT_EQ(result.exitCode, 0) << result.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(rankLines(result.out, rank),
+              std::vector<std::string>{"rank=" + std::to_string(rank) + " of 2"});
+  }
+  LaunchResult refused = runLauncher({"--nproc_per_node", "2", "--max_restarts", "1", "/bin/true"});
+  EXPECT_EQ(refused.exitCode, 2);
+  EXPECT_NE(refused.err.find("--max_restarts is a torchrun option chorusrun does not support"),
+            std::string::npos)
+      << refused.err;
+}
+
 TEST(Launcher, ProgramArgumentsPassUntouched) {
   LaunchResult result = runLauncher(
       {"-np", "2", "/bin/sh", "-c", "echo \"args:$*\"", "sh", "-np", "5", "--help", "--"});

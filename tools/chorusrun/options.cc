@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "torchrun_flags.h"
+
 namespace chorus::launcher {
 namespace {
 
@@ -51,6 +53,11 @@ exceeds this machine's cores (Open MPI); the ranks then bootstrap through MPI.
 A --hostfile in either format above is passed as the host list. Output and
 the exit status are mpirun's own (untagged).
 
+torchrun's spellings work too: --nproc_per_node, --nnodes, --node_rank,
+--master_addr/--master_port (-> --master), --rdzv_endpoint, --standalone;
+torchrun options chorus does not support (elastic restarts, log
+redirection) are refused with a message saying so.
+
 Examples:
   chorusrun -np 4 python3 train.py
   chorusrun -np 4 ./build/bin/allreduce --count 1024
@@ -72,8 +79,7 @@ class UsageFormatter : public CLI::Formatter {
 // CLI11 cannot declare a multi-letter single-dash option, so the MPI-style "-np" is rewritten to
 // "--np" among chorusrun's own arguments (stopping at the program name, which is the first word
 // that is neither an option nor an option's value).
-std::vector<std::string> rewriteMpiStyle(const CLI::App& app, int argc, const char* const* argv) {
-  std::vector<std::string> args(argv, argv + argc);
+std::vector<std::string> rewriteMpiStyle(const CLI::App& app, std::vector<std::string> args) {
   for (size_t i = 1; i < args.size(); ++i) {
     std::string& arg = args[i];
     if (arg == "--" || arg.empty() || arg[0] != '-') {
@@ -191,8 +197,18 @@ ParseResult parseOptions(int argc, const char* const* argv) {
                  "Seconds between SIGTERM and SIGKILL when stopping ranks (default 3)")
       ->check(CLI::Range(0.0, 3600.0));
 
+  // torchrun's spellings first (torchrun_flags.h): --nproc_per_node, --master_addr, ...
+  TorchrunRewrite torchrun = rewriteTorchrunFlags(
+      std::vector<std::string>(argv, argv + argc), [&app](const std::string& name) {
+        const CLI::Option* option = app.get_option_no_throw(name == "-np" ? "--np" : name);
+        return option != nullptr && option->get_items_expected_min() > 0;
+      });
+  if (torchrun.error) {
+    std::cerr << "chorusrun: " << *torchrun.error << "\nRun with --help for more information.\n";
+    return ParseResult{std::nullopt, 2};
+  }
   try {
-    std::vector<std::string> args = rewriteMpiStyle(app, argc, argv);
+    std::vector<std::string> args = rewriteMpiStyle(app, std::move(torchrun.args));
     std::vector<const char*> rewritten;
     for (const std::string& arg : args) {
       rewritten.push_back(arg.c_str());
