@@ -1,8 +1,9 @@
 // Choosing the connector from the environment: chorusrun's CHORUS_* variables first, then the
-// torchrun-compatible RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, then mpirun's (MPI builds),
-// else a single rank.
+// torchrun-compatible RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, then srun's SLURM_* (unless
+// the program already initialized MPI), then mpirun's (MPI builds), else a single rank.
 #include "connector/connector.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <sstream>
 
 #include "connector/bind_address.h"
+#include "connector/slurm.h"
 #include "connector/store_connector.h"
 #ifdef CHORUS_WITH_MPI
 #include "connector/mpi_connector.h"
@@ -146,6 +148,94 @@ std::unique_ptr<Connector> connectTorchrun(std::chrono::milliseconds timeout) {
                                           std::move(host));
 }
 
+// Note [Slurm bootstrap] (slurm.h): on one node without a token, rank 0 draws one and leaves it in
+// a 0600 file named by the job and step, which the node's other tasks wait for (up to `deadline`)
+// and read; the file is removed when rank 0's process exits.
+std::string slurmNodeToken(const Placement& placement, Deadline deadline) {
+  const std::string path =
+      env::string("TMPDIR").value_or("/tmp") + "/chorus-slurm-" +
+      env::string("SLURM_JOB_ID").value_or("0") + "." +
+      env::string("SLURM_STEP_ID").value_or(env::string("SLURM_STEPID").value_or("0")) + ".token";
+  if (placement.rank == 0) {
+    const std::string token = net::generateToken();
+    const std::string partial = path + ".partial";
+    ::unlink(partial.c_str());
+    const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHORUS_CHECK_ARG(fd >= 0, "rank 0 (this process): cannot write the Slurm job's token file ",
+                     partial, ": ", std::strerror(errno));
+    const std::string line = token + "\n";
+    const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    ::close(fd);
+    CHORUS_CHECK_ARG(written && ::rename(partial.c_str(), path.c_str()) == 0,
+                     "rank 0 (this process): cannot write the Slurm job's token file ", path);
+    static std::string removeAtExit;
+    removeAtExit = path;
+    std::atexit([] { ::unlink(removeAtExit.c_str()); });
+    return token;
+  }
+  while (true) {  // rank 0 writes it at start-up: a bounded wait for a file, not for a result
+    struct stat info {};
+    if (::stat(path.c_str(), &info) == 0 && (info.st_mode & 077) == 0 && info.st_size > 1) {
+      std::ifstream file(path);
+      std::string token;
+      std::getline(file, token);
+      if (!token.empty())
+        return token;
+    }
+    CHORUS_CHECK_ARG(!deadline.expired(), "rank ", placement.rank,
+                     " (this process): under srun, the token file ", path,
+                     " that rank 0 writes did not appear in time (is rank 0 on this node? set "
+                     "CHORUS_JOB_TOKEN in the job's environment instead)");
+    ::usleep(10000);
+  }
+}
+
+// Under srun (Note [Slurm bootstrap]): rank 0 serves the store on the first host of the node
+// list, at MASTER_PORT or the port the job and step ids give.
+std::unique_ptr<Connector> connectSlurm(std::chrono::milliseconds timeout) {
+  const Deadline deadline = Deadline::after(timeout);
+  Placement placement = slurmPlacement();
+  const auto nodeList = env::string("SLURM_STEP_NODELIST") ? env::string("SLURM_STEP_NODELIST")
+                                                           : env::string("SLURM_JOB_NODELIST");
+  CHORUS_CHECK_ARG(nodeList.has_value(), "rank ", placement.rank,
+                   " (this process): under srun, SLURM_JOB_NODELIST is not set");
+  const std::vector<std::string> hosts = expandHostList(*nodeList);
+  const int port =
+      env::integer("MASTER_PORT")
+          ? static_cast<int>(*env::integer("MASTER_PORT"))
+          : slurmStorePort(
+                env::integer("SLURM_JOB_ID").value_or(0),
+                env::integer("SLURM_STEP_ID").value_or(env::integer("SLURM_STEPID").value_or(0)));
+  net::Address address{hosts.front(), static_cast<uint16_t>(port)};
+  auto token = jobToken();
+  if (!token) {
+    CHORUS_CHECK_ARG(placement.localSize == placement.size, "rank ", placement.rank,
+                     " (this process): this srun job spans several nodes, and no job token is "
+                     "set; export CHORUS_JOB_TOKEN in the job script (e.g. export "
+                     "CHORUS_JOB_TOKEN=$(openssl rand -hex 32)) or point CHORUS_JOB_TOKEN_FILE at "
+                     "a 0600 file in the job's shared directory");
+    token = slurmNodeToken(placement, deadline);
+  }
+  std::shared_ptr<store::TcpStoreServer> server;
+  if (placement.rank == 0)
+    server = processStoreServer(address, *token);
+  auto store = std::make_shared<store::TcpStore>(address, *token, deadline);
+  std::string host = rankBindAddress().value_or(store->localAddress());
+  return std::make_unique<StoreConnector>(placement, std::move(store), *token, std::move(server),
+                                          std::move(host));
+}
+
+// Whether the program initialized MPI itself (mpi4py, say): then MPI bootstraps, also under srun.
+bool mpiAlreadyInitialized() {
+#ifdef CHORUS_WITH_MPI
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+#else
+  return false;
+#endif
+}
+
 // mpirun's environment: Open MPI sets OMPI_COMM_WORLD_SIZE, MPICH/Hydra PMI_SIZE, PMIx PMIX_RANK.
 bool launchedByMpirun() {
   return env::string("OMPI_COMM_WORLD_SIZE") || env::string("PMI_SIZE") || env::string("PMIX_RANK");
@@ -182,6 +272,8 @@ std::unique_ptr<Connector> connectFromEnvironment(std::chrono::milliseconds time
   if (env::string("RANK") && env::string("WORLD_SIZE") && env::string("MASTER_PORT")) {
     return connectTorchrun(timeout);
   }
+  if (launchedBySrun() && !mpiAlreadyInitialized())
+    return connectSlurm(timeout);  // Note [Slurm bootstrap]
   if (launchedByMpirun()) {
 #ifdef CHORUS_WITH_MPI
     return std::make_unique<MpiConnector>();

@@ -6,6 +6,8 @@
 //    CHORUS_LOCAL_SIZE, CHORUS_NODE_RANK, CHORUS_STORE, CHORUS_JOB_TOKEN) or torchrun-style
 //    (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rank 0 then serves
 //    the store itself). Rendezvous goes through the TCP store.
+//    Under srun (Note [Slurm bootstrap], slurm.h) the placement comes from SLURM_* and rank 0
+//    serves the store on the first host of the job's node list; the kind is "store" too.
 //  - "mpi": launched by mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set, CHORUS_STORE not
 //    set) in a build with CHORUS_WITH_MPI. Rendezvous goes through MPI; a store exists only after
 //    startStore() (one node only).

@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "chorus/dist_context.h"
+#include "connector/slurm.h"
 #include "core/check.h"
 #include "core/env.h"
 
@@ -65,6 +66,15 @@ DistConfig DistConfig::fromEnvironment() {
 #ifdef CHORUS_WITH_MPI
   applyMpirunPlacement(config);  // the MPI connector serves processes started by mpirun
 #endif
+  // srun's tasks (Note [Slurm bootstrap]), where no launcher of chorus's or torchrun's set more.
+  if (!env::string("CHORUS_STORE") && !env::string("RANK") && connector::launchedBySrun()) {
+    const connector::Placement slurm = connector::slurmPlacement();
+    config.rank = slurm.rank;
+    config.size = slurm.size;
+    config.localRank = slurm.localRank;
+    config.localSize = slurm.localSize;
+    config.nodeRank = slurm.nodeRank;
+  }
   CHORUS_CHECK_ARG(config.size >= 1 && config.rank >= 0 && config.rank < config.size,
                    "the environment gives rank ", config.rank, " in a job of size ", config.size);
   config.rootRank = 0;

@@ -1,0 +1,94 @@
+"""srun without srun (Note [Slurm bootstrap], src/connector/slurm.h): each test starts the tasks of
+one step as processes with the variables srun would give them, as the two-launcher tests fake
+nodes, and checks what chorus makes of them.
+
+    PYTHONPATH=<build>/python /usr/bin/python3 -m pytest test_slurm.py
+"""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TASK = os.path.join(HERE, "slurm_task.py")
+DEADLINE_S = 120
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_step(tmp_path, nodes, per_node, token=True, step=True, node_list=None, job_id="4242"):
+    """Starts nodes x per_node tasks; returns [(returncode, stdout, stderr)] by rank."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "CHORUS_", "OMPI_", "PMI")) and
+            k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
+    base.update(CHORUS_TIMEOUT="60", TMPDIR=str(tmp_path), MASTER_PORT=str(free_port()),
+                SLURM_JOB_ID=job_id, SLURM_NTASKS=str(nodes * per_node),
+                SLURM_TASKS_PER_NODE=f"{per_node}(x{nodes})" if nodes > 1 else str(per_node),
+                SLURM_JOB_NODELIST=node_list or ",".join(["localhost"] * nodes))
+    if step:
+        base["SLURM_STEP_ID"] = "0"
+    if token:
+        base["CHORUS_JOB_TOKEN"] = "a-test-token-for-this-step"
+    tasks = []
+    for rank in range(nodes * per_node):
+        env = dict(base, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % per_node),
+                   SLURM_NODEID=str(rank // per_node))
+        tasks.append(subprocess.Popen([sys.executable, TASK], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    results = []
+    try:
+        for task in tasks:
+            out, err = task.communicate(timeout=DEADLINE_S)
+            results.append((task.returncode, out, err))
+    finally:
+        for task in tasks:
+            if task.poll() is None:
+                task.kill()
+    return results
+
+
+def table(results):
+    rows = {}
+    for code, out, err in results:
+        assert code == 0, err
+        fields = dict(item.split("=") for item in re.search(r"TASK (.*)", out).group(1).split())
+        rows[int(fields["rank"])] = fields
+    return rows
+
+
+def test_two_nodes_of_two_tasks_fill_the_seed_attribute_table(tmp_path):
+    rows = table(run_step(tmp_path, nodes=2, per_node=2))
+    assert sorted(rows) == [0, 1, 2, 3]
+    for rank, row in rows.items():
+        assert row["size"] == "4" and row["comm_size"] == "4" and row["comm_rank"] == str(rank)
+        assert row["local_rank"] == row["comm_local_rank"] == str(rank % 2)
+        assert row["local_size"] == row["comm_local_size"] == "2"
+        assert row["root_rank"] == "0"
+        assert row["backend"] == "hierarchical"  # shm inside each "node", tcp among them
+
+
+def test_one_node_needs_no_token_and_leaves_no_file(tmp_path):
+    rows = table(run_step(tmp_path, nodes=1, per_node=3, token=False))
+    assert sorted(rows) == [0, 1, 2]
+    assert all(row["backend"] == "shm" and row["local_size"] == "3" for row in rows.values())
+    assert list(tmp_path.iterdir()) == []  # rank 0's token file is gone with it
+
+
+def test_several_nodes_without_a_token_refuse_to_start(tmp_path):
+    results = run_step(tmp_path, nodes=2, per_node=1, token=False, node_list="n[1-2]")
+    for code, _, err in results:
+        assert code != 0
+        assert "spans several nodes, and no job token is set" in err, err
+        assert "CHORUS_JOB_TOKEN" in err
+
+
+def test_an_sbatch_shell_without_a_step_is_one_rank(tmp_path):
+    # The batch script's own shell has SLURM_PROCID and SLURM_NTASKS but no step id.
+    results = run_step(tmp_path, nodes=1, per_node=1, step=False)
+    assert table(results)[0]["size"] == "1"
