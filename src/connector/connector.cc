@@ -221,6 +221,16 @@ std::unique_ptr<Connector> connectSlurm(std::chrono::milliseconds timeout) {
     server = processStoreServer(address, *token);
   auto store = std::make_shared<store::TcpStore>(address, *token, deadline);
   std::string host = rankBindAddress().value_or(store->localAddress());
+  // A task that joins twice (a second step reusing the first's ids) is refused, naming it, before
+  // it touches anything the running job uses.
+  const std::string claim = std::to_string(::getpid()) + "@" + hostName();
+  const std::string owner = store::toString(store->compareSet(
+      "connector/slurm/rank/" + std::to_string(placement.rank), {}, store::toBytes(claim)));
+  CHORUS_CHECK_ARG(owner == claim, "rank ", placement.rank, " (this process, node ",
+                   placement.nodeRank, ") joined a job whose rank ", placement.rank,
+                   " is already taken by ", owner,
+                   " (a restarted srun step with the same job and step ids?); the running job is "
+                   "left alone");
   return std::make_unique<StoreConnector>(placement, std::move(store), *token, std::move(server),
                                           std::move(host));
 }

@@ -22,8 +22,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_step(tmp_path, nodes, per_node, token=True, step=True, node_list=None, job_id="4242"):
-    """Starts nodes x per_node tasks; returns [(returncode, stdout, stderr)] by rank."""
+def step_environment(tmp_path, nodes, per_node, token=True, step=True, node_list=None,
+                     job_id="4242"):
+    """The variables every task of the step shares (srun's, as faked here)."""
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("SLURM_", "CHORUS_", "OMPI_", "PMI")) and
             k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
@@ -35,12 +36,20 @@ def run_step(tmp_path, nodes, per_node, token=True, step=True, node_list=None, j
         base["SLURM_STEP_ID"] = "0"
     if token:
         base["CHORUS_JOB_TOKEN"] = "a-test-token-for-this-step"
-    tasks = []
-    for rank in range(nodes * per_node):
-        env = dict(base, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % per_node),
-                   SLURM_NODEID=str(rank // per_node))
-        tasks.append(subprocess.Popen([sys.executable, TASK], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+    return base
+
+
+def start_task(base, rank, per_node, *args):
+    env = dict(base, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % per_node),
+               SLURM_NODEID=str(rank // per_node))
+    return subprocess.Popen([sys.executable, TASK, *args], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_step(tmp_path, nodes, per_node, **step):
+    """Starts nodes x per_node tasks; returns [(returncode, stdout, stderr)] by rank."""
+    base = step_environment(tmp_path, nodes, per_node, **step)
+    tasks = [start_task(base, rank, per_node) for rank in range(nodes * per_node)]
     results = []
     try:
         for task in tasks:
@@ -92,3 +101,27 @@ def test_an_sbatch_shell_without_a_step_is_one_rank(tmp_path):
     # The batch script's own shell has SLURM_PROCID and SLURM_NTASKS but no step id.
     results = run_step(tmp_path, nodes=1, per_node=1, step=False)
     assert table(results)[0]["size"] == "1"
+
+
+def test_a_task_that_joins_twice_is_refused_and_the_job_goes_on(tmp_path):
+    base = step_environment(tmp_path, nodes=1, per_node=2)
+    tasks = [start_task(base, rank, 2, "--hold") for rank in range(2)]
+    try:
+        for task in tasks:  # both connected: rank 1 is claimed
+            assert task.stdout.readline().strip() == "CONNECTED"
+        again = start_task(base, 1, 2)
+        _, err = again.communicate(timeout=DEADLINE_S)
+        assert again.returncode != 0
+        assert "rank 1 (this process, node 0) joined a job whose rank 1 is already taken" in err, \
+            err
+        for task in tasks:
+            task.stdin.write("go\n")
+            task.stdin.flush()
+        for task in tasks:
+            out, err = task.communicate(timeout=DEADLINE_S)
+            assert task.returncode == 0, err
+            assert "TASK rank=" in out
+    finally:
+        for task in tasks:
+            if task.poll() is None:
+                task.kill()
