@@ -30,6 +30,8 @@ def parse_args():
     parser.add_argument("--batch-size", type=int, default=16, help="per rank")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--target", type=float, default=0.95, help="final test accuracy to reach")
+    parser.add_argument("--comm-hook", choices=("none", "fp16", "bf16", "powersgd"), default="none",
+                        help="DistributedDataParallel's communication hook (chorus.torch.hooks)")
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
                         help="ZeRO stage (0: DistributedDataParallel and torch.optim.Adam)")
     return parser.parse_args()
@@ -83,6 +85,13 @@ def main():
     torch.manual_seed(config.rank)  # different on purpose: chorus starts every rank from rank 0's
     if args.zero == 0:
         model = chorus.torch.DistributedDataParallel(make_model())
+        if args.comm_hook != "none":
+            import chorus.torch.hooks as hooks
+            if args.comm_hook == "powersgd":
+                model.register_comm_hook(hooks.PowerSGDState(start_powerSGD_iter=10),
+                                         hooks.powerSGD_hook)
+            else:
+                model.register_comm_hook(None, getattr(hooks, f"{args.comm_hook}_compress_hook"))
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     else:
         model = make_model()

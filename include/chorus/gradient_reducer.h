@@ -25,6 +25,12 @@
 //  - Errors: markReady() twice for one gradient in an iteration, or an index out of range, is
 //    InvalidArgumentError. Communication errors (PeerError, TimeoutError, MismatchError when ranks
 //    disagree on the specs) are raised by finalize(), after which the reducer is unusable.
+//  - Communication hooks (issueBuckets = false): the reducer issues nothing for the buckets. As
+//    they become ready, in plan order, takeReadyBuckets() hands their indices out once each; the
+//    caller reduces bucket(b) itself (a DDP communication hook) and writes the result there. At the
+//    end of backward, markAbsent() zeroes the gradients not marked (their buckets become ready and
+//    are handed out too); once every bucket is reduced, finalize() agrees on the gradients present
+//    anywhere and rebuilds the buckets as above (a rebuild keeps bucket(b)'s values).
 //  - Not thread-safe: one thread (backward's) calls markReady() and finalize().
 #pragma once
 
@@ -50,6 +56,8 @@ struct GradientReducerOptions {
   size_t firstBucketBytes = size_t{1} << 20;
   // Rebuild the buckets after the first iteration to follow the observed ready order.
   bool rebuildAfterFirstIteration = true;
+  // Whether the reducer allreduces each bucket itself; false: the caller does (see the contract).
+  bool issueBuckets = true;
 };
 
 class GradientReducer {
@@ -69,6 +77,8 @@ class GradientReducer {
   std::vector<int> bucketGradients(int bucket) const;
 
   Tensor gradient(int index) const;
+  // Bucket b's whole buffer, flat (its gradients at their offsets, and alignment padding).
+  Tensor bucket(int bucket) const;
   std::shared_ptr<const void> storage(int index) const;
   // Grows by one whenever the views move (a rebuild).
   int generation() const;
@@ -82,6 +92,11 @@ class GradientReducer {
   // How many buckets of the current iteration have been issued so far.
   int bucketsIssued() const;
 
+  // With issueBuckets = false: the buckets that became ready since the last call, in plan order.
+  std::vector<int> takeReadyBuckets();
+  // Zeroes the gradients not marked in this iteration (they count as absent on this rank), once per
+  // iteration; finalize() does it too.
+  void markAbsent();
   const std::vector<bool>& finalize();
   // From the last finalize(): whether gradient i was present on at least one rank.
   const std::vector<bool>& usedAnywhere() const;

@@ -18,12 +18,14 @@ std::shared_ptr<GradientReducer> makeReducer(
     std::shared_ptr<Communicator> comm,
     const std::vector<std::pair<int64_t, std::string>>& specs,
     size_t bucketBytes,
-    size_t firstBucketBytes) {
+    size_t firstBucketBytes,
+    bool issueBuckets) {
   std::vector<GradientSpec> parsed;
   for (const auto& [numel, dtype] : specs) parsed.push_back({numel, parseDataType(dtype)});
   GradientReducerOptions options;
   options.bucketBytes = bucketBytes;
   options.firstBucketBytes = firstBucketBytes;
+  options.issueBuckets = issueBuckets;
   return std::make_shared<GradientReducer>(std::move(comm), std::move(parsed), options);
 }
 
@@ -32,13 +34,23 @@ std::shared_ptr<GradientReducer> makeReducer(
 void bindReducer(py::module_& module) {
   py::class_<GradientReducer, std::shared_ptr<GradientReducer>>(module, "GradientReducer")
       .def(py::init(&makeReducer), py::arg("communicator"), py::arg("specs"),
-           py::arg("bucket_bytes"), py::arg("first_bucket_bytes"))
+           py::arg("bucket_bytes"), py::arg("first_bucket_bytes"), py::arg("issue_buckets") = true)
       .def_property_readonly("num_buckets", &GradientReducer::numBuckets)
       .def_property_readonly("generation", &GradientReducer::generation)
       .def_property_readonly("buckets_issued", &GradientReducer::bucketsIssued)
       .def("bucket_bytes", &GradientReducer::bucketBytes)
       .def("bucket_gradients", &GradientReducer::bucketGradients)
       .def("gradient", &gradientCapsule, "A DLPack capsule of gradient i's view (1-D).")
+      .def(
+          "bucket",
+          [](const GradientReducer& reducer, int bucket) {
+            const std::vector<int> members = reducer.bucketGradients(bucket);
+            return ownedViewCapsule(reducer.bucket(bucket),
+                                    members.empty() ? nullptr : reducer.storage(members.front()));
+          },
+          "A DLPack capsule of bucket b's whole buffer (1-D, with alignment padding).")
+      .def("take_ready_buckets", &GradientReducer::takeReadyBuckets)
+      .def("mark_absent", &GradientReducer::markAbsent)
       .def("is_ready", &GradientReducer::isReady)
       .def("mark_ready", py::overload_cast<int>(&GradientReducer::markReady))
       .def("finalize", &GradientReducer::finalize, py::call_guard<py::gil_scoped_release>());

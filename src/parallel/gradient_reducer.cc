@@ -35,10 +35,13 @@ struct GradientReducer::Impl {
   size_t bucketBytes(int bucket) const;
   std::vector<int> bucketGradients(int bucket) const;
   Tensor gradient(int index) const;
+  Tensor bucket(int bucket) const;
   std::shared_ptr<const void> storage(int index) const;
   void markReady(int index);
   void markReady(int index, const Tensor& values);
   bool isReady(int index) const;
+  std::vector<int> takeReadyBuckets();
+  void markAbsent();
   const std::vector<bool>& finalize();
 
   std::vector<parallel::Bucket> plan(const std::vector<int>& readyOrder) const;
@@ -62,6 +65,8 @@ struct GradientReducer::Impl {
   std::vector<int> readySequence_;  // this iteration's markReady order
   std::vector<bool> usedAnywhere_;
   int nextBucketToLaunch_ = 0;
+  int nextBucketToHand_ = 0;  // issueBuckets = false: buckets handed out by takeReadyBuckets()
+  bool absentMarked_ = false;
   int iterations_ = 0;
   int generation_ = 0;
 };
@@ -121,6 +126,8 @@ void GradientReducer::Impl::startIteration() {
   ready_.assign(specs_.size(), false);
   readySequence_.clear();
   nextBucketToLaunch_ = 0;
+  nextBucketToHand_ = 0;
+  absentMarked_ = false;
   pendingInBucket_.resize(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b)
     pendingInBucket_[b] = static_cast<int>(buckets_[b].slots.size());
@@ -148,6 +155,18 @@ Tensor GradientReducer::Impl::gradient(int index) const {
   const GradientSpec& spec = specs_[index];
   return Tensor(base + static_cast<size_t>(at.offset) * dataTypeSize(spec.dtype), spec.dtype,
                 {spec.numel});
+}
+
+Tensor GradientReducer::Impl::bucket(int bucket) const {
+  const parallel::Bucket& planned = buckets_.at(bucket);
+  return Tensor(storage_[bucket]->data(), planned.dtype, {planned.numel});
+}
+
+std::vector<int> GradientReducer::Impl::takeReadyBuckets() {
+  std::vector<int> ready;
+  for (; nextBucketToHand_ < nextBucketToLaunch_; ++nextBucketToHand_)
+    ready.push_back(nextBucketToHand_);
+  return ready;
 }
 
 std::shared_ptr<const void> GradientReducer::Impl::storage(int index) const {
@@ -187,18 +206,19 @@ void GradientReducer::Impl::markReady(int index) {
 
 void GradientReducer::Impl::launchReadyBuckets() {
   while (nextBucketToLaunch_ < numBuckets() && pendingInBucket_[nextBucketToLaunch_] == 0) {
-    const parallel::Bucket& bucket = buckets_[nextBucketToLaunch_];
-    Tensor whole(storage_[nextBucketToLaunch_]->data(), bucket.dtype, {bucket.numel});
-    trace::Span mark("bucket launched", nextBucketToLaunch_);  // Note [Timeline]
-    inFlight_.push_back(comm_->allreduce(whole, ReduceOp::kAvg));
+    if (options_.issueBuckets) {
+      trace::Span mark("bucket launched", nextBucketToLaunch_);  // Note [Timeline]
+      inFlight_.push_back(comm_->allreduce(bucket(nextBucketToLaunch_), ReduceOp::kAvg));
+    }
     ++nextBucketToLaunch_;
   }
 }
 
-const std::vector<bool>& GradientReducer::Impl::finalize() {
-  std::vector<uint8_t> used(specs_.size());
+void GradientReducer::Impl::markAbsent() {
+  if (absentMarked_)
+    return;
+  absentMarked_ = true;
   for (int i = 0; i < numGradients(); ++i) {
-    used[i] = ready_[i] ? 1 : 0;
     if (!ready_[i]) {
       Tensor view = gradient(i);
       if (view.nbytes() > 0)
@@ -207,6 +227,12 @@ const std::vector<bool>& GradientReducer::Impl::finalize() {
     }
   }
   launchReadyBuckets();
+}
+
+const std::vector<bool>& GradientReducer::Impl::finalize() {
+  std::vector<uint8_t> used(specs_.size());
+  for (int i = 0; i < numGradients(); ++i) used[i] = ready_[i] ? 1 : 0;
+  markAbsent();
   if (!used.empty())
     inFlight_.push_back(
         comm_->allreduce(Tensor(used.data(), {static_cast<int64_t>(used.size())}), ReduceOp::kMax));
@@ -254,6 +280,9 @@ std::vector<int> GradientReducer::bucketGradients(int bucket) const {
   return impl_->bucketGradients(bucket);
 }
 Tensor GradientReducer::gradient(int index) const { return impl_->gradient(index); }
+Tensor GradientReducer::bucket(int bucket) const { return impl_->bucket(bucket); }
+std::vector<int> GradientReducer::takeReadyBuckets() { return impl_->takeReadyBuckets(); }
+void GradientReducer::markAbsent() { impl_->markAbsent(); }
 std::shared_ptr<const void> GradientReducer::storage(int index) const {
   return impl_->storage(index);
 }

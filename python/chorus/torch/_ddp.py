@@ -36,6 +36,9 @@ class DistributedDataParallel(torch.nn.Module):
     - float16 and bfloat16 gradients are averaged with float32 accumulation.
     - find_unused_parameters is accepted for torch compatibility and changes nothing: parameters
       without a gradient are always handled (one tiny allreduce per step says which).
+    - register_comm_hook(state, hook): each bucket is reduced by hook(state, bucket) instead, with
+      torch's contract (chorus.torch.hooks: allreduce, fp16 and bf16 compression, PowerSGD; a
+      hook written for torch's DDP works unchanged where it uses only the bucket's methods).
     """
 
     def __init__(self, module, bucket_cap_mb=None, broadcast_buffers=True,
@@ -51,8 +54,11 @@ class DistributedDataParallel(torch.nn.Module):
         self._broadcast_from_rank_zero(self._buffers_to_sync())
         bucket_bytes, first_bucket_bytes = bucket_limits(bucket_cap_mb, "DistributedDataParallel")
         specs = [(p.numel(), _arrays.torch_dtype_name(p.dtype)) for p in self._params]
-        self._reducer = _chorus.GradientReducer(
-            self._comm._native, specs, bucket_bytes, first_bucket_bytes)
+        self._reducer_arguments = (self._comm._native, specs, bucket_bytes, first_bucket_bytes)
+        self._reducer = _chorus.GradientReducer(*self._reducer_arguments)
+        self._comm_hook = None  # (state, hook) once registered
+        self._hook_futures = []  # (bucket index, future) of this backward
+        self._backward_done = False
         self._views = []
         self._views_generation = None
         self._sync = True
@@ -100,6 +106,22 @@ class DistributedDataParallel(torch.nn.Module):
         """Makes the parameter's .grad its bucket view (copying a gradient that lives elsewhere)."""
         adopt_gradient_view(self._params[index], self._view(index))
 
+    def register_comm_hook(self, state, hook):
+        """Reduces each gradient bucket with hook(state, bucket) (torch's contract; see
+        chorus.torch.hooks). Call it on every rank before the first backward, at most once."""
+        if self._comm_hook is not None:
+            raise _chorus.InvalidArgumentError(
+                "register_comm_hook: a communication hook is already registered")
+        if self._backward_done:
+            raise _chorus.InvalidArgumentError(
+                "register_comm_hook must be called before the first backward")
+        if not callable(hook):
+            raise _chorus.InvalidArgumentError(
+                f"register_comm_hook needs a callable hook, not {type(hook).__name__}")
+        self._reducer = _chorus.GradientReducer(*self._reducer_arguments, issue_buckets=False)
+        self._views_generation = None
+        self._comm_hook = (state, hook)
+
     def _make_hook(self, index):
         def on_gradient_accumulated(*_):
             if not self._sync:
@@ -107,7 +129,32 @@ class DistributedDataParallel(torch.nn.Module):
             self._end_of_backward.arm()
             self._adopt(index)
             self._reducer.mark_ready(index)
+            if self._comm_hook is not None:
+                self._run_hooks()
         return on_gradient_accumulated
+
+    def _run_hooks(self):
+        """Hands each bucket that became ready to the communication hook, in bucket order."""
+        state, hook = self._comm_hook
+        for b in self._reducer.take_ready_buckets():
+            self._hook_futures.append((b, hook(state, GradBucket(self, b))))
+
+    def _bucket_buffer(self, b):
+        return _dlpack.from_dlpack(self._reducer.bucket(b))
+
+    def _wait_for_hooks(self):
+        """End of backward with a hook: the absent gradients' buckets go to the hook too; then each
+        bucket's future is waited for, in order, and its result copied into the bucket."""
+        self._reducer.mark_absent()
+        self._run_hooks()
+        futures, self._hook_futures = self._hook_futures, []
+        for b, future in futures:
+            result = future.wait()
+            if isinstance(result, (list, tuple)):
+                result = result[0]
+            buffer = self._bucket_buffer(b)
+            if result.data_ptr() != buffer.data_ptr():
+                buffer.copy_(result.reshape(-1))
 
     def _finalize(self):
         """End of backward: gradients present but not produced by this backward (accumulated under
@@ -116,7 +163,40 @@ class DistributedDataParallel(torch.nn.Module):
             if p.grad is not None and not self._reducer.is_ready(index):
                 self._adopt(index)
                 self._reducer.mark_ready(index)
+        self._backward_done = True
+        if self._comm_hook is not None:
+            self._wait_for_hooks()
         used = self._reducer.finalize()
         for index, p in enumerate(self._params):
             if used[index]:
                 self._adopt(index)  # averaged, and possibly moved by the bucket rebuild
+
+
+class GradBucket:
+    """A gradient bucket as a communication hook sees it (torch's GradBucket methods)."""
+
+    __slots__ = ("_ddp", "_index")
+
+    def __init__(self, ddp, index):
+        self._ddp, self._index = ddp, index
+
+    def index(self):
+        return self._index
+
+    def buffer(self):
+        """The bucket's flat gradients (with the alignment padding between them, zeros)."""
+        return self._ddp._bucket_buffer(self._index)
+
+    def is_last(self):
+        return self._index == self._ddp._reducer.num_buckets - 1
+
+    def gradients(self):
+        """Each parameter's gradient in this bucket, shaped like the parameter (views)."""
+        return [self._ddp._view(i) for i in self._ddp._reducer.bucket_gradients(self._index)]
+
+    def parameters(self):
+        return [self._ddp._params[i] for i in self._ddp._reducer.bucket_gradients(self._index)]
+
+    def set_buffer(self, tensor):
+        """Replaces the bucket's contents with `tensor` (same number of elements)."""
+        self.buffer().copy_(tensor.reshape(-1))
