@@ -126,3 +126,15 @@ def test_hooks_work_on_a_group_state():
     default, hooked = gradients(), gradients(hooks.bf16_compress_hook, group)
     for a, b in zip(default[-1], hooked[-1]):
         assert (a - b).abs().max().item() <= 0.05 * (a.abs().max().item() + 1e-12)
+
+
+def test_powersgd_through_ddp_keeps_training_close_to_the_average():
+    """The PowerSGD hook (tested against the paper's algorithm in test_20) through the real DDP:
+    before start_powerSGD_iter it is the average exactly; after, a rank-2 approximation."""
+    state = hooks.PowerSGDState(matrix_approximation_rank=2, start_powerSGD_iter=2)
+    default, hooked = gradients(steps=3), gradients(hooks.powerSGD_hook, state, steps=3)
+    for a, b in zip(default[0], hooked[0]):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert state.iteration == 3
+    for a, b in zip(default[2], hooked[2]):
+        assert torch.isfinite(b).all() and b.shape == a.shape
