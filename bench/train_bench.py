@@ -32,6 +32,7 @@ CONFIGS = {  # name: (ranks, worker mode)
     "1 process": (1, "single"),
     "2 independent processes": (2, "independent"),
     "chorus DP, 2 ranks": (2, "chorus"),
+    "chorus DP bf16 hook, 2 ranks": (2, "chorus_bf16"),
     "torch DDP (gloo), 2 ranks": (2, "gloo"),
     "torch DDP (chorus), 2 ranks": (2, "torch_chorus"),
 }
@@ -111,8 +112,11 @@ def worker(args):
     torch.manual_seed(0)
     model = make_model(torch)
     exposed = []
-    if args.worker == "chorus":
+    if args.worker in ("chorus", "chorus_bf16"):
         model = chorus_wrap(chorus_torch, model, args.bucket_mb, exposed)
+        if args.worker == "chorus_bf16":  # issue 24: half the bytes on the wire
+            import chorus.torch.hooks as hooks
+            model.register_comm_hook(None, hooks.bf16_compress_hook)
     elif args.worker in ("gloo", "torch_chorus"):
         model = torch_ddp_wrap(torch, chorus, model, args.worker.replace("torch_", ""))
     if args.worker.startswith("zero"):

@@ -12,8 +12,10 @@ Before the operation, the ranks compare their nests: one 8-byte allgather of a h
 path and dtype. If any hash differs, they exchange the descriptions and every rank raises
 chorus.MismatchError naming the first path where the nests part and the ranks on each side (a
 differing shape is the operation's own MismatchError). allreduce then sends one fused message per
-(framework, dtype, device); the other operations issue one asynchronous call per leaf and wait for
-all of them. out= is not supported with a nest; inplace= is, where the operation has it.
+(framework, dtype, device), and so do broadcast, reduce and allgather for NumPy and torch leaves
+(the leaves flattened into one buffer per dtype, split back afterwards); the other operations, and
+leaves of other frameworks, issue one asynchronous call per leaf and wait for all of them. out= is
+not supported with a nest; inplace= is, where the operation has it.
 """
 
 import hashlib
@@ -137,6 +139,106 @@ def leafwise(call, x, arguments, async_op, out, operation):
 
     def finish(results):
         return unflatten(x, iter(results))
+
+    work = NestWork(works, finish)
+    return work if async_op else work.wait()
+
+
+def _framework(leaf):
+    """"numpy" or "torch" for leaves that fuse (NumPy arrays, torch tensors), else None."""
+    if isinstance(leaf, np.ndarray):
+        return "numpy"
+    module = type(leaf).__module__.split(".", 1)[0]
+    return "torch" if module == "torch" else None
+
+
+def _fusion_groups(flat):
+    """{(framework, dtype, device): [leaf indices]} in an order every rank shares, or None when
+    some leaf cannot be fused."""
+    groups = {}
+    for index, (_, leaf) in enumerate(flat):
+        framework = _framework(leaf)
+        if framework is None:
+            return None
+        key = (framework, _dtype_name(leaf), str(getattr(leaf, "device", "")))
+        groups.setdefault(key, []).append(index)
+    return {key: groups[key] for key in sorted(groups)}
+
+
+def _concat(framework, leaves):
+    """The leaves flattened into one contiguous 1-D buffer."""
+    if framework == "numpy":
+        return np.concatenate([np.ravel(leaf) for leaf in leaves])
+    import torch
+    return torch.cat([leaf.reshape(-1) for leaf in leaves])
+
+
+def _pieces(flat_buffer, leaves):
+    """`flat_buffer` cut back into arrays shaped like `leaves`."""
+    pieces, offset = [], 0
+    for leaf in leaves:
+        count = int(np.prod(leaf.shape)) if leaf.shape else 1
+        pieces.append(flat_buffer[offset:offset + count].reshape(leaf.shape))
+        offset += count
+    return pieces
+
+
+def _stitch(framework, parts, axis):
+    if framework == "numpy":
+        return np.concatenate(parts, axis=axis)
+    import torch
+    return torch.cat(parts, dim=axis)
+
+
+def fused(operation, x, arguments, async_op, inplace, out):
+    """broadcast, reduce or allgather of the nest `x` as one message per (framework, dtype,
+    device); falls back to leafwise() when a leaf is of another framework."""
+    from . import _ops  # _ops imports this module
+    _refuse_out(out, operation)
+    flat = flatten(x)
+    rank_list = arguments["rank_list"]
+    groups = _fusion_groups(flat)
+    if groups is None:
+        call = {"broadcast": _ops._broadcast_leaf, "reduce": _ops._reduce,
+                "allgather": _ops._allgather_leaf}[operation]
+        extra = {"inplace": inplace} if operation != "allgather" else {}
+        return leafwise(call, x, dict(arguments, **extra), async_op, out, operation)
+    check_same_structure(flat, rank_list, operation)
+    comm = _groups.get(rank_list)
+    works = []
+    for (framework, _, _), indices in groups.items():
+        buffer = _concat(framework, [flat[i][1] for i in indices])
+        if operation == "broadcast":
+            work = _ops._broadcast(buffer, arguments["root"], rank_list, True, False,
+                                   inplace=True, out=None)
+        elif operation == "reduce":
+            work = _ops._reduce(buffer, arguments["root"], arguments["op"], rank_list, True,
+                                inplace=True)
+        else:
+            work = _ops._allgather(buffer, 0, rank_list, True, False, out=None)
+        works.append(work)
+
+    def finish(results):
+        leaves = [leaf for _, leaf in flat]
+        is_root = operation != "allgather" and comm.members[comm.rank] == arguments["root"]
+        for ((framework, _, _), indices), result in zip(groups.items(), results):
+            own = [flat[i][1] for i in indices]
+            if operation == "allgather":
+                blocks = [_pieces(block, own) for block in result.reshape(comm.size, -1)]
+                new = [_stitch(framework, [blocks[r][j] for r in range(comm.size)],
+                               arguments["axis"]) for j in range(len(own))]
+            elif operation == "reduce" and not is_root:
+                new = [leaf if inplace else leaf.copy() if framework == "numpy" else leaf.clone()
+                       for leaf in own]
+            else:
+                new = _pieces(result, own)
+                if inplace:
+                    for leaf, value in zip(own, new):
+                        leaf[...] = value
+                    new = own
+            for i, value in zip(indices, new):
+                leaves[i] = value
+        return unflatten(x, iter(leaves))
 
     work = NestWork(works, finish)
     return work if async_op else work.wait()

@@ -317,9 +317,8 @@ def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchron
     rank_list = _groups.resolve(group, rank_list, "broadcast")
     root = _groups.world_rank_of(group, root, "root")
     if _nested.is_nest(x):
-        return _nested.leafwise(_broadcast_leaf, x, dict(root=root, rank_list=rank_list,
-                                                         inplace=inplace), async_op, out,
-                                "broadcast")
+        return _nested.fused("broadcast", x, dict(root=root, rank_list=rank_list), async_op,
+                             inplace, out)
     return _broadcast(x, root, rank_list, async_op, synchronize, inplace=inplace, out=out)
 
 
@@ -343,8 +342,8 @@ def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, s
     rank_list = _groups.resolve(group, rank_list, "reduce")
     root = _groups.world_rank_of(group, root, "root")
     if _nested.is_nest(x):
-        return _nested.leafwise(_reduce, x, dict(root=root, op=op, rank_list=rank_list,
-                                                 inplace=inplace), async_op, out, "reduce")
+        return _nested.fused("reduce", x, dict(root=root, op=op, rank_list=rank_list), async_op,
+                             inplace, out)
     return _reduce(x, root, op, rank_list, async_op, inplace=inplace, synchronize=synchronize,
                    out=out)
 
@@ -423,8 +422,8 @@ def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=
     nest gives the same nest. out= writes into `out` (a list like x for a list) and returns it."""
     rank_list = _groups.resolve(group, rank_list, "allgather")
     if _nested.is_nest(x):
-        return _nested.leafwise(_allgather_leaf, x, dict(axis=axis, rank_list=rank_list),
-                                async_op, out, "allgather")
+        return _nested.fused("allgather", x, dict(axis=axis, rank_list=rank_list), async_op,
+                             False, out)
     return _allgather(x, axis, rank_list, async_op, synchronize, out=out)
 
 

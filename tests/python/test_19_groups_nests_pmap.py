@@ -116,6 +116,36 @@ def test_other_collectives_take_nests():
     assert np.all(work.wait()["x"][0] == size)
 
 
+def test_fused_broadcast_reduce_and_allgather_of_mixed_nests():
+    """broadcast, reduce and allgather send one message per (framework, dtype): the leaves come
+    back where they were, with their shapes, whatever the mix."""
+    rank, size = rank_size()
+    nest = {"a": np.full((2, 3), rank, np.float32), "b": [torch.full((4,), rank, dtype=torch.int64),
+                                                          np.arange(5, dtype=np.float32) + rank],
+            "c": (torch.full((1, 2), float(rank)),)}
+    got = chorus.broadcast(nest, root=size - 1)
+    assert got["a"].shape == (2, 3) and np.all(got["a"] == size - 1)
+    assert torch.all(got["b"][0] == size - 1) and list(got["b"][1]) == list(range(size - 1, size + 4))
+    assert isinstance(got["c"], tuple) and torch.all(got["c"][0] == size - 1)
+    reduced = chorus.reduce(nest, root=0)
+    ranks_sum = size * (size - 1) // 2
+    if rank == 0:
+        assert np.all(reduced["a"] == ranks_sum) and torch.all(reduced["b"][0] == ranks_sum)
+        assert list(reduced["b"][1]) == [size * i + ranks_sum for i in range(5)]
+    else:
+        assert np.all(reduced["a"] == rank)  # the input back
+    gathered = chorus.allgather({"m": np.full((2, 1), rank, np.int32), "t": torch.full((3,), rank)},
+                                axis=0)
+    assert gathered["m"].shape == (2 * size, 1)
+    assert list(gathered["m"][:, 0]) == [r for r in range(size) for _ in range(2)]
+    wide = chorus.allgather({"w": [np.full((2, 2), rank, np.float64)]}, axis=1)
+    assert wide["w"][0].shape == (2, 2 * size)
+    assert list(wide["w"][0][0]) == [r for r in range(size) for _ in range(2)]
+    kept = {"k": [np.full(3, rank, np.float32)]}
+    same = chorus.broadcast(kept, root=0, inplace=True)
+    assert same["k"][0] is kept["k"][0] and np.all(kept["k"][0] == 0)
+
+
 def test_nests_that_differ_across_ranks_are_a_mismatch_error():
     rank, size = rank_size()
     if size < 2:
