@@ -62,7 +62,8 @@ void expectClean(int size,
                  const std::vector<std::vector<std::string>>& failures);
 
 // The deadline given to each Peers in tests: shorter than runRanks' limit, so a stuck algorithm
-// reports TimeoutError from the transport first.
-inline Deadline callDeadline() { return Deadline::after(std::chrono::seconds(10)); }
+// reports TimeoutError from the transport first. A hang guard, not a speed check: under
+// ThreadSanitizer on a loaded 2-core machine one 7- or 8-rank ring call took over 10 s.
+inline Deadline callDeadline() { return Deadline::after(std::chrono::seconds(45)); }
 
 }  // namespace chorus::algorithms::testing
