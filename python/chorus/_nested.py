@@ -12,10 +12,12 @@ Before the operation, the ranks compare their nests: one 8-byte allgather of a h
 path and dtype. If any hash differs, they exchange the descriptions and every rank raises
 chorus.MismatchError naming the first path where the nests part and the ranks on each side (a
 differing shape is the operation's own MismatchError). allreduce then sends one fused message per
-(framework, dtype, device), and so do broadcast, reduce and allgather for NumPy and torch leaves
-(the leaves flattened into one buffer per dtype, split back afterwards); the other operations, and
-leaves of other frameworks, issue one asynchronous call per leaf and wait for all of them. out= is
-not supported with a nest; inplace= is, where the operation has it.
+(framework, dtype, device), and so does every other collective for NumPy and torch leaves: the
+leaves are flattened into one buffer per dtype and split back afterwards. For the collectives
+that split their input (scatter, reduce_scatter, all_to_all), block g of the buffer holds chunk g
+of every leaf, so one call moves them all. Leaves of other frameworks (CuPy, JAX) take one
+asynchronous call each. out= is not supported with a nest; inplace= is, where the operation has
+it.
 """
 
 import hashlib
@@ -188,6 +190,82 @@ def _stitch(framework, parts, axis):
         return np.concatenate(parts, axis=axis)
     import torch
     return torch.cat(parts, dim=axis)
+
+
+def _chunks(framework, leaf, axis, size, path):
+    """`leaf` cut into `size` equal chunks along `axis` (a ValueError naming `path` otherwise)."""
+    shape = tuple(leaf.shape)
+    if not shape or shape[axis] % size != 0:
+        raise _chorus.InvalidArgumentError(
+            f"{path} has shape {list(shape)}: its dimension {axis} must be divisible by the group "
+            f"size ({size})")
+    step = shape[axis] // size
+    index = [slice(None)] * len(shape)
+    chunks = []
+    for g in range(size):
+        index[axis] = slice(g * step, (g + 1) * step)
+        chunks.append(leaf[tuple(index)])
+    return chunks
+
+
+def fused_split(operation, x, arguments, async_op, out):
+    """scatter, reduce_scatter, all_to_all and gather of the nest `x` as one message per
+    (framework, dtype, device): block g of each buffer holds chunk g of every leaf."""
+    from . import _ops  # _ops imports this module
+    _refuse_out(out, operation)
+    flat = flatten(x)
+    rank_list = arguments["rank_list"]
+    groups = _fusion_groups(flat)
+    if groups is None:
+        call = {"scatter": _ops._scatter, "reduce_scatter": _ops._reduce_scatter,
+                "all_to_all": _ops._all_to_all, "gather": _ops._gather}[operation]
+        return leafwise(call, x, arguments, async_op, out, operation)
+    check_same_structure(flat, rank_list, operation)
+    comm = _groups.get(rank_list)
+    size = comm.size
+    split = arguments.get("split_axis", 0)
+    works, layouts = [], []
+    for (framework, _, _), indices in groups.items():
+        leaves = [flat[i][1] for i in indices]
+        if operation == "gather":
+            chunked = [[leaf] for leaf in leaves]
+            buffer = _concat(framework, leaves)
+            work = _ops._gather(buffer, arguments["root"], 0, rank_list, True)
+        else:
+            chunked = [_chunks(framework, leaf, split, size, flat[i][0])
+                       for i, leaf in zip(indices, leaves)]
+            buffer = _concat(framework, [chunks[g] for g in range(size) for chunks in chunked])
+            if operation == "scatter":
+                work = _ops._scatter(buffer, arguments["root"], rank_list, True)
+            elif operation == "reduce_scatter":
+                work = _ops._reduce_scatter(buffer, arguments["op"], rank_list, True)
+            else:
+                work = _ops._all_to_all(buffer, 0, 0, rank_list, True)
+        works.append(work)
+        layouts.append((framework, indices, chunked))
+
+    def finish(results):
+        leaves = [leaf for _, leaf in flat]
+        is_root = operation in ("gather", "scatter") and \
+            comm.members[comm.rank] == arguments["root"]
+        for (framework, indices, chunked), result in zip(layouts, results):
+            pieces_of = [chunks[0] if operation == "gather" else chunks[comm.rank]
+                         for chunks in chunked]
+            if operation == "gather" and not is_root:
+                continue  # non-roots get their input back
+            if operation in ("gather", "all_to_all"):
+                blocks = [_pieces(block, pieces_of) for block in result.reshape(size, -1)]
+                axis = arguments.get("axis", arguments.get("concat_axis", 0))
+                new = [_stitch(framework, [blocks[r][j] for r in range(size)], axis)
+                       for j in range(len(indices))]
+            else:
+                new = _pieces(result, pieces_of)
+            for i, value in zip(indices, new):
+                leaves[i] = value
+        return unflatten(x, iter(leaves))
+
+    work = NestWork(works, finish)
+    return work if async_op else work.wait()
 
 
 def fused(operation, x, arguments, async_op, inplace, out):

@@ -365,8 +365,8 @@ def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=Fals
     """
     rank_list = _groups.resolve(group, rank_list, "reduce_scatter")
     if _nested.is_nest(x):
-        return _nested.leafwise(_reduce_scatter, x, dict(op=op, rank_list=rank_list), async_op,
-                                out, "reduce_scatter")
+        return _nested.fused_split("reduce_scatter", x, dict(op=op, rank_list=rank_list),
+                                   async_op, out)
     return _reduce_scatter(x, op, rank_list, async_op, synchronize, out=out)
 
 
@@ -457,8 +457,8 @@ def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False,
     rank_list = _groups.resolve(group, rank_list, "gather")
     root = _groups.world_rank_of(group, root, "root")
     if _nested.is_nest(x):
-        return _nested.leafwise(_gather, x, dict(root=root, axis=axis, rank_list=rank_list),
-                                async_op, out, "gather")
+        return _nested.fused_split("gather", x, dict(root=root, axis=axis, rank_list=rank_list),
+                                   async_op, out)
     return _gather(x, root, axis, rank_list, async_op, synchronize, out=out)
 
 
@@ -492,8 +492,8 @@ def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False, out=No
     rank_list = _groups.resolve(group, rank_list, "scatter")
     root = _groups.world_rank_of(group, root, "root")
     if _nested.is_nest(x):
-        return _nested.leafwise(_scatter, x, dict(root=root, rank_list=rank_list), async_op, out,
-                                "scatter")
+        return _nested.fused_split("scatter", x, dict(root=root, rank_list=rank_list), async_op,
+                                   out)
     return _scatter(x, root, rank_list, async_op, synchronize, out=out)
 
 
@@ -519,10 +519,9 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, s
     concatenates what arrives along concat_axis in group-rank order (into `out`, if given)."""
     rank_list = _groups.resolve(group, rank_list, "all_to_all")
     if _nested.is_nest(x):
-        return _nested.leafwise(_all_to_all, x, dict(split_axis=split_axis,
-                                                     concat_axis=concat_axis,
-                                                     rank_list=rank_list), async_op, out,
-                                "all_to_all")
+        return _nested.fused_split("all_to_all", x, dict(split_axis=split_axis,
+                                                         concat_axis=concat_axis,
+                                                         rank_list=rank_list), async_op, out)
     return _all_to_all(x, split_axis, concat_axis, rank_list, async_op, synchronize, out=out)
 
 

@@ -146,6 +146,39 @@ def test_fused_broadcast_reduce_and_allgather_of_mixed_nests():
     assert same["k"][0] is kept["k"][0] and np.all(kept["k"][0] == 0)
 
 
+def test_fused_split_collectives_of_nests():
+    """scatter, reduce_scatter, all_to_all and gather of nests: one message per dtype, each leaf
+    with its own shape and split, against closed forms."""
+    rank, size = rank_size()
+    n = 2 * size
+    nest = {"v": np.arange(n, dtype=np.float32) + 100 * rank,
+            "m": [torch.arange(n * 3, dtype=torch.float64).reshape(n, 3) + rank]}
+    rs = chorus.reduce_scatter(nest)
+    ranks_sum = size * (size - 1) // 2
+    assert list(rs["v"]) == [size * i + 100 * ranks_sum for i in (2 * rank, 2 * rank + 1)]
+    assert rs["m"][0].shape == (2, 3)
+    assert torch.equal(rs["m"][0], size * torch.arange(n * 3, dtype=torch.float64).reshape(n, 3)
+                       [2 * rank:2 * rank + 2] + ranks_sum)
+    sc = chorus.scatter(nest, root=size - 1)
+    assert list(sc["v"]) == [i + 100 * (size - 1) for i in (2 * rank, 2 * rank + 1)]
+    assert torch.equal(sc["m"][0], torch.arange(n * 3, dtype=torch.float64).reshape(n, 3)
+                       [2 * rank:2 * rank + 2] + size - 1)
+    a2a = chorus.all_to_all({"t": (np.full((size, 2), rank, np.int64),)}, split_axis=0,
+                            concat_axis=1)
+    assert a2a["t"][0].shape == (1, 2 * size)
+    assert list(a2a["t"][0][0]) == [r for r in range(size) for _ in range(2)]
+    g = chorus.gather({"x": [np.full((1, 2), rank, np.int32)]}, root=0, axis=0)
+    if rank == 0:
+        assert g["x"][0].shape == (size, 2) and list(g["x"][0][:, 0]) == list(range(size))
+    else:
+        assert g["x"][0].shape == (1, 2)  # non-roots: the input back
+    if size > 1:
+        bad = size + 1  # never divisible by the group size
+        with pytest.raises(ValueError, match=rf"x\['v'\] has shape \[{bad}\]: its dimension 0 "
+                                             r"must be divisible by the group size"):
+            chorus.reduce_scatter({"v": np.ones(bad, np.float32)})
+
+
 def test_nests_that_differ_across_ranks_are_a_mismatch_error():
     rank, size = rank_size()
     if size < 2:
