@@ -11,6 +11,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TASK = os.path.join(HERE, "slurm_task.py")
 DEADLINE_S = 120
@@ -125,3 +127,13 @@ def test_a_task_that_joins_twice_is_refused_and_the_job_goes_on(tmp_path):
         for task in tasks:
             if task.poll() is None:
                 task.kill()
+
+
+def test_a_program_that_initialized_mpi_bootstraps_through_mpi(tmp_path):
+    pytest.importorskip("mpi4py")
+    env = dict(step_environment(tmp_path, nodes=1, per_node=2), SLURM_PROCID="0",
+               SLURM_LOCALID="0", SLURM_NODEID="0", CHORUS_TIMEOUT="20")
+    done = subprocess.run([sys.executable, os.path.join(HERE, "slurm_mpi_task.py")], env=env,
+                          capture_output=True, text=True, timeout=DEADLINE_S)
+    assert done.returncode == 0, done.stderr
+    assert "SIZE 1 " in done.stdout and "MPI 1" in done.stdout, done.stdout
