@@ -56,7 +56,7 @@ ALLOWED = {
     "transport": {"store", "connector"},
     "algorithms": {"transport"},  # an algorithm knows only send/recv/wait on peers
     # owns the transport it runs over (shm and mpi use no algorithm); runs algorithms over it
-    "backend": {"store", "connector", "transport", "algorithms"},
+    "backend": {"store", "connector", "transport", "algorithms", "trace"},
     # builds a backend from a store and a connector; records operations (the flight recorder)
     "runtime": {"store", "connector", "backend", "trace"},
     "parallel": {"runtime", "trace"},  # training on top of Communicator and Work; marks spans

@@ -42,6 +42,9 @@ Registry& registry() {
 }
 
 std::atomic<OperationRing*> activeTimeline{nullptr};
+// The timeline record of the operation the calling thread runs (set only while one records).
+thread_local OperationRing* currentRing = nullptr;
+thread_local uint64_t currentTicket = 0;
 std::atomic<int> worldRank{-1};
 std::atomic<int64_t> offsetNs{0};
 
@@ -83,8 +86,15 @@ Ticket beginOperation(uint32_t group,
   if (timeline != nullptr) {
     ticket.timeline = timeline;
     ticket.timelineTicket = timeline->begin(record);
+    currentRing = timeline;
+    currentTicket = ticket.timelineTicket;
   }
   return ticket;
+}
+
+void noteAllArrived() noexcept {
+  if (currentRing != nullptr)
+    currentRing->noteArrived(currentTicket, monotonicNs());
 }
 
 Ticket beginMark(const char* label, int64_t index) noexcept {
@@ -112,6 +122,8 @@ void end(const Ticket& ticket, bool failed) noexcept {
   const int64_t now = monotonicNs();
   flightRing().end(ticket.flight, now, failed);
   ticket.timeline->end(ticket.timelineTicket, now, failed);
+  if (currentRing == ticket.timeline && currentTicket == ticket.timelineTicket)
+    currentRing = nullptr;
 }
 
 void setRank(int rank) noexcept { worldRank.store(rank); }

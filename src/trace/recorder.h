@@ -48,6 +48,11 @@ Ticket beginOperation(uint32_t group,
 Ticket beginMark(const char* label, int64_t index) noexcept;
 // Records the end of what `ticket` began.
 void end(const Ticket& ticket, bool failed) noexcept;
+// Called by a backend where it sees the last peer arrive at the calling thread's running
+// operation (the shm backend's arrival round): the timeline records when, so a trace shows how
+// long each rank waited for its peers without relying on aligned clocks. Does nothing when no
+// timeline records (check timelineActive() first on hot paths: it is cheaper).
+void noteAllArrived() noexcept;
 
 // This rank's world rank, for the files the recorder writes (default: CHORUS_RANK, else 0).
 void setRank(int worldRank) noexcept;

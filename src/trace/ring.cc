@@ -46,6 +46,7 @@ uint64_t OperationRing::begin(const Record& record) noexcept {
   slot.label.store(record.label, kRelaxed);
   slot.startNs.store(record.startNs, kRelaxed);
   slot.endNs.store(0, kRelaxed);
+  slot.arrivedNs.store(0, kRelaxed);
   slot.ticket.store(ticket, std::memory_order_release);
   return ticket;
 }
@@ -58,6 +59,14 @@ void OperationRing::end(uint64_t ticket, int64_t endNs, bool failed) noexcept {
     return;  // overwritten by a newer record: the ring wrapped while this one ran
   slot.endNs.store(endNs <= 0 ? (failed ? -1 : 1) : (failed ? -endNs : endNs),
                    std::memory_order_release);
+}
+
+void OperationRing::noteArrived(uint64_t ticket, int64_t arrivedNs) noexcept {
+  if (ticket == 0)
+    return;
+  Slot& slot = slots_[(ticket - 1) & mask_];
+  if (slot.ticket.load(std::memory_order_acquire) == ticket)
+    slot.arrivedNs.store(arrivedNs, std::memory_order_release);
 }
 
 std::vector<Record> OperationRing::snapshot() const {
@@ -82,6 +91,7 @@ std::vector<Record> OperationRing::snapshot() const {
     const int64_t end = slot.endNs.load(std::memory_order_acquire);
     record.endNs = end < 0 ? -end : end;
     record.failed = end < 0;
+    record.arrivedNs = slot.arrivedNs.load(std::memory_order_acquire);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (slot.ticket.load(kRelaxed) != ticket)
       continue;  // rewritten while read

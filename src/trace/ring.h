@@ -33,11 +33,13 @@ struct Record {
   uint32_t group = 0;       // registerGroup()'s index (operations), 0 for marks
   Fingerprint fingerprint;  // operations only
   uint64_t bytes = 0;
-  int64_t detail = -1;          // send/recv: the peer's world rank (+ kSendBit for a send);
-                                // marks: the caller's index (a bucket number), or -1
+  // send/recv: the peer's world rank (+ kSendBit for a send); an operation on CUDA tensors:
+  // kDeviceBit (its peer unknown); marks: the caller's index (a bucket number), or -1.
+  int64_t detail = -1;
   const char* label = nullptr;  // marks: a string with static storage
   int64_t startNs = 0;          // CLOCK_MONOTONIC, nanoseconds
-  int64_t endNs = 0;            // 0 while running
+  int64_t endNs = 0;            // 0 while running; 1 when it ended at a time not recorded
+  int64_t arrivedNs = 0;        // when the backend saw every peer arrive (timeline only), or 0
   bool failed = false;
   bool running() const { return endNs == 0; }
   bool endKnown() const { return endNs > 1; }
@@ -59,6 +61,8 @@ class OperationRing {
   // Ends the record `ticket` at `endNs` (0: at an unknown time, see Record::endKnown), unless its
   // slot was reused since.
   void end(uint64_t ticket, int64_t endNs, bool failed) noexcept;
+  // Notes that the backend saw every peer of record `ticket` arrive at `arrivedNs`.
+  void noteArrived(uint64_t ticket, int64_t arrivedNs) noexcept;
   // The records now in the ring, oldest first (running ones included).
   std::vector<Record> snapshot() const;
   // How many records were begun: more than capacity() means the oldest were overwritten.
@@ -74,6 +78,7 @@ class OperationRing {
     std::atomic<const char*> label{nullptr};
     std::atomic<int64_t> startNs{0};
     std::atomic<int64_t> endNs{0};  // negative: failed at -endNs
+    std::atomic<int64_t> arrivedNs{0};
   };
   const size_t capacity_;
   const uint64_t mask_;

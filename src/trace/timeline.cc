@@ -75,6 +75,8 @@ std::string eventArgs(const Record& record) {
        << ",\"group\":" << jsonString(groupDescription(record.group));
   if (record.detail >= 0 && (record.detail & kDeviceBit) != 0)
     args << ",\"device\":\"cuda\"";
+  if (record.arrivedNs > 0)  // the backend saw every peer arrive this long after the start
+    args << ",\"peers_arrived_after_us\":" << microseconds(record.arrivedNs - record.startNs);
   if (record.failed)
     args << ",\"failed\":true";
   args << "}";

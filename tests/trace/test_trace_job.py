@@ -18,6 +18,7 @@ CHORUSRUN = os.environ.get("CHORUSRUN", "chorusrun")
 TRACE_TOOL = os.environ.get("CHORUS_TRACE_TOOL", "chorus-trace")
 RANKS = 4
 SLOW_RANK = 2
+SLOW_S = 0.05  # traced_job.py's sleep before each world allreduce
 JOB_DEADLINE_S = 180
 
 
@@ -82,6 +83,19 @@ def test_chorus_trace_records_the_job_and_blames_the_late_rank(tmp_path):
     events = check_trace(path, allreduces_on_world=10)
     sends = [e for e in events if e["name"] in ("send to 1", "recv from 0")]
     assert sorted(e["pid"] for e in sends) == [0, 1]
+    # The shm backend notes when each rank saw its last peer arrive: the others waited about
+    # SLOW_S for the late rank at every world allreduce, the late rank hardly at all.
+    waited = defaultdict(list)
+    for event in events:
+        args = event.get("args", {})
+        if args.get("op") == "allreduce" and args.get("group") == "group [0, 1, 2, 3] (shm)":
+            waited[event["pid"]].append(args["peers_arrived_after_us"] / 1e6)
+    for rank in range(RANKS):
+        median = sorted(waited[rank])[len(waited[rank]) // 2]
+        if rank == SLOW_RANK:
+            assert median < SLOW_S / 2, (rank, waited[rank])
+        else:
+            assert median >= SLOW_S / 2, (rank, waited[rank])
     summary = subprocess.run([TRACE_TOOL, "summary", str(path)], capture_output=True, text=True,
                              timeout=60)
     assert summary.returncode == 0, summary.stderr

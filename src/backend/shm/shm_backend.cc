@@ -7,6 +7,7 @@
 #include "backend/algorithmic_backend.h"
 #include "core/check.h"
 #include "store/prefix_store.h"
+#include "trace/recorder.h"
 
 namespace chorus::backend::shm {
 
@@ -45,6 +46,8 @@ uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t by
   const uint64_t sequence = ++sequence_;
   group_->arrive(sequence, call.fingerprint, data, bytes);
   group_->waitArrivals(sequence, bytes, call.deadline);
+  if (trace::timelineActive())
+    trace::noteAllArrived();  // Note [Timeline]: when this rank saw the last peer arrive
   for (int peer = 0; peer < size(); ++peer) {
     const Fingerprint& theirs = group_->arrivalFingerprint(peer, sequence);
     if (!(theirs == call.fingerprint))  // this rank's own record is equal
