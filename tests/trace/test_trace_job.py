@@ -9,6 +9,7 @@ off by default and changes no result.
 
 import json
 import os
+import socket
 import subprocess
 from collections import defaultdict
 
@@ -114,3 +115,36 @@ def test_recording_context_manager_traces_only_its_block(tmp_path):
 def test_recording_is_off_by_default(tmp_path):
     run_job(tmp_path, "off", trace_env=False)
     assert list(tmp_path.iterdir()) == []  # no trace, no part, no recorder directory left
+
+
+def test_two_launchers_merge_once_on_node_zero(tmp_path):
+    """Two chorusrun launchers on this machine act as two nodes: node 0 merges every rank's part
+    (it ends after node 1), node 1 leaves its parts and says so."""
+    path = tmp_path / "trace.json"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, CHORUS_TIMEOUT="60", TMPDIR=str(tmp_path), CHORUS_TRACE=str(path),
+               CHORUS_JOB_TOKEN="a-token-for-two-launchers")
+
+    def launcher(node):
+        return subprocess.Popen(
+            [CHORUSRUN, "--nnodes", "2", "--node-rank", str(node), "--master",
+             f"127.0.0.1:{port}", "--nproc-per-node", "2", "/usr/bin/python3", JOB, "env",
+             str(path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    nodes = [launcher(0), launcher(1)]
+    try:
+        outputs = [node.communicate(timeout=JOB_DEADLINE_S) for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    for node, (_, err) in zip(nodes, outputs):
+        assert node.returncode == 0, err
+    assert "node 0 trace of 4 ranks written to" in outputs[0][1], outputs[0][1]
+    assert "node 0 merges them" in outputs[1][1], outputs[1][1]
+    with open(path) as stream:
+        events = json.load(stream)["traceEvents"]
+    assert {e["pid"] for e in events} == set(range(RANKS))
+    assert not list(tmp_path.glob("trace.json.rank*.part"))

@@ -45,10 +45,12 @@ std::vector<std::string> JobRecords::failureSummary(
   return lines;
 }
 
-std::string JobRecords::mergeTimeline() const {
+std::string JobRecords::mergeTimeline(int nodeRank) const {
   const auto path = env::string("CHORUS_TRACE");
   if (!path || path->empty())
     return "";
+  if (nodeRank != 0)
+    return "this node's trace parts are next to " + *path + "; node 0 merges them";
   try {
     const int parts = trace::mergeParts(*path);
     if (parts == 0)

@@ -33,7 +33,10 @@ class JobRecords {
   std::vector<std::string> failureSummary(int size,
                                           const std::map<int, std::string>& endings) const;
   // Merges the timeline parts when CHORUS_TRACE names a trace; returns the line to print, or "".
-  std::string mergeTimeline() const;
+  // Only node 0 merges (it ends after every other node): the other nodes' launchers leave their
+  // parts, which node 0 finds on a shared filesystem (else copy them next to the path and run
+  // chorus-trace merge), so that two launchers never merge one trace at once.
+  std::string mergeTimeline(int nodeRank) const;
 
  private:
   std::string directory_;

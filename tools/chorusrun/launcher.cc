@@ -260,7 +260,7 @@ void Launcher::eventLoop() {
   }
   output_->closeAll();
   sayFailures();
-  if (const std::string merged = records_->mergeTimeline(); !merged.empty())
+  if (const std::string merged = records_->mergeTimeline(options_.nodeRank); !merged.empty())
     say(nodeName() + merged);
 }
 
