@@ -64,7 +64,17 @@ def _linear_arguments(linear):
                 device=linear.weight.device)
 
 
-class ColumnParallelLinear(torch.nn.Module):
+class _ShardedLinear(torch.nn.Module):
+    """What the two linear layers share: torch.nn.Linear's initialisation for the unsplit
+    in_features, applied to this rank's shard."""
+
+    def reset_parameters(self):
+        _uniform_(self.weight, self.in_features)
+        if self.bias is not None:
+            _uniform_(self.bias, self.in_features)
+
+
+class ColumnParallelLinear(_ShardedLinear):
     """y = x W^T + b with W's rows (the output features) split across the group.
 
     Group rank g holds rows [g*k, (g+1)*k) of W and of b, k = out_features / group size
@@ -86,11 +96,6 @@ class ColumnParallelLinear(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.empty(self.out_per_rank, in_features, **kind))
         self.bias = torch.nn.Parameter(torch.empty(self.out_per_rank, **kind)) if bias else None
         self.reset_parameters()
-
-    def reset_parameters(self):
-        _uniform_(self.weight, self.in_features)
-        if self.bias is not None:
-            _uniform_(self.bias, self.in_features)
 
     @property
     def shard(self):
@@ -120,7 +125,7 @@ class ColumnParallelLinear(torch.nn.Module):
                 f"gather_output={self.gather_output}, group {self.group_rank}/{self.group_size}")
 
 
-class RowParallelLinear(torch.nn.Module):
+class RowParallelLinear(_ShardedLinear):
     """y = x W^T + b with W's columns (the input features) split across the group.
 
     Group rank g holds columns [g*k, (g+1)*k) of W, k = in_features / group size (in_features must
@@ -143,11 +148,6 @@ class RowParallelLinear(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.empty(out_features, self.in_per_rank, **kind))
         self.bias = torch.nn.Parameter(torch.empty(out_features, **kind)) if bias else None
         self.reset_parameters()
-
-    def reset_parameters(self):
-        _uniform_(self.weight, self.in_features)
-        if self.bias is not None:
-            _uniform_(self.bias, self.in_features)
 
     @property
     def shard(self):
