@@ -296,18 +296,19 @@ std::shared_ptr<Work> CommunicatorState::submitPointToPoint(const Fingerprint& f
   if (!backend_->postsPointToPoint() || BlockingCalls::active()) {
     auto whole = [this, call](const backend::CallContext& context) {
       const trace::Ticket ticket = recordTransfer(context.fingerprint, call);
-      bool failed = true;
       try {
         if (call.isSend)
           backend_->send(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag);
         else
           backend_->recv(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag);
-        failed = false;
       } catch (...) {
-        trace::end(ticket, failed);
+        // Latched (and the flight record written) while this transfer still runs, so the record
+        // says the rank stood in it; execute() latches the same failure again, which is a no-op.
+        latchFailure(std::current_exception());
+        trace::end(ticket, /*failed=*/true);
         throw;
       }
-      trace::end(ticket, failed);
+      trace::end(ticket, /*failed=*/false);
     };
     if (!backend_->postsPointToPoint())
       return submit(fingerprint, whole);
