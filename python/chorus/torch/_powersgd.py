@@ -150,11 +150,17 @@ def _compute_dtype(dtype):
         f"powerSGD_hook: bucket dtype {dtype}; gradients must be floating point")
 
 
-def _plan(state, gradients):
-    """Per gradient, in bucket order: (offset, numel, matrix shape (n, m, r) or None)."""
+def _plan(state, gradients, buffer):
+    """Per gradient, in bucket order: (offset, numel, matrix shape (n, m, r) or None). The offset is
+    where the gradient's view lies in the bucket's buffer (a bucket may pad between gradients, as
+    chorus's DistributedDataParallel aligns each one); gradients that are not views into it are
+    taken as packed one after another."""
     plan, offset = [], 0
+    base, end = buffer.data_ptr(), buffer.data_ptr() + buffer.numel() * buffer.element_size()
     for grad in gradients:
         numel = grad.numel()
+        if base <= grad.data_ptr() < end:
+            offset = (grad.data_ptr() - base) // buffer.element_size()
         shape = None
         if grad.dim() >= 2 and numel > 0:
             rows = grad.shape[0]
@@ -190,7 +196,7 @@ def _average(state, tensors):
 def _compress(state, bucket, buffer, dtype):
     """The bucket's new flat buffer (in `dtype`) from the PowerSGD iteration described above."""
     gradients = bucket.gradients()
-    plan = _plan(state, gradients)
+    plan = _plan(state, gradients, buffer)
     shapes = tuple(tuple(g.shape) for g in gradients)
     error, qs = state._memory_for(bucket.index(), shapes, buffer.numel(), dtype, buffer.device)
     m = buffer.to(dtype=dtype, copy=True)
@@ -207,7 +213,7 @@ def _compress(state, bucket, buffer, dtype):
     # First allreduce: the uncompressed tensors and every P = M Q, one message.
     received = _average(state, [m[offset:offset + numel] for offset, numel in plain]
                         + [mat @ q for _, mat, q in matrices])
-    out = torch.empty_like(m)
+    out = torch.zeros_like(m)  # the padding between gradients, if any, stays zero
     for (offset, numel), mean in zip(plain, received):
         out[offset:offset + numel].copy_(mean)
     ps = [_orthogonalize(p, state.orthogonalization_epsilon) for p in received[len(plain):]]
