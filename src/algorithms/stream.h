@@ -5,12 +5,12 @@
 
 #include <array>
 #include <cstddef>
-#include <cstring>
 #include <utility>
 
 #include "algorithms/patterns/partition.h"
 #include "algorithms/peers.h"
 #include "core/check.h"
+#include "core/copy_bytes.h"
 
 namespace chorus::algorithms {
 
@@ -33,11 +33,10 @@ inline const std::byte* blockAt(const void* base, patterns::Block block, size_t 
   return elementAt(base, block.offset, elementSize);
 }
 
-// memcpy that does nothing for zero bytes or when source and destination are the same buffer.
+// chorus::copyBytes that does nothing when source and destination are the same buffer.
 inline void copyBytes(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0 || dst == src)
-    return;
-  std::memcpy(dst, src, bytes);
+  if (dst != src)
+    chorus::copyBytes(dst, src, bytes);
 }
 
 // Note [Ring check]

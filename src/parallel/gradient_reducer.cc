@@ -9,6 +9,7 @@
 
 #include "chorus/error.h"
 #include "chorus/trace.h"
+#include "core/copy_bytes.h"
 #include "parallel/aligned_buffer.h"
 #include "parallel/bucket_plan.h"
 #include "parallel/wait_all.h"
@@ -187,7 +188,7 @@ void GradientReducer::Impl::markReady(int index, const Tensor& values) {
                                values.describe() + " but was registered as " + view.describe() +
                                " (contiguous)");
   if (values.data() != view.data() && view.nbytes() > 0)
-    std::memcpy(view.data(), values.data(), view.nbytes());
+    copyBytes(view.data(), values.data(), view.nbytes());
   markReady(index);
 }
 

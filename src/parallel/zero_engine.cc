@@ -11,6 +11,7 @@
 
 #include "chorus/error.h"
 #include "chorus/trace.h"
+#include "core/copy_bytes.h"
 #include "core/reduce_kernels.h"
 #include "parallel/aligned_buffer.h"
 #include "parallel/wait_all.h"
@@ -390,7 +391,7 @@ int ZeroEngine::Impl::markReady(int index, const Tensor& values) {
       options_.stage == 1 ? unitGradients_[unit]->as<std::byte>() : bucketFor(unit).as<std::byte>();
   destination += layout_.offsetInUnit(index) * elementBytes();
   if (values.data() != destination && numel > 0)
-    std::memcpy(destination, values.data(), static_cast<size_t>(numel) * elementBytes());
+    copyBytes(destination, values.data(), static_cast<size_t>(numel) * elementBytes());
   return completeOne(index);
 }
 

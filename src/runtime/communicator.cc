@@ -5,9 +5,8 @@
 // by the size at the end.
 #include "chorus/communicator.h"
 
-#include <cstring>
-
 #include "core/check.h"
+#include "core/copy_bytes.h"
 #include "core/reduce_kernels.h"
 #include "runtime/communicator_device.h"
 #include "runtime/communicator_ops.h"
@@ -113,7 +112,7 @@ void finishAverage(ReduceOp op, DataType work, void* data, size_t count, int siz
 void stageIn(DataType from, DataType work, const void* source, void* to, size_t count) {
   if (work == from) {
     if (count > 0 && source != to)
-      std::memcpy(to, source, count * dataTypeSize(from));
+      copyBytes(to, source, count * dataTypeSize(from));
   } else {
     kernels::widenToFloat32(from, source, static_cast<float*>(to), count);
   }
@@ -122,7 +121,7 @@ void stageIn(DataType from, DataType work, const void* source, void* to, size_t 
 void stageOut(DataType to, DataType work, const void* source, void* destination, size_t count) {
   if (work == to) {
     if (count > 0 && source != destination)
-      std::memcpy(destination, source, count * dataTypeSize(to));
+      copyBytes(destination, source, count * dataTypeSize(to));
   } else {
     kernels::narrowFromFloat32(to, static_cast<const float*>(source), destination, count);
   }

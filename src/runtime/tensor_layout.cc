@@ -1,9 +1,9 @@
 #include "runtime/tensor_layout.h"
 
 #include <cstdint>
-#include <cstring>
 
 #include "core/check.h"
+#include "core/copy_bytes.h"
 
 namespace chorus::detail {
 
@@ -62,7 +62,7 @@ void interleaveBlocks(const void* blocks, void* out, int parts, const AxisLayout
   const size_t blockBytes = layout.outer * layout.rowBytes;
   for (size_t row = 0; row < layout.outer; ++row) {
     for (int part = 0; part < parts; ++part) {
-      std::memcpy(to, from + part * blockBytes + row * layout.rowBytes, layout.rowBytes);
+      copyBytes(to, from + part * blockBytes + row * layout.rowBytes, layout.rowBytes);
       to += layout.rowBytes;
     }
   }
@@ -74,7 +74,7 @@ void deinterleaveBlocks(const void* in, void* blocks, int parts, const AxisLayou
   const size_t blockBytes = partLayout.outer * partLayout.rowBytes;
   for (size_t row = 0; row < partLayout.outer; ++row) {
     for (int part = 0; part < parts; ++part) {
-      std::memcpy(to + part * blockBytes + row * partLayout.rowBytes, from, partLayout.rowBytes);
+      copyBytes(to + part * blockBytes + row * partLayout.rowBytes, from, partLayout.rowBytes);
       from += partLayout.rowBytes;
     }
   }

@@ -13,9 +13,9 @@
 // piece (gather) or every block's next piece (scatter). A rank's own block never goes through
 // shared memory: it is copied from input to output directly.
 #include <algorithm>
-#include <cstring>
 
 #include "backend/shm/shm_backend.h"
+#include "core/copy_bytes.h"
 
 namespace chorus::backend::shm {
 namespace {
@@ -24,13 +24,6 @@ namespace {
 // then copies while its readers copy, using two cores where a direct read uses one
 // (bench/cma_bench.cc: direct reads win 2-5x from 16 KiB to 1 MiB, pipelining 1.5-2x above).
 constexpr size_t kDirectBroadcastMaxBytes = 1 << 20;
-
-// memcpy that accepts an empty copy: an empty tensor's data pointer may be null, which memcpy's
-// arguments may not be, even for 0 bytes.
-void copyBytes(std::byte* to, const std::byte* from, size_t bytes) {
-  if (bytes > 0)
-    std::memcpy(to, from, bytes);
-}
 
 // Copies `bytes` unless source and destination are the same place (an in-place allgather).
 void copyUnlessSame(std::byte* to, const std::byte* from, size_t bytes) {
@@ -76,12 +69,12 @@ void ShmBackend::gatherBlocks(
       call, ceilDiv(bytes, m),
       [&](size_t i, std::byte* slot) {
         if (fills)
-          std::memcpy(slot, in + i * m, piece(i));
+          copyBytes(slot, in + i * m, piece(i));
       },
       [&](size_t i, uint64_t parity) {
         for (int q = 0; reads && q < size(); ++q) {
           if (q != me)
-            std::memcpy(out + q * bytes + i * m, group_->chunkSlot(q, parity), piece(i));
+            copyBytes(out + q * bytes + i * m, group_->chunkSlot(q, parity), piece(i));
         }
       });
 }
@@ -111,7 +104,7 @@ void ShmBackend::scatterBlocks(
       for (int k = 0; k < p; ++k) {
         const int q = (me + k) % p;
         if (q == me && writes)
-          std::memcpy(destination(me), in + me * bytes, bytes);
+          copyBytes(destination(me), in + me * bytes, bytes);
         else if (q != me && isWriter(q))
           group_->readFrom(q, destination(q), inputs[q] + me * bytes, bytes);
       }
@@ -120,7 +113,7 @@ void ShmBackend::scatterBlocks(
   }
   arrive(call);
   if (writes)
-    std::memcpy(destination(me), in + me * bytes, bytes);
+    copyBytes(destination(me), in + me * bytes, bytes);
   const size_t m = pieceBytes(p);
   auto piece = [&](size_t i) { return std::min(m, bytes - i * m); };
   exchangeChunks(
@@ -128,13 +121,13 @@ void ShmBackend::scatterBlocks(
       [&](size_t i, std::byte* slot) {
         for (int q = 0; writes && q < p; ++q) {
           if (q != me)
-            std::memcpy(slot + q * m, in + q * bytes + i * m, piece(i));
+            copyBytes(slot + q * m, in + q * bytes + i * m, piece(i));
         }
       },
       [&](size_t i, uint64_t parity) {
         for (int q = 0; q < p; ++q) {
           if (q != me && isWriter(q))
-            std::memcpy(destination(q) + i * m, group_->chunkSlot(q, parity) + me * m, piece(i));
+            copyBytes(destination(q) + i * m, group_->chunkSlot(q, parity) + me * m, piece(i));
         }
       });
 }
@@ -183,11 +176,11 @@ void ShmBackend::broadcast(const CallContext& call, const BroadcastArgs& args) {
         call, ceilDiv(args.bytes, m),
         [&](size_t i, std::byte* slot) {
           if (isRoot)
-            std::memcpy(slot, data + i * m, piece(i));
+            copyBytes(slot, data + i * m, piece(i));
         },
         [&](size_t i, uint64_t parity) {
           if (!isRoot)
-            std::memcpy(data + i * m, group_->chunkSlot(root, parity), piece(i));
+            copyBytes(data + i * m, group_->chunkSlot(root, parity), piece(i));
         });
   });
 }

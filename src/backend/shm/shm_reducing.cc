@@ -23,9 +23,9 @@
 // reduce_scatter, larger: each step carries, for every block q, the same range of elements of
 // block q, as piece q of the slot; rank r reduces piece r of every slot into its output.
 #include <algorithm>
-#include <cstring>
 
 #include "backend/shm/shm_backend.h"
+#include "core/copy_bytes.h"
 #include "core/reduce_kernels.h"
 
 namespace chorus::backend::shm {
@@ -93,13 +93,13 @@ void ShmBackend::reduceChunked(const CallContext& call,
   exchangeChunks(
       call, ceilDiv(count, chunkElements),
       [&](size_t i, std::byte* slot) {
-        std::memcpy(slot, in + i * chunkElements * elementSize, chunk(i) * elementSize);
+        copyBytes(slot, in + i * chunkElements * elementSize, chunk(i) * elementSize);
       },
       [&](size_t i, uint64_t parity) {
         for (int q = 0; copiesOut && q < p; ++q) {
           const auto [from, to] = sliceOf(chunk(i), p, q);
-          std::memcpy(out + (i * chunkElements + from) * elementSize,
-                      group_->chunkSlot(q, parity) + from * elementSize, (to - from) * elementSize);
+          copyBytes(out + (i * chunkElements + from) * elementSize,
+                    group_->chunkSlot(q, parity) + from * elementSize, (to - from) * elementSize);
         }
       },
       [&](size_t i, uint64_t parity) {
@@ -143,8 +143,8 @@ void ShmBackend::reduceScatter(const CallContext& call, const ReduceScatterArgs&
         call, ceilDiv(args.countPerRank, m),
         [&](size_t i, std::byte* slot) {
           for (int q = 0; q < p; ++q) {
-            std::memcpy(slot + q * m * elementSize,
-                        in + (q * args.countPerRank + i * m) * elementSize, piece(i) * elementSize);
+            copyBytes(slot + q * m * elementSize,
+                      in + (q * args.countPerRank + i * m) * elementSize, piece(i) * elementSize);
           }
         },
         [&](size_t i, uint64_t parity) {

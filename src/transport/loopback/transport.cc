@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/copy_bytes.h"
 #include "core/error_codec.h"
 #include "transport/matching.h"
 #include "transport/op_pool.h"
@@ -215,7 +216,7 @@ class LoopbackTransport final : public Transport {
       return;
     }
     if (bytes > 0)
-      std::memcpy(recv.data, data, bytes);
+      copyBytes(recv.data, data, bytes);
     recv.complete = true;
     endpoint(to).changed.notify_all();
   }

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/copy_bytes.h"
+
 namespace chorus::transport::shm {
 
 inline constexpr size_t kCacheLine = 64;
@@ -62,14 +64,14 @@ class Ring {
   void copyIn(uint64_t position, const void* source, uint64_t bytes) {
     uint64_t offset = position & (capacity_ - 1);
     uint64_t first = std::min(bytes, capacity_ - offset);
-    std::memcpy(data_ + offset, source, first);
-    std::memcpy(data_, static_cast<const uint8_t*>(source) + first, bytes - first);
+    copyBytes(data_ + offset, source, first);
+    copyBytes(data_, static_cast<const uint8_t*>(source) + first, bytes - first);
   }
   void copyOut(void* target, uint64_t position, uint64_t bytes) const {
     uint64_t offset = position & (capacity_ - 1);
     uint64_t first = std::min(bytes, capacity_ - offset);
-    std::memcpy(target, data_ + offset, first);
-    std::memcpy(static_cast<uint8_t*>(target) + first, data_, bytes - first);
+    copyBytes(target, data_ + offset, first);
+    copyBytes(static_cast<uint8_t*>(target) + first, data_, bytes - first);
   }
 
   RingControl* control_ = nullptr;

@@ -47,6 +47,7 @@
 #include <mutex>
 
 #include "core/check.h"
+#include "core/copy_bytes.h"
 #include "core/error_codec.h"
 #include "core/process_watch.h"
 #include "transport/core.h"
@@ -211,8 +212,7 @@ void ShmTransport::matchUnexpected(Link& link, Op& op) {
   }
   checkMatch(worldRank(rank()), worldRank(op.peer), op.fingerprint, op.bytes,
              message->header.fingerprint, message->header.bytes);
-  if (op.bytes > 0)
-    std::memcpy(op.data, message->data.get(), message->received);
+  copyBytes(op.data, message->data.get(), message->received);
   op.moved = message->received;
   if (message->complete()) {
     op.complete = true;

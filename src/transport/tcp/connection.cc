@@ -28,6 +28,7 @@
 #include <new>
 
 #include "core/check.h"
+#include "core/copy_bytes.h"
 
 namespace chorus::transport::tcp {
 namespace {
@@ -92,14 +93,12 @@ void Connection::recv(Op& op) {
   checkMatch(selfName_, peerName_, op.fingerprint, op.bytes, message->header.fingerprint,
              message->header.bytes);
   if (message->complete) {
-    if (op.bytes > 0)
-      std::memcpy(op.data, message->payload.get(), op.bytes);
+    copyBytes(op.data, message->payload.get(), op.bytes);
     op.complete = true;
   } else {
     // It is the frame being read now: take what came, and let the rest stream into op's buffer.
     size_t got = op.bytes - remaining_;
-    if (got > 0)
-      std::memcpy(op.data, message->payload.get(), got);
+    copyBytes(op.data, message->payload.get(), got);
     sink_ = Sink::kUser;
     recvOp_ = &op;
     dest_ = op.data + got;
@@ -191,7 +190,7 @@ Connection::Event Connection::consumeBuffered() {
       size_t take = std::min(available, remaining_);
       if (sink_ == Sink::kUnexpected)
         growUnexpected(take);
-      std::memcpy(dest_, from, take);
+      copyBytes(dest_, from, take);
       dest_ += take;
       remaining_ -= take;
       inBegin_ += take;
