@@ -228,5 +228,48 @@ TEST(ShmGroupTest, DirectReadsCopyFromAPeerAndCanBeTurnedOff) {
   EXPECT_FALSE(offPeer.get()->directReads());
 }
 
+// A read whose destination lies 1-63 bytes past its source modulo a page goes through the staging
+// buffer (Note [rep movsb and 4 KiB aliasing]), in 64 KiB pieces: every byte must still arrive,
+// nothing around the destination may change, at the window's edges, across several pieces and
+// an odd tail, and from sources at odd offsets in their pages; a bad address is still an error.
+TEST(ShmGroupTest, DirectReadsAtEveryDistanceCopyEveryByteAndNothingElse) {
+  const Deadline setup = Deadline::after(std::chrono::seconds(10));
+  using Store = std::shared_ptr<store::Store>;
+  auto make = [&](int rank, Store store) {
+    return std::make_unique<backend::shm::ShmGroup>(rank, 2, detail::RankNames{}, store, "staged",
+                                                    setup);
+  };
+  Store store = std::make_shared<store::HashStore>();
+  auto other = std::async(std::launch::async, make, 1, store);
+  auto group = make(0, store);
+  auto peer = other.get();
+  ASSERT_TRUE(group->directReads());
+  constexpr size_t kPage = 4096;
+  constexpr size_t kBytes = 3 * 65536 + 13;
+  constexpr std::byte kUntouched{0xEE};
+  std::vector<std::byte> source(kBytes + 2 * kPage), target(kBytes + 3 * kPage);
+  auto pageStart = [&](std::vector<std::byte>& v) {
+    const auto address = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + (kPage - address % kPage) % kPage;
+  };
+  for (size_t sourceOffset : {size_t{0}, size_t{16}, size_t{4000}}) {
+    const std::byte* from = pageStart(source) + sourceOffset;
+    for (size_t i = 0; i < kBytes; ++i)
+      pageStart(source)[sourceOffset + i] = static_cast<std::byte>((i * 131 + sourceOffset) % 251);
+    for (size_t distance : {size_t{0}, size_t{1}, size_t{16}, size_t{63}, size_t{64}, kPage - 1}) {
+      std::fill(target.begin(), target.end(), kUntouched);
+      std::byte* to = pageStart(target) + kPage + (sourceOffset + distance) % kPage;
+      group->readFrom(1, to, reinterpret_cast<uintptr_t>(from), kBytes);
+      EXPECT_TRUE(std::equal(to, to + kBytes, from))
+          << "source offset " << sourceOffset << ", distance " << distance;
+      EXPECT_TRUE(std::all_of(target.data(), to, [&](std::byte b) { return b == kUntouched; }));
+      EXPECT_TRUE(std::all_of(to + kBytes, target.data() + target.size(),
+                              [&](std::byte b) { return b == kUntouched; }));
+    }
+  }
+  std::byte* staged = pageStart(target) + 16;  // 16 bytes past address 0 modulo a page
+  EXPECT_THROW(group->readFrom(1, staged, kPage, 8192), InternalError);  // never mapped
+}
+
 }  // namespace
 }  // namespace chorus

@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "core/check.h"
+#include "core/copy_bytes.h"
 #include "core/env.h"
 #include "core/error_codec.h"
 #include "core/shared_memory.h"
@@ -28,6 +29,9 @@ constexpr size_t kCacheLine = 64;
 constexpr uint64_t kProbeValue = 0x63686f7275732121;  // "chorus!!"
 // Direct reads go in pieces, so that one call never pins a huge range at once.
 constexpr size_t kDirectReadPieceBytes = 2 << 20;
+// A staged read's pieces: each is read, then copied out while it is in this core's cache.
+constexpr size_t kStagedReadPieceBytes = 64 << 10;
+constexpr size_t kPageBytes = 4096;
 constexpr size_t kMaxErrorBytes = 8192;
 // A wait first spins (a peer that is running publishes within a microsecond or so), then yields
 // the core between passes, then sleeps on the bell. With more ranks than cores the peer it waits
@@ -192,34 +196,51 @@ bool ShmGroup::canReadEveryPeer() const {
   return true;
 }
 
-void ShmGroup::readFrom(int rank, void* to, uintptr_t from, size_t bytes) const {
+void ShmGroup::readFrom(int rank, void* to, uintptr_t from, size_t bytes) {
   auto* destination = static_cast<std::byte*>(to);
+  const bool staged = copyAvoidsMemcpy(to, reinterpret_cast<const void*>(from), bytes);
+  if (staged && staging_.empty())
+    staging_.resize(kStagedReadPieceBytes + 2 * kPageBytes);
   while (bytes > 0) {
-    const size_t piece = std::min(bytes, kDirectReadPieceBytes);
-    iovec local{destination, piece};
-    iovec remote{reinterpret_cast<void*>(from), piece};
-    const ssize_t got = ::process_vm_readv(block(rank).pid, &local, 1, &remote, 1, 0);
-    if (got <= 0) {
-      const int error = got < 0 ? errno : EFAULT;
-      throwIfFailed();  // a failure or a death explains it best
-      checkPeer(rank);
-      if (error == ESRCH) {  // exiting: its memory is gone before its pidfd says so
-        throw PeerError(
-            detail::concat("rank ", names_(rank_), " (this process): rank ", names_(rank),
-                           " died (or was killed) while this rank was reading its "
-                           "buffer"),
-            names_(rank));
-      }
-      throw InternalError(detail::concat("rank ", names_(rank_), " (this process): reading ", piece,
-                                         " bytes from rank ", names_(rank),
-                                         "'s buffer failed: ", std::strerror(error),
-                                         " (set CHORUS_SHM_DIRECT=0 to copy through shared "
-                                         "memory instead)"));
+    if (!staged) {
+      const size_t got = readPiece(rank, destination, from, std::min(bytes, kDirectReadPieceBytes));
+      destination += got;
+      from += got;
+      bytes -= got;
+      continue;
     }
+    // The staging copy starts at `from`'s offset in its page: the kernel copies at distance 0.
+    const uintptr_t base = reinterpret_cast<uintptr_t>(staging_.data());
+    std::byte* landing =
+        staging_.data() + (kPageBytes - base % kPageBytes) % kPageBytes + from % kPageBytes;
+    const size_t got = readPiece(rank, landing, from, std::min(bytes, kStagedReadPieceBytes));
+    copyBytes(destination, landing, got);
     destination += got;
-    from += static_cast<uintptr_t>(got);
-    bytes -= static_cast<size_t>(got);
+    from += got;
+    bytes -= got;
   }
+}
+
+size_t ShmGroup::readPiece(int rank, std::byte* to, uintptr_t from, size_t bytes) const {
+  iovec local{to, bytes};
+  iovec remote{reinterpret_cast<void*>(from), bytes};
+  const ssize_t got = ::process_vm_readv(block(rank).pid, &local, 1, &remote, 1, 0);
+  if (got > 0)
+    return static_cast<size_t>(got);
+  const int error = got < 0 ? errno : EFAULT;
+  throwIfFailed();  // a failure or a death explains it best
+  checkPeer(rank);
+  if (error == ESRCH) {  // exiting: its memory is gone before its pidfd says so
+    throw PeerError(detail::concat("rank ", names_(rank_), " (this process): rank ", names_(rank),
+                                   " died (or was killed) while this rank was reading its "
+                                   "buffer"),
+                    names_(rank));
+  }
+  throw InternalError(detail::concat("rank ", names_(rank_), " (this process): reading ", bytes,
+                                     " bytes from rank ", names_(rank),
+                                     "'s buffer failed: ", std::strerror(error),
+                                     " (set CHORUS_SHM_DIRECT=0 to copy through shared "
+                                     "memory instead)"));
 }
 
 ShmGroup::~ShmGroup() { close(); }

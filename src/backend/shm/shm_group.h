@@ -109,8 +109,10 @@ class ShmGroup {
   // attach"): the same on every rank; false where the kernel refuses it or CHORUS_SHM_DIRECT=0.
   bool directReads() const { return directReads_; }
   // Copies `bytes` at address `from` in `rank`'s memory to `to` (needs directReads()). Throws
-  // PeerError if `rank` died, InternalError naming the cause otherwise.
-  void readFrom(int rank, void* to, uintptr_t from, size_t bytes) const;
+  // PeerError if `rank` died, InternalError naming the cause otherwise. Where the kernel's copy
+  // would stall (Note [rep movsb and 4 KiB aliasing]), it reads through a private staging buffer
+  // at `from`'s offset in its page, then copies that to `to`.
+  void readFrom(int rank, void* to, uintptr_t from, size_t bytes);
 
   // Throws the group's failure, if it failed.
   void throwIfFailed() const;
@@ -147,6 +149,9 @@ class ShmGroup {
   [[noreturn]] void throwGroupFailure() const;
   void sleepOnBell(uint32_t seen, Deadline deadline);
   bool canReadEveryPeer() const;
+  // One process_vm_readv of up to `bytes` from `rank`'s `from` into `to`: the bytes it read (at
+  // least one). Throws as readFrom does.
+  size_t readPiece(int rank, std::byte* to, uintptr_t from, size_t bytes) const;
 
   int rank_;
   int size_;
@@ -156,6 +161,7 @@ class ShmGroup {
   std::vector<ProcessWatch> peerProcesses_;      // by rank (empty for this one)
   bool closed_ = false;
   bool directReads_ = false;
+  std::vector<std::byte> staging_;  // readFrom's staging buffer, made at its first use
 };
 
 }  // namespace chorus::backend::shm
