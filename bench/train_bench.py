@@ -4,7 +4,7 @@ against ZeRO stages (chorus.torch.ZeroOptimizer, SGD like the others) instead, w
 memory.
 
     /usr/bin/python3 bench/train_bench.py [--build build] [--repeats 5] [--steps 40] [--csv F]
-    /usr/bin/python3 bench/train_bench.py --zero 1 2 3
+    /usr/bin/python3 bench/train_bench.py --zero 1 2 3 [--zero-bf16]
 
 The model (the issue's): 4 Linear layers of 1024 units (4.2 M parameters, 16.8 MB of float32
 gradients), batch 64 per rank, MSE loss, SGD, one intra-op thread per rank. Every configuration
@@ -44,7 +44,8 @@ ENVIRONMENT = {
 LAYERS, WIDTH, BATCH = 4, 1024, 64
 PHASES = ("zero_grad", "forward", "backward", "optimizer_step")  # timed separately, medians per rank
 MEMORY = ("parameters", "gradients", "optimizer_state", "peak_buffers")  # bytes, the largest rank
-ZERO_CONFIGS = {f"chorus ZeRO-{stage}, 2 ranks": (2, f"zero{stage}") for stage in (1, 2, 3)}
+ZERO_CONFIGS = {f"chorus ZeRO-{stage}{wire}, 2 ranks": (2, f"zero{stage}{wire.replace(' ', '_')}")
+                for stage in (1, 2, 3) for wire in ("", " bf16")}
 
 
 # ---- worker: one configuration, under chorusrun -------------------------------------------------
@@ -120,9 +121,9 @@ def worker(args):
     elif args.worker in ("gloo", "torch_chorus"):
         model = torch_ddp_wrap(torch, chorus, model, args.worker.replace("torch_", ""))
     if args.worker.startswith("zero"):
-        optimizer = chorus_torch.ZeroOptimizer(model, optim="sgd", lr=1e-4,
-                                               stage=int(args.worker[4:]),
-                                               bucket_cap_mb=args.bucket_mb)
+        optimizer = chorus_torch.ZeroOptimizer(
+            model, optim="sgd", lr=1e-4, stage=int(args.worker[4]), bucket_cap_mb=args.bucket_mb,
+            comm_dtype="bf16" if args.worker.endswith("_bf16") else None)
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
     x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, WIDTH)
@@ -240,8 +241,10 @@ def print_table(results, baselines):
 
 def driver(args):
     if args.zero:
+        wires = ("", " bf16") if args.zero_bf16 else ("",)
         configs = {"chorus DP, 2 ranks": CONFIGS["chorus DP, 2 ranks"],
-                   **{f"chorus ZeRO-{k}, 2 ranks": (2, f"zero{k}") for k in args.zero}}
+                   **{f"chorus ZeRO-{k}{w}, 2 ranks": ZERO_CONFIGS[f"chorus ZeRO-{k}{w}, 2 ranks"]
+                      for k in args.zero for w in wires}}
         baselines = ["chorus DP, 2 ranks"]
     else:
         configs = CONFIGS
@@ -273,6 +276,8 @@ def main():
     parser.add_argument("--csv", help="also write every run here")
     parser.add_argument("--zero", type=int, nargs="+", choices=(1, 2, 3),
                         help="compare chorus DP with these ZeRO stages instead")
+    parser.add_argument("--zero-bf16", action="store_true",
+                        help="with --zero: also each stage with comm_dtype='bf16'")
     parser.add_argument("--worker", choices=sorted(mode for _, mode in
                                                    {**CONFIGS, **ZERO_CONFIGS}.values()),
                         help=argparse.SUPPRESS)

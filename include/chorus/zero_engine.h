@@ -27,6 +27,11 @@
 //      reduce-scattered and its owned part added to this rank's gradient shard, then the bucket is
 //      reused, so no rank holds more than a few buckets of gradient at once. Gradients not produced
 //      in an iteration count as zero.
+//      Compression (ZeroOptions::commDtype bfloat16 or float16, float32 models only): each unit's
+//      gradients are narrowed to that dtype just before their reduction and widened after it, as
+//      torch's bf16_compress_hook does, so they move half the bytes; the average is taken in
+//      float32 where the backend reduces half precision that way (shm), and rounded once more on
+//      the way back. Stage 1's units then hold the widened average.
 //  - step() (after finalize): the optimizer updates this rank's float32 shard (the master weights,
 //    or the owned part of the parameters in float32 training), then publishParameters() makes the
 //    model's parameters match: stages 1 and 2 allgather every unit, stage 3 writes its shard (the
@@ -56,6 +61,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +77,9 @@ struct ZeroOptions {
   DataType dtype = DataType::kFloat32;  // the model's parameters and gradients
   int64_t alignElements = 32;           // 64-byte aligned shards for 16-bit types
   int bucketsInFlight = 2;              // stages 2 and 3: gradient buckets kept for reuse
+  // The dtype gradients travel in: unset for the model's dtype, or bfloat16/float16 to compress a
+  // float32 model's gradients (see "Compression" above).
+  std::optional<DataType> commDtype;
 };
 
 // Bytes this rank holds. parameters, gradients and optimizerState are the model states of the

@@ -19,7 +19,8 @@ std::shared_ptr<ZeroEngine> makeEngine(std::shared_ptr<Communicator> comm,
                                        int stage,
                                        const std::string& dtype,
                                        const std::string& optimizer,
-                                       py::dict hyper) {
+                                       py::dict hyper,
+                                       const std::optional<std::string>& commDtype) {
   parallel::SgdOptions sgd;
   parallel::AdamOptions adam;
   auto get = [&](const char* key, double fallback) {
@@ -36,6 +37,8 @@ std::shared_ptr<ZeroEngine> makeEngine(std::shared_ptr<Communicator> comm,
   parallel::ZeroOptions options;
   options.stage = stage;
   options.dtype = parseDataType(dtype);
+  if (commDtype)
+    options.commDtype = parseDataType(*commDtype);
   auto factory = [&](size_t numel) { return parallel::makeOptimizer(optimizer, numel, sgd, adam); };
   return std::make_shared<ZeroEngine>(std::move(comm), std::move(numels), std::move(units), options,
                                       factory);
@@ -115,7 +118,8 @@ void bindZero(py::module_& module) {
   py::class_<ZeroEngine, std::shared_ptr<ZeroEngine>> engine(module, "ZeroEngine");
   engine
       .def(py::init(&makeEngine), py::arg("communicator"), py::arg("numels"), py::arg("units"),
-           py::arg("stage"), py::arg("dtype"), py::arg("optimizer"), py::arg("hyperparameters"))
+           py::arg("stage"), py::arg("dtype"), py::arg("optimizer"), py::arg("hyperparameters"),
+           py::arg("comm_dtype") = py::none())
       .def_property_readonly("stage", &ZeroEngine::stage)
       .def_property_readonly("optimizer_name", [](ZeroEngine& e) { return e.optimizer().name(); })
       .def_property("steps", &ZeroEngine::steps, &ZeroEngine::setSteps)

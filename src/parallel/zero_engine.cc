@@ -11,6 +11,7 @@
 
 #include "chorus/error.h"
 #include "chorus/trace.h"
+#include "core/check.h"
 #include "core/copy_bytes.h"
 #include "core/reduce_kernels.h"
 #include "parallel/aligned_buffer.h"
@@ -34,6 +35,16 @@ void storeFloat32(DataType dtype, const float* src, void* dst, size_t count) {
     kernels::narrowFromFloat32(dtype, src, dst, count);
 }
 
+// Adds `count` values of `wire` (bfloat16 or float16) into `into`, widening a chunk at a time.
+void addWidened(DataType wire, const std::byte* values, float* into, size_t count) {
+  std::vector<float> widened(std::min(count, kConversionChunk));
+  for (size_t done = 0; done < count; done += kConversionChunk) {
+    const size_t n = std::min(kConversionChunk, count - done);
+    kernels::widenToFloat32(wire, values + done * dataTypeSize(wire), widened.data(), n);
+    kernels::reduceInto(ReduceOp::kSum, DataType::kFloat32, into + done, widened.data(), n);
+  }
+}
+
 }  // namespace
 
 // The engine's state and work; the public methods at the end forward here.
@@ -54,6 +65,9 @@ struct ZeroEngine::Impl {
   ~Impl();
 
   bool hasMasterWeights() const { return options_.dtype != DataType::kFloat32; }
+  // The dtype gradients travel in, and whether that compresses them (ZeroOptions::commDtype).
+  DataType wireDtype() const { return options_.commDtype.value_or(options_.dtype); }
+  bool compresses() const { return wireDtype() != options_.dtype; }
 
   void setParameter(int index, const Tensor& values);
   Tensor parameter(int index) const;
@@ -84,6 +98,7 @@ struct ZeroEngine::Impl {
   std::shared_ptr<AlignedBuffer> allocateState(int64_t numel, DataType dtype, const char* what);
   // A communication buffer: counted in memory().buffers while it lives.
   std::shared_ptr<AlignedBuffer> allocateBuffer(int64_t numel, const char* what);
+  std::shared_ptr<AlignedBuffer> allocateBuffer(int64_t numel, DataType dtype, const char* what);
   void checkIndex(int index, const char* what) const;
   void checkUnit(int unit, const char* what) const;
   void checkIdle(const char* what) const;
@@ -97,6 +112,9 @@ struct ZeroEngine::Impl {
   int completeOne(int index);
   void launchReadyUnits();
   void issueReduction(int unit);
+  // Stages 2 and 3, compressing: `bucket`'s unit narrowed into a wire buffer; `bucket` is free.
+  std::shared_ptr<AlignedBuffer> compressBucket(int unit, std::shared_ptr<AlignedBuffer> bucket);
+  void widenStageOneUnits();
   void retireOldestReduction();
   void adoptRankZeroOrder();
   void updateShard(int unit);
@@ -122,6 +140,9 @@ struct ZeroEngine::Impl {
   std::deque<ReduceInFlight> reductions_;
   std::vector<std::shared_ptr<Work>> allreduces_;
   int64_t bucketNumel_ = 0;
+  // Compression: stage 1's wire copy of each unit (made once); stages 2 and 3's free wire buffers.
+  std::vector<std::shared_ptr<AlignedBuffer>> unitWires_;
+  std::vector<std::shared_ptr<AlignedBuffer>> freeWires_;
 
   std::vector<bool> ready_;
   std::vector<int> pendingInUnit_;
@@ -162,6 +183,11 @@ ZeroEngine::Impl::Impl(std::shared_ptr<Communicator> comm,
       options_.dtype != DataType::kFloat16)
     throw InvalidArgumentError("ZeRO: parameters must be float32, bfloat16 or float16, not " +
                                std::string(toString(options_.dtype)));
+  if (compresses() && (options_.dtype != DataType::kFloat32 ||
+                       (wireDtype() != DataType::kBFloat16 && wireDtype() != DataType::kFloat16)))
+    throw InvalidArgumentError(detail::concat(
+        "ZeRO: gradients of ", toString(options_.dtype), " cannot travel as ",
+        toString(wireDtype()), ": compression narrows float32 gradients to bfloat16 or float16"));
   optimizer_ = makeOptimizer(static_cast<size_t>(layout_.shardNumel()));
   const int unitCount = layout_.numUnits();
   const int64_t shard = layout_.shardNumel();
@@ -180,6 +206,7 @@ ZeroEngine::Impl::Impl(std::shared_ptr<Communicator> comm,
     for (int u = 0; u < unitCount; ++u)
       unitGradients_.push_back(
           allocateState(layout_.plan(u).paddedNumel(), options_.dtype, "ZeRO: gradients"));
+    unitWires_.resize(unitCount);
   } else {
     gradientShard_ = allocateState(shard, options_.dtype, "ZeRO: gradient shard");
     bucketOfUnit_.resize(unitCount);
@@ -211,7 +238,13 @@ std::shared_ptr<AlignedBuffer> ZeroEngine::Impl::allocateState(int64_t numel,
 }
 
 std::shared_ptr<AlignedBuffer> ZeroEngine::Impl::allocateBuffer(int64_t numel, const char* what) {
-  size_t bytes = static_cast<size_t>(numel) * elementBytes();
+  return allocateBuffer(numel, options_.dtype, what);
+}
+
+std::shared_ptr<AlignedBuffer> ZeroEngine::Impl::allocateBuffer(int64_t numel,
+                                                                DataType dtype,
+                                                                const char* what) {
+  size_t bytes = static_cast<size_t>(numel) * dataTypeSize(dtype);
   auto* buffer = new AlignedBuffer(bytes, what);
   account_->add(bytes);
   return std::shared_ptr<AlignedBuffer>(buffer, [account = account_, bytes](AlignedBuffer* b) {
@@ -450,15 +483,50 @@ void ZeroEngine::Impl::issueReduction(int unit) {
   const ShardPlan& plan = layout_.plan(unit);
   trace::Span mark("zero reduction launched", unit);  // Note [Timeline]
   if (options_.stage == 1) {
-    Tensor whole(unitGradients_[unit]->data(), options_.dtype, {plan.paddedNumel()});
+    void* gradients = unitGradients_[unit]->data();
+    if (compresses()) {
+      if (!unitWires_[unit])
+        unitWires_[unit] = allocateBuffer(plan.paddedNumel(), wireDtype(), "ZeRO: a wire unit");
+      kernels::narrowFromFloat32(wireDtype(), static_cast<const float*>(gradients),
+                                 unitWires_[unit]->data(), static_cast<size_t>(plan.paddedNumel()));
+      gradients = unitWires_[unit]->data();
+    }
+    Tensor whole(gradients, wireDtype(), {plan.paddedNumel()});
     allreduces_.push_back(comm_->allreduce(whole, ReduceOp::kAvg));
     return;
   }
   std::shared_ptr<AlignedBuffer> bucket = std::move(bucketOfUnit_[unit]);
-  Tensor whole(bucket->data(), options_.dtype, {plan.paddedNumel()});
-  Tensor mine(bucket->as<std::byte>() + plan.paddedNumel() * elementBytes(), options_.dtype,
+  if (compresses())
+    bucket = compressBucket(unit, std::move(bucket));
+  Tensor whole(bucket->data(), wireDtype(), {plan.paddedNumel()});
+  Tensor mine(bucket->as<std::byte>() + plan.paddedNumel() * dataTypeSize(wireDtype()), wireDtype(),
               {plan.shardNumel()});
   reductions_.push_back({unit, bucket, comm_->reduceScatter(whole, mine, ReduceOp::kAvg)});
+}
+
+std::shared_ptr<AlignedBuffer> ZeroEngine::Impl::compressBucket(
+    int unit, std::shared_ptr<AlignedBuffer> bucket) {
+  std::shared_ptr<AlignedBuffer> wire;
+  if (freeWires_.empty()) {
+    wire = allocateBuffer(bucketNumel_, wireDtype(), "ZeRO: a wire bucket");
+  } else {
+    wire = std::move(freeWires_.back());
+    freeWires_.pop_back();
+  }
+  kernels::narrowFromFloat32(wireDtype(), bucket->as<float>(), wire->data(),
+                             static_cast<size_t>(layout_.plan(unit).paddedNumel()));
+  if (static_cast<int>(freeBuckets_.size()) < options_.bucketsInFlight)
+    freeBuckets_.push_back(std::move(bucket));
+  return wire;
+}
+
+// Stage 1, compressing: each unit's average, back from its wire copy.
+void ZeroEngine::Impl::widenStageOneUnits() {
+  for (int u = 0; u < layout_.numUnits(); ++u) {
+    if (unitWires_[u])
+      kernels::widenToFloat32(wireDtype(), unitWires_[u]->data(), unitGradients_[u]->as<float>(),
+                              static_cast<size_t>(layout_.plan(u).paddedNumel()));
+  }
 }
 
 void ZeroEngine::Impl::retireOldestReduction() {
@@ -466,11 +534,17 @@ void ZeroEngine::Impl::retireOldestReduction() {
   reductions_.pop_front();
   oldest.work->wait();
   const ShardPlan& plan = layout_.plan(oldest.unit);
-  kernels::reduceInto(ReduceOp::kSum, options_.dtype, shardOf(*gradientShard_, oldest.unit).data(),
-                      oldest.bucket->as<std::byte>() + plan.paddedNumel() * elementBytes(),
-                      static_cast<size_t>(plan.shardNumel()));
-  if (static_cast<int>(freeBuckets_.size()) < options_.bucketsInFlight)
-    freeBuckets_.push_back(std::move(oldest.bucket));
+  const std::byte* reduced =
+      oldest.bucket->as<std::byte>() + plan.paddedNumel() * dataTypeSize(wireDtype());
+  void* shard = shardOf(*gradientShard_, oldest.unit).data();
+  const auto count = static_cast<size_t>(plan.shardNumel());
+  if (compresses())
+    addWidened(wireDtype(), reduced, static_cast<float*>(shard), count);
+  else
+    kernels::reduceInto(ReduceOp::kSum, options_.dtype, shard, reduced, count);
+  auto& freeList = compresses() ? freeWires_ : freeBuckets_;
+  if (static_cast<int>(freeList.size()) < options_.bucketsInFlight)
+    freeList.push_back(std::move(oldest.bucket));
 }
 
 void ZeroEngine::Impl::finalize() {
@@ -487,6 +561,8 @@ void ZeroEngine::Impl::finalize() {
   std::exception_ptr failure;
   try {
     waitAll(allreduces_);
+    if (compresses() && options_.stage == 1)
+      widenStageOneUnits();
   } catch (const std::exception&) {
     failure = std::current_exception();
   }

@@ -368,6 +368,96 @@ TEST(ZeroEngineTest, UnsupportedStagesAndTypesAreRefused) {
   });
 }
 
+// Compression (ZeroOptions::commDtype) on a float32 model. The gradients above are small integers,
+// which bfloat16 and float16 hold exactly: every average, and so every step, is the float32 one.
+class ZeroEngineCompressedTest : public ::testing::TestWithParam<std::tuple<int, DataType, int>> {};
+
+TEST_P(ZeroEngineCompressedTest, ExactGradientsGiveTheFloat32Steps) {
+  auto [stage, wire, ranks] = GetParam();
+  onRanks(ranks, [&](Communicator& comm) {
+    ZeroOptions compressed = options(stage, DataType::kFloat32);
+    compressed.commDtype = wire;
+    auto engine = makeEngine(comm, compressed);
+    for (int iteration = 1; iteration <= 2; ++iteration) {
+      backward(*engine, ranks, comm.rank(), orderOf(comm.rank()));
+      engine->finalize();
+      engine->step();
+      expectParameters(*engine, ranks, static_cast<float>(iteration));
+      engine->zeroGradients();
+    }
+  });
+}
+
+// A gradient of 1 + 2^-12 on every rank: float32 holds it, while bfloat16 (7 fraction bits) and
+// float16 (10) round it to 1. Through the wire the average is exactly 1, so SGD (lr 1) moves each
+// parameter by exactly 1; uncompressed it would move by 1 + 2^-12.
+TEST_P(ZeroEngineCompressedTest, GradientsTravelInTheWireDtype) {
+  auto [stage, wire, ranks] = GetParam();
+  const float gradientValue = 1.0f + 1.0f / 4096.0f;
+  onRanks(ranks, [&](Communicator& comm) {
+    ZeroOptions compressed = options(stage, DataType::kFloat32);
+    compressed.commDtype = wire;
+    auto engine = makeEngine(comm, compressed);
+    for (int p = 0; p < kParameters; ++p) {
+      Floats values(static_cast<size_t>(kNumels[p]), gradientValue);
+      if (stage == 1) {
+        writeFloats(engine->gradient(p), values);
+        engine->markReady(p);
+      } else {
+        engine->markReady(p, Tensor(values.data(), {kNumels[p]}));
+      }
+    }
+    engine->finalize();
+    if (stage == 1) {
+      for (int p = 0; p < kParameters; ++p)
+        EXPECT_EQ(readFloats(engine->gradient(p)), Floats(static_cast<size_t>(kNumels[p]), 1.0f))
+            << "average gradient of parameter " << p;
+    }
+    engine->step();
+    Floats all = engine->gatherParameters();
+    size_t at = 0;
+    for (int p = 0; p < kParameters; ++p)
+      for (int64_t j = 0; j < kNumels[p]; ++j, ++at)
+        ASSERT_EQ(all[at], initial(p, j) - 1.0f) << "parameter " << p << " element " << j;
+  });
+}
+
+std::string compressedName(const ::testing::TestParamInfo<std::tuple<int, DataType, int>>& info) {
+  return "stage" + std::to_string(std::get<0>(info.param)) + "_wire_" +
+         std::string(toString(std::get<1>(info.param))) + "_" +
+         std::to_string(std::get<2>(info.param)) + "ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(ZeroCompression,
+                         ZeroEngineCompressedTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3),
+                                            ::testing::Values(DataType::kBFloat16,
+                                                              DataType::kFloat16),
+                                            ::testing::Values(2, 3)),
+                         compressedName);
+
+TEST(ZeroEngineTest, CompressionOnlyNarrowsFloat32ToHalfPrecision) {
+  onRanks(2, [&](Communicator& comm) {
+    auto refused = [&](DataType model, DataType wire) {
+      ZeroOptions zeroOptions = options(2, model);
+      zeroOptions.commDtype = wire;
+      try {
+        ZeroEngine(borrow(comm), kNumels, kUnits, zeroOptions, sgd());
+        ADD_FAILURE() << toString(model) << " gradients as " << toString(wire) << " were accepted";
+      } catch (const InvalidArgumentError& error) {
+        EXPECT_NE(std::string(error.what()).find("cannot travel as"), std::string::npos)
+            << error.what();
+      }
+    };
+    refused(DataType::kFloat32, DataType::kInt32);
+    refused(DataType::kFloat32, DataType::kFloat64);
+    refused(DataType::kBFloat16, DataType::kFloat16);
+    ZeroOptions same = options(2, DataType::kBFloat16);
+    same.commDtype = DataType::kBFloat16;  // the model's own dtype: nothing to compress
+    EXPECT_NO_THROW(ZeroEngine(borrow(comm), kNumels, kUnits, same, sgd()));
+  });
+}
+
 // Each unit's shard: the smallest multiple of the alignment covering its elements in `ranks`.
 int64_t shardOfUnit(const std::vector<int>& unit, int ranks, int64_t align) {
   int64_t total = 0;

@@ -89,11 +89,12 @@ def train_reference(optim, size, steps=STEPS):
 
 
 def train_zero(comm, optim, stage, micro=1, mixed_precision=None, bucket_cap_mb=None,
-               steps=STEPS):
+               steps=STEPS, comm_dtype=None):
     # Every rank starts from different weights: the optimizer must broadcast rank 0's.
     model = make_model(comm.rank)
     zero = ct.ZeroOptimizer(model, stage=stage, mixed_precision=mixed_precision,
-                            bucket_cap_mb=bucket_cap_mb, **OPTIMIZERS[optim][0])
+                            bucket_cap_mb=bucket_cap_mb, comm_dtype=comm_dtype,
+                            **OPTIMIZERS[optim][0])
     dtype = torch.bfloat16 if mixed_precision else torch.float32
     for step in range(steps):
         x, y = global_batch(comm.size, step, micro)
@@ -297,6 +298,37 @@ def test_checkpoint_round_trip_continues_exactly(comm, shared_directory):
         plain_sgd.load_checkpoint(directory)
 
 
+HALF_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+@pytest.mark.parametrize("comm_dtype", ["bf16", "fp16"])
+def test_compressed_gradients_train_close_to_float32(comm, stage, comm_dtype):
+    # The model stays float32; only the reductions move half-precision values.
+    model, zero = train_zero(comm, "sgd", stage, comm_dtype=comm_dtype)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    reference = dict(train_reference("sgd", comm.size).named_parameters())
+    for name, values in zero.gathered_parameters().items():
+        error = float((values - reference[name].detach()).abs().max())
+        assert error <= BF16_ABSOLUTE_TOLERANCE, f"{name}: error {error:.3g}"
+
+
+@pytest.mark.parametrize("comm_dtype", ["bf16", "fp16"])
+def test_stage_one_gradients_are_averages_that_travelled_in_half_precision(comm, comm_dtype):
+    # After backward, stage 1's .grad hold the average widened from the wire: every element is a
+    # value of the wire dtype. Uncompressed float32 averages of these gradients are not.
+    wire = HALF_TYPES[comm_dtype]
+    for compressed in (comm_dtype, None):
+        model = make_model(0)
+        ct.ZeroOptimizer(model, stage=1, optim="sgd", comm_dtype=compressed)
+        x, y = global_batch(comm.size, 0)
+        rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
+        loss_of(model, x[rows], y[rows]).backward()
+        gradients = torch.cat([p.grad.view(-1) for p in model.parameters()])
+        representable = bool(torch.equal(gradients, gradients.to(wire).float()))
+        assert representable == (compressed is not None), (compressed, representable)
+
+
 def test_bad_arguments_are_refused(comm):
     model = make_model(0)
     with pytest.raises(chorus.InvalidArgumentError, match="pass the module"):
@@ -307,6 +339,10 @@ def test_bad_arguments_are_refused(comm):
         ct.ZeroOptimizer(model, stage=4)
     with pytest.raises(chorus.InvalidArgumentError, match="mixed_precision"):
         ct.ZeroOptimizer(model, mixed_precision="fp8")
+    with pytest.raises(chorus.InvalidArgumentError, match="comm_dtype must be"):
+        ct.ZeroOptimizer(model, comm_dtype="fp8")
+    with pytest.raises(chorus.InvalidArgumentError, match="already travel as bfloat16"):
+        ct.ZeroOptimizer(model, comm_dtype="bf16", mixed_precision="bf16")
     with pytest.raises(chorus.UnsupportedError, match="parameter groups"):
         ct.ZeroOptimizer([{"params": list(model.parameters())}])
     with pytest.raises(chorus.InvalidArgumentError, match="bucket_cap_mb must be positive"):

@@ -20,6 +20,8 @@ from ._zero_stage3 import ParameterLifecycle
 
 _WHO = "ZeroOptimizer"
 _MIXED_PRECISION = {None: torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+_COMM_DTYPES = {None: None, "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
+                "float16": "float16"}
 
 
 def _invalid(message):
@@ -56,7 +58,7 @@ class ZeroOptimizer:
 
     ZeroOptimizer(params, optim="adam"|"adamw"|"sgd", stage=1|2|3, lr=..., betas=(0.9, 0.999),
     eps=1e-8, weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
-    mixed_precision=None|"bf16", bucket_cap_mb=None)
+    mixed_precision=None|"bf16", comm_dtype=None|"bf16"|"fp16", bucket_cap_mb=None)
 
     - params: the module (required for stage 3, which hooks its submodules) or its parameters.
       Collective: every rank constructs it with the same model; rank 0's values are broadcast.
@@ -71,19 +73,28 @@ class ZeroOptimizer:
       forward and its backward (the next module's are prefetched) and released after.
     - mixed_precision="bf16": the model's parameters and gradients become bfloat16 (inputs must be
       bfloat16 too); the optimizer keeps float32 master weights and state (the paper's K = 12).
+    - comm_dtype="bf16" or "fp16" (float32 models): gradients travel compressed, as with torch
+      DDP's bf16_compress_hook / fp16_compress_hook: each unit is cast just before its reduction
+      (allreduce at stage 1, reduce-scatter at stages 2 and 3) and cast back after, moving half
+      the bytes; the shm backend accumulates the average in float32.
     - Gradients accumulate over backward passes until zero_grad(). A parameter that gets no
       gradient on any rank is updated with a zero gradient (torch.optim would skip it).
     """
 
     def __init__(self, params, optim="adam", stage=1, lr=None, betas=(0.9, 0.999), eps=1e-8,
                  weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
-                 mixed_precision=None, bucket_cap_mb=None):
+                 mixed_precision=None, comm_dtype=None, bucket_cap_mb=None):
         if optim not in ("sgd", "adam", "adamw"):
             raise _invalid(f'optim must be "sgd", "adam" or "adamw", not {optim!r}')
         if stage not in (1, 2, 3):
             raise _invalid(f"stage must be 1, 2 or 3, not {stage!r}")
         if mixed_precision not in _MIXED_PRECISION:
             raise _invalid(f'mixed_precision must be None or "bf16", not {mixed_precision!r}')
+        if comm_dtype not in _COMM_DTYPES:
+            raise _invalid(f'comm_dtype must be None, "bf16" or "fp16", not {comm_dtype!r}')
+        if comm_dtype is not None and mixed_precision is not None:
+            raise _invalid(f"comm_dtype={comm_dtype!r} compresses float32 gradients; with "
+                           f"mixed_precision={mixed_precision!r} they already travel as bfloat16")
         module, named = _named_parameters(params)
         if stage == 3 and module is None:
             raise _invalid("stage 3 gathers each module's parameters around its forward and "
@@ -92,6 +103,7 @@ class ZeroOptimizer:
         if not named:
             raise _invalid("no parameters that require gradients")
         self.stage, self.optim, self.mixed_precision = stage, optim, mixed_precision
+        self.comm_dtype = comm_dtype
         self.hyperparameters = {
             "lr": (0.01 if optim == "sgd" else 1e-3) if lr is None else float(lr),
             "beta1": float(betas[0]), "beta2": float(betas[1]), "eps": float(eps),
@@ -119,7 +131,8 @@ class ZeroOptimizer:
             units = _chorus.plan_zero_units(numels, dtype_name,
                                             *bucket_limits(bucket_cap_mb, _WHO))
         self._engine = _chorus.ZeroEngine(self._comm._native, numels, units, self.stage,
-                                          dtype_name, self.optim, self.hyperparameters)
+                                          dtype_name, self.optim, self.hyperparameters,
+                                          _COMM_DTYPES[self.comm_dtype])
         for index, p in enumerate(self._params):
             values = p.detach().to(torch.float32).contiguous().view(-1)
             self._engine.set_parameter(index, _dlpack.to_dlpack(values))
