@@ -35,6 +35,7 @@ SRC_LAYERS = {"core", "trace", "store", "connector", "transport", "algorithms", 
 # include/chorus/<name>: the layer that implements it (fnmatch patterns allowed).
 PUBLIC_HEADERS = [
     ("types.h", "core"), ("tensor.h", "core"), ("error.h", "core"), ("huge_pages.h", "core"),
+    ("copy_bytes.h", "core"),
     ("key_value_store.h", "core"),  # an interface only: vocabulary, like tensor.h
     ("work.h", "runtime"), ("communicator.h", "runtime"), ("dist_context.h", "runtime"),
     ("stream.h", "runtime"),

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "chorus/communicator.h"
+#include "chorus/copy_bytes.h"
 #include "chorus/dist_context.h"
 #include "chorus/error.h"
 #include "chorus/flat_optimizer.h"

@@ -18,10 +18,10 @@
 // checks that pair's dtype and size itself), and a reduce's result on ranks that are not its root.
 #include <pybind11/stl.h>
 
-#include <cstring>
 #include <optional>
 
 #include "bindings.h"
+#include "chorus/copy_bytes.h"
 #include "chorus/huge_pages.h"
 
 namespace chorus::python {
@@ -201,7 +201,7 @@ void copy(py::list inputs, py::list outputs, Dtype dtype) {
   const auto copyAll = [&pairs] {
     for (const auto& [from, to] : pairs) {
       adviseHugePagesIfLarge(to);
-      std::memcpy(to.data(), from.data(), from.nbytes());
+      copyBytes(to.data(), from.data(), from.nbytes());
     }
   };
   constexpr size_t kReleaseGilBytes = 64u << 10;

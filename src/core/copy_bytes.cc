@@ -10,7 +10,7 @@ namespace chorus {
 #if defined(__x86_64__)
 // GCC's loop distribution could turn a plain copy loop back into a memcpy call, the very thing
 // this avoids; the SSE2 intrinsics (x86-64's baseline) keep it a loop.
-void copyByVectors(void* dst, const void* src, size_t bytes) {
+void copyByVectors(void* dst, const void* src, size_t bytes) noexcept {
   auto* to = static_cast<std::byte*>(dst);
   const auto* from = static_cast<const std::byte*>(src);
   size_t i = 0;
@@ -27,7 +27,9 @@ void copyByVectors(void* dst, const void* src, size_t bytes) {
   std::memcpy(to + i, from + i, bytes - i);  // under 64 bytes: no `rep movsb`
 }
 #else
-void copyByVectors(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void copyByVectors(void* dst, const void* src, size_t bytes) noexcept {
+  std::memcpy(dst, src, bytes);
+}
 #endif
 
 }  // namespace chorus

@@ -1,11 +1,11 @@
 #include "process_group.h"
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
 
+#include "chorus/copy_bytes.h"
 #include "sparse_allreduce.h"
 #include "torch_tensors.h"
 
@@ -43,11 +43,11 @@ void checkListLength(size_t length, int size, const char* what, const char* op) 
 // Copies `bytes` raw bytes from `from` into `to` (any layout; same dtype and number of elements).
 void copyBytesInto(const at::Tensor& to, const void* from) {
   if (to.is_contiguous()) {
-    std::memcpy(to.data_ptr(), from, to.nbytes());
+    copyBytes(to.data_ptr(), from, to.nbytes());
     return;
   }
   at::Tensor staged = at::empty(to.sizes(), to.options());
-  std::memcpy(staged.data_ptr(), from, staged.nbytes());
+  copyBytes(staged.data_ptr(), from, staged.nbytes());
   to.copy_(staged);
 }
 
@@ -57,7 +57,7 @@ at::Tensor packed(const std::vector<at::Tensor>& tensors, int64_t stride) {
   auto* to = static_cast<std::byte*>(buffer.data_ptr());
   for (size_t i = 0; i < tensors.size(); ++i) {
     at::Tensor piece = tensors[i].contiguous();
-    std::memcpy(to + i * stride, piece.data_ptr(), piece.nbytes());
+    copyBytes(to + i * stride, piece.data_ptr(), piece.nbytes());
   }
   return buffer;
 }
