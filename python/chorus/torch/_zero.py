@@ -58,7 +58,7 @@ class ZeroOptimizer:
 
     ZeroOptimizer(params, optim="adam"|"adamw"|"sgd", stage=1|2|3, lr=..., betas=(0.9, 0.999),
     eps=1e-8, weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
-    mixed_precision=None|"bf16", comm_dtype=None|"bf16"|"fp16", bucket_cap_mb=None)
+    mixed_precision=None|"bf16", bucket_cap_mb=None, comm_dtype=None|"bf16"|"fp16")
 
     - params: the module (required for stage 3, which hooks its submodules) or its parameters.
       Collective: every rank constructs it with the same model; rank 0's values are broadcast.
@@ -83,7 +83,7 @@ class ZeroOptimizer:
 
     def __init__(self, params, optim="adam", stage=1, lr=None, betas=(0.9, 0.999), eps=1e-8,
                  weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
-                 mixed_precision=None, comm_dtype=None, bucket_cap_mb=None):
+                 mixed_precision=None, bucket_cap_mb=None, comm_dtype=None):
         if optim not in ("sgd", "adam", "adamw"):
             raise _invalid(f'optim must be "sgd", "adam" or "adamw", not {optim!r}')
         if stage not in (1, 2, 3):
