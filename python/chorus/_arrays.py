@@ -63,16 +63,18 @@ class Buffer:
 
     original: what the caller passed; array: the contiguous array of the same framework (the
     original itself when it already qualified); torch: whether it is a torch tensor; dtype: the
-    chorus dtype name.
+    chorus dtype name; shares: whether array is another view of the original's memory (a detached
+    tensor), so that what is written into it is already in the original.
     """
 
-    __slots__ = ("original", "array", "torch", "dtype")
+    __slots__ = ("original", "array", "torch", "dtype", "shares")
 
-    def __init__(self, original, array, is_torch, dtype):
+    def __init__(self, original, array, is_torch, dtype, shares=False):
         self.original = original
         self.array = array
         self.torch = is_torch
         self.dtype = dtype
+        self.shares = shares
 
     @property
     def shape(self):
@@ -85,7 +87,7 @@ class Buffer:
 
     @property
     def is_copy(self):
-        return self.array is not self.original
+        return self.array is not self.original and not self.shares
 
     def capsule(self):
         """A DLPack capsule of the array (bool exported as uint8; see export_dtype)."""
@@ -206,10 +208,10 @@ def _prepare_torch(torch, x, name):
     dtype = _torch_dtypes(torch).get(x.dtype)
     if dtype is None:
         raise _unsupported_dtype(name, str(x.dtype).replace("torch.", ""))
-    array = x.detach()
-    if not array.is_contiguous():
-        array = array.contiguous()
-    return Buffer(x, array, True, dtype)
+    array = x.detach()  # the same memory
+    if array.is_contiguous():
+        return Buffer(x, array, True, dtype, shares=True)
+    return Buffer(x, array.contiguous(), True, dtype)
 
 
 def dtype_of(spec):

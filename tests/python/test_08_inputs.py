@@ -53,6 +53,25 @@ def test_inplace_on_non_contiguous_view_writes_back(rank, size, kind):
     check_result(result, kind, "float64", full[:, ::2])
 
 
+@pytest.mark.parametrize("mode", ["inplace", "out"])
+def test_contiguous_torch_tensors_are_written_directly_not_copied_back(rank, size, monkeypatch,
+                                                                     mode):
+    # A contiguous tensor's detached view is its own memory: C++ writes the result there, and no
+    # copy back (a torch op of several microseconds) may follow. Non-contiguous ones still copy
+    # back (test above).
+    def no_copy_back(self, result):
+        raise AssertionError("a contiguous tensor was copied back")
+
+    monkeypatch.setattr(chorus._arrays.Buffer, "write_back", no_copy_back)
+    x = make("torch", values(rank, (5,), "float32"), "float32")
+    target = x if mode == "inplace" else torch.empty(5)
+    kwargs = {"inplace": True} if mode == "inplace" else {"out": target}
+    result = chorus.allreduce(x, "sum", **kwargs)
+    assert result is target
+    expected = reduce_exact("sum", [values(r, (5,), "float32") for r in range(size)], "float32")
+    check_result(target, "torch", "float32", expected)
+
+
 def test_torch_tensor_requiring_grad(rank, size):
     x = make("torch", values(rank, (3,), "float32"), "float32").requires_grad_(True)
     result = chorus.allreduce(x, "sum")
