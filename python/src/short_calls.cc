@@ -3,15 +3,17 @@
 // once warm but their result. The package's fronts (front_calls.cc) call the C++ functions; the
 // CPython ones are there for tests and for callers that hold a Communicator:
 //  - barrier_world(native): a blocking barrier of the world;
-//  - allreduce_array(native, x, out, op): a blocking allreduce of one NumPy array, into a new array
-//    or the caller's `out`. `op` is the user's op name, looked up here in _chorus.ReduceOp's
-//    members as the package's general path looks it up, so the user's value is passed on untouched;
+//  - allreduce_array(native, x, out, op): a blocking allreduce of one NumPy array or torch CPU
+//    tensor, into a new array of its framework or the caller's `out` (of the same framework). `op`
+//    is the user's op name, looked up here in _chorus.ReduceOp's members as the package's general
+//    path looks it up, so the user's value is passed on untouched;
 //  - broadcast_array(native, x, out, root): a blocking broadcast of one NumPy array from world
 //    rank `root`, into a new array or `out`;
 //  - allgather_array(native, x, out, axis): a blocking allgather of one NumPy array along `axis`,
 //    into a new array or `out`.
 // Each reads the arrays' fields directly (pybind11's view of NumPy's structs: data, dimensions,
-// flags, descr->type_num), allocates a new result with NumPy's C API, and issues its Communicator
+// flags, descr->type_num; a torch tensor through a few attribute reads, torch_view.h), allocates a
+// new result with NumPy's C API (torch.empty for torch), and issues its Communicator
 // method (input, output) under BlockingCalls, all in one GIL release. No DLPack capsule, no
 // Python-level wrapping. `native` is the world's Communicator, so world ranks are its ranks.
 //
@@ -28,6 +30,8 @@
 #include <optional>
 #include <span>
 #include <typeinfo>
+
+#include "torch_view.h"
 
 namespace chorus::python {
 namespace {
@@ -88,6 +92,14 @@ std::optional<Tensor> arrayTensor(py::handle object, bool writable, bool shaped 
   int64_t count = 1;
   for (const int64_t extent : extents) count *= extent;
   return Tensor(array->data, *dtype, {count});
+}
+
+// `object` as the input of a short call: a NumPy array (arrayTensor) or a torch tensor
+// (torchTensor), flat or `shaped`.
+std::optional<Tensor> operandTensor(py::handle object, bool shaped = false) {
+  if (auto array = arrayTensor(object, false, shaped))
+    return array;
+  return torchTensor(object, shaped);
 }
 
 py::object notImplemented() { return py::reinterpret_borrow<py::object>(Py_NotImplemented); }
@@ -151,13 +163,18 @@ std::optional<Tensor> outputFor(const Tensor& input,
                                 py::object& result,
                                 int axis = -1,
                                 int64_t factor = 1) {
+  const bool torch = isTorchTensor(x);  // the output's framework is x's
   if (out.is_none()) {
-    result = emptyLike(x, axis, factor);
-    auto output = arrayTensor(result, true, shaped);
+    result = torch ? emptyTorchLike(x, axis, factor) : emptyLike(x, axis, factor);
+    auto output = torch ? torchTensor(result, shaped) : arrayTensor(result, true, shaped);
     adviseHugePagesIfLarge(*output);
     return output;
   }
-  auto output = arrayTensor(out, true, shaped);
+  if (torch && out.ptr() == x.ptr()) {  // in place: the tensor was read as the input
+    result = py::reinterpret_borrow<py::object>(out);
+    return input;
+  }
+  auto output = torch ? torchTensor(out, shaped) : arrayTensor(out, true, shaped);
   if (!output || output->dtype() != input.dtype())
     return std::nullopt;
   result = py::reinterpret_borrow<py::object>(out);
@@ -180,7 +197,7 @@ py::object intoSameSize(const Tensor& input, py::handle x, py::handle out, Call 
 }  // namespace
 
 py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::handle op) {
-  const auto input = arrayTensor(x, false);
+  const auto input = operandTensor(x);
   const auto reduceOp = reduceOpOf(op);
   if (!input || !reduceOp || !isValidReduction(*reduceOp, input->dtype()))
     return notImplemented();
@@ -190,7 +207,7 @@ py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::
 }
 
 py::object broadcastArray(Communicator& comm, py::handle x, py::handle out, py::handle root) {
-  const auto input = arrayTensor(x, false);
+  const auto input = operandTensor(x);
   const auto rootRank = exactInt(root);
   if (!input || !rootRank || *rootRank < 0 || *rootRank >= comm.size())
     return notImplemented();
@@ -200,7 +217,7 @@ py::object broadcastArray(Communicator& comm, py::handle x, py::handle out, py::
 }
 
 py::object allgatherArray(Communicator& comm, py::handle x, py::handle out, py::handle axis) {
-  const auto input = arrayTensor(x, false, true);
+  const auto input = operandTensor(x, true);
   const auto requested = exactInt(axis);
   if (!input || !requested || *requested < -input->dim() || *requested >= input->dim())
     return notImplemented();

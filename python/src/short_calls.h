@@ -1,10 +1,11 @@
 // The short paths of the commonest calls from Python (short_calls.cc): a blocking operation of one
-// NumPy array on `comm` (the world), with no pybind11 dispatch, no DLPack capsule and no heap
-// allocation once warm but the result. Each returns the result, or NotImplemented for a call it
-// does not take (another array type, a strided, misaligned, byte-swapped or read-only output, an op
-// that is not a ReduceOp's name or that the dtype does not take, a root or axis that is not an int
-// in range, different dtypes or shapes), which the package's general path then handles. Errors of
-// the operation itself are C++ exceptions, as from any binding.
+// NumPy array or torch CPU tensor on `comm` (the world), with no pybind11 dispatch, no DLPack
+// capsule and no heap allocation once warm but the result. Each returns the result, or
+// NotImplemented for a call it does not take (another array type, a strided, misaligned,
+// byte-swapped or read-only output, an op that is not a ReduceOp's name or that the dtype does not
+// take, a root or axis that is not an int in range, different dtypes or shapes), which the
+// package's general path then handles. Errors of the operation itself are C++ exceptions, as from
+// any binding.
 #pragma once
 
 #include "bindings.h"

@@ -136,7 +136,6 @@ def _declined_cases():
     frozen = np.ones(8, np.float32)
     frozen.flags.writeable = False
     return {
-        "torch tensor": (torch.ones(8), None, "sum"),
         "strided input": (np.ones(16, np.float32)[::2], None, "sum"),
         "byte-swapped input": (np.ones(8, ">f4"), None, "sum"),
         "ndarray subclass": (np.ones(8, np.float32).view(np.matrix), None, "sum"),
@@ -149,7 +148,7 @@ def _declined_cases():
         "out of another size": (x, np.empty(9, np.float32), "sum"),
         "read-only out": (x, frozen, "sum"),
         "strided out": (x, np.empty(16, np.float32)[::2], "sum"),
-        "torch out": (x, torch.empty(8), "sum"),
+        "torch out of a NumPy input": (x, torch.empty(8), "sum"),
     }
 
 
@@ -278,7 +277,6 @@ def _declined_rooted_and_gathered_cases():
     frozen = np.ones(8, np.float32)
     frozen.flags.writeable = False
     return {  # name: (short call, x, out, root or axis)
-        "broadcast of a torch tensor": ("broadcast_array", torch.ones(8), None, 0),
         "broadcast of a strided input": ("broadcast_array", np.ones(16, np.float32)[::2], None, 0),
         "broadcast root a bool": ("broadcast_array", x, None, False),
         "broadcast root a NumPy int": ("broadcast_array", x, None, np.int64(0)),
@@ -299,7 +297,7 @@ def _declined_rooted_and_gathered_cases():
         "allgather out of another dtype": ("allgather_array", x, np.empty(8 * size, np.int32), 0),
         "allgather strided out": ("allgather_array", x,
                                   np.empty(16 * size, np.float32)[::2], 0),
-        "allgather torch out": ("allgather_array", x, torch.empty(8 * size), 0),
+        "allgather torch out of a NumPy input": ("allgather_array", x, torch.empty(8 * size), 0),
     }
 
 

@@ -1,0 +1,144 @@
+// See torch_view.h. torch's objects (the Tensor type, its dtypes, torch.strided, torch.empty) are
+// looked up once, the first time a call finds torch imported, and kept for the life of the process.
+#include "torch_view.h"
+
+#include <array>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace chorus::python {
+namespace {
+
+constexpr int kMostDims = 64;
+
+struct TorchObjects {
+  PyTypeObject* tensorType = nullptr;
+  PyObject* strided = nullptr;
+  PyObject* empty = nullptr;
+  std::vector<std::pair<PyObject*, DataType>> dtypes;  // torch.float32 -> kFloat32, ...
+};
+
+PyObject* interned(const char* name) {
+  PyObject* string = PyUnicode_InternFromString(name);
+  if (string == nullptr)
+    throw py::error_already_set();
+  return string;
+}
+
+// torch's objects, or null while torch is not imported. Never imports it.
+const TorchObjects* torchObjects() {
+  static const TorchObjects* found = nullptr;
+  if (found != nullptr)
+    return found;
+  static PyObject* const name = interned("torch");
+  PyObject* module = PyImport_GetModule(name);  // new reference, or null when not imported
+  if (module == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  py::object torch = py::reinterpret_steal<py::object>(module);
+  auto* objects = new TorchObjects;  // kept for the life of the process, like torch itself
+  auto keep = [&](const char* name) { return py::object(torch.attr(name)).release().ptr(); };
+  objects->tensorType = reinterpret_cast<PyTypeObject*>(keep("Tensor"));
+  objects->strided = keep("strided");
+  objects->empty = keep("empty");
+  const std::array<std::pair<const char*, DataType>, 9> names = {{
+      {"float16", DataType::kFloat16},
+      {"bfloat16", DataType::kBFloat16},
+      {"float32", DataType::kFloat32},
+      {"float64", DataType::kFloat64},
+      {"int8", DataType::kInt8},
+      {"uint8", DataType::kUInt8},
+      {"int32", DataType::kInt32},
+      {"int64", DataType::kInt64},
+      {"bool", DataType::kBool},
+  }};
+  for (const auto& [dtypeName, dtype] : names) objects->dtypes.emplace_back(keep(dtypeName), dtype);
+  found = objects;
+  return found;
+}
+
+py::object attribute(py::handle object, PyObject* name) {
+  PyObject* value = PyObject_GetAttr(object.ptr(), name);
+  if (value == nullptr)
+    throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+py::object callMethod(py::handle object, PyObject* name) {
+  PyObject* value = PyObject_CallMethodNoArgs(object.ptr(), name);
+  if (value == nullptr)
+    throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+bool isTrue(const py::object& value) { return value.ptr() == Py_True; }
+
+std::optional<DataType> dataTypeOf(const TorchObjects& torch, py::handle dtype) {
+  for (const auto& [object, type] : torch.dtypes) {
+    if (dtype.ptr() == object)
+      return type;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool isTorchTensor(py::handle object) {
+  const TorchObjects* torch = torchObjects();
+  return torch != nullptr && Py_TYPE(object.ptr()) == torch->tensorType;
+}
+
+std::optional<Tensor> torchTensor(py::handle object, bool shaped) {
+  if (!isTorchTensor(object))
+    return std::nullopt;
+  const TorchObjects& torch = *torchObjects();
+  static PyObject* const isCpu = interned("is_cpu");
+  static PyObject* const layout = interned("layout");
+  static PyObject* const dtypeName = interned("dtype");
+  static PyObject* const shapeName = interned("shape");
+  static PyObject* const isContiguous = interned("is_contiguous");
+  static PyObject* const isNeg = interned("is_neg");
+  static PyObject* const dataPtr = interned("data_ptr");
+  if (!isTrue(attribute(object, isCpu)) || attribute(object, layout).ptr() != torch.strided)
+    return std::nullopt;
+  const auto dtype = dataTypeOf(torch, attribute(object, dtypeName));
+  if (!dtype || !isTrue(callMethod(object, isContiguous)) || isTrue(callMethod(object, isNeg)))
+    return std::nullopt;
+  void* data = PyLong_AsVoidPtr(callMethod(object, dataPtr).ptr());
+  if (data == nullptr && PyErr_Occurred())
+    throw py::error_already_set();
+  const py::object shape = attribute(object, shapeName);  // a torch.Size: a tuple of ints
+  const Py_ssize_t dims = PyTuple_GET_SIZE(shape.ptr());
+  if (dims > kMostDims)
+    return std::nullopt;
+  std::array<int64_t, kMostDims> extents{};
+  int64_t count = 1;
+  for (Py_ssize_t d = 0; d < dims; ++d) {
+    extents[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), d));
+    count *= extents[d];
+  }
+  if (PyErr_Occurred())
+    throw py::error_already_set();
+  if (shaped)
+    return Tensor(data, *dtype,
+                  std::span<const int64_t>(extents.data(), static_cast<size_t>(dims)));
+  return Tensor(data, *dtype, {count});
+}
+
+py::object emptyTorchLike(py::handle like, int axis, int64_t factor) {
+  const TorchObjects& torch = *torchObjects();
+  py::tuple shape(like.attr("shape"));
+  if (axis >= 0) {
+    py::list extents(shape);
+    const auto at = static_cast<size_t>(axis);
+    extents[at] = py::int_(extents[at].cast<int64_t>() * factor);
+    shape = py::tuple(extents);
+  }
+  py::dict options;
+  options["dtype"] = like.attr("dtype");
+  return py::reinterpret_borrow<py::object>(torch.empty)(shape, **options);
+}
+
+}  // namespace chorus::python
