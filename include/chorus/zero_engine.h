@@ -28,10 +28,10 @@
 //      reused, so no rank holds more than a few buckets of gradient at once. Gradients not produced
 //      in an iteration count as zero.
 //      Compression (ZeroOptions::commDtype bfloat16 or float16, float32 models only): each unit's
-//      gradients are narrowed to that dtype just before their reduction and widened after it, as
-//      torch's bf16_compress_hook does, so they move half the bytes; the average is taken in
-//      float32 where the backend reduces half precision that way (shm), and rounded once more on
-//      the way back. Stage 1's units then hold the widened average.
+//      gradients are divided by the rank count and narrowed to that dtype just before their
+//      reduction (a sum), and widened after it, as torch's bf16_compress_hook does, so they move
+//      half the bytes where the backend reduces half precision (shm; it accumulates in float32
+//      and rounds once). Stage 1's units then hold the widened average.
 //  - step() (after finalize): the optimizer updates this rank's float32 shard (the master weights,
 //    or the owned part of the parameters in float32 training), then publishParameters() makes the
 //    model's parameters match: stages 1 and 2 allgather every unit, stage 3 writes its shard (the

@@ -192,6 +192,13 @@ void copy(py::list inputs, py::list outputs, Dtype dtype) {
                                  from.describe() + ")");
     if (from.data() == to.data() || from.nbytes() == 0)
       continue;
+    const auto* source = static_cast<const std::byte*>(from.data());
+    const auto* target = static_cast<const std::byte*>(to.data());
+    if (source < target + to.nbytes() && target < source + from.nbytes())
+      throw InvalidArgumentError("output (" + to.describe() + ") overlaps its input (" +
+                                 from.describe() +
+                                 ") without being the same array; pass the same array to work "
+                                 "in place, or separate memory");
     if (!from.device().isCpu() || !to.device().isCpu())  // the package copies CUDA tensors itself
       throw InternalError("internal: host copy asked for a " + from.device().toString() +
                           " tensor");

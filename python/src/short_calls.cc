@@ -167,7 +167,8 @@ std::optional<Tensor> outputFor(const Tensor& input,
   if (out.is_none()) {
     result = torch ? emptyTorchLike(x, axis, factor) : emptyLike(x, axis, factor);
     auto output = torch ? torchTensor(result, shaped) : arrayTensor(result, true, shaped);
-    adviseHugePagesIfLarge(*output);
+    if (output)
+      adviseHugePagesIfLarge(*output);
     return output;
   }
   if (torch && out.ptr() == x.ptr()) {  // in place: the tensor was read as the input

@@ -3,6 +3,7 @@
 #include "torch_view.h"
 
 #include <array>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -26,19 +27,10 @@ PyObject* interned(const char* name) {
   return string;
 }
 
-// torch's objects, or null while torch is not imported. Never imports it.
-const TorchObjects* torchObjects() {
-  static const TorchObjects* found = nullptr;
-  if (found != nullptr)
-    return found;
-  static PyObject* const name = interned("torch");
-  PyObject* module = PyImport_GetModule(name);  // new reference, or null when not imported
-  if (module == nullptr) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  py::object torch = py::reinterpret_steal<py::object>(module);
-  auto* objects = new TorchObjects;  // kept for the life of the process, like torch itself
+// torch's objects, looked up in the imported module `torch`; throws py::error_already_set when a
+// lookup fails (a partly imported torch). Kept for the life of the process, like torch itself.
+const TorchObjects* lookUp(const py::object& torch) {
+  auto objects = std::make_unique<TorchObjects>();
   auto keep = [&](const char* name) { return py::object(torch.attr(name)).release().ptr(); };
   objects->tensorType = reinterpret_cast<PyTypeObject*>(keep("Tensor"));
   objects->strided = keep("strided");
@@ -55,7 +47,28 @@ const TorchObjects* torchObjects() {
       {"bool", DataType::kBool},
   }};
   for (const auto& [dtypeName, dtype] : names) objects->dtypes.emplace_back(keep(dtypeName), dtype);
-  found = objects;
+  return objects.release();
+}
+
+// torch's objects, or null while torch is not imported, is blocked (sys.modules["torch"] = None)
+// or is only partly imported (a lookup fails). Never imports it.
+const TorchObjects* torchObjects() {
+  static const TorchObjects* found = nullptr;
+  if (found != nullptr)
+    return found;
+  static PyObject* const name = interned("torch");
+  PyObject* module = PyImport_GetModule(name);  // new reference, or null when not imported
+  if (module == nullptr || !PyModule_Check(module)) {
+    Py_XDECREF(module);
+    PyErr_Clear();
+    return nullptr;
+  }
+  const py::object torch = py::reinterpret_steal<py::object>(module);
+  try {
+    found = lookUp(torch);
+  } catch (const py::error_already_set&) {
+    PyErr_Clear();  // not usable (yet): the general path handles torch tensors
+  }
   return found;
 }
 
@@ -136,8 +149,9 @@ py::object emptyTorchLike(py::handle like, int axis, int64_t factor) {
     extents[at] = py::int_(extents[at].cast<int64_t>() * factor);
     shape = py::tuple(extents);
   }
-  py::dict options;
+  py::dict options;  // a CPU tensor like `like`, whatever torch's default device
   options["dtype"] = like.attr("dtype");
+  options["device"] = like.attr("device");
   return py::reinterpret_borrow<py::object>(torch.empty)(shape, **options);
 }
 

@@ -13,7 +13,9 @@
 //  - emptyTorchLike(like, axis, factor): a new contiguous CPU tensor of `like`'s dtype and shape,
 //    dimension `axis` (if >= 0) multiplied by `factor` (torch.empty).
 //  - Writing into a tensor through the Tensor does not bump torch's version counter, as
-//    torch.distributed's collectives in place do not (torch 1.13).
+//    torch.distributed's collectives in place do not (torch 1.13). The Tensor holds no reference
+//    to the storage: the caller keeps the tensor object alive, and another thread must not swap
+//    or free its storage (set_, resize_) while an operation runs on it.
 //  - Needs the GIL. Throws py::error_already_set where torch raises.
 #pragma once
 

@@ -35,6 +35,19 @@ void storeFloat32(DataType dtype, const float* src, void* dst, size_t count) {
     kernels::narrowFromFloat32(dtype, src, dst, count);
 }
 
+// Writes `values` / `divisor` (float32 arithmetic, as torch's compression hooks divide before they
+// cast) into `out` as `wire` (bfloat16 or float16), a chunk at a time.
+void narrowDivided(DataType wire, const float* values, void* out, size_t count, int divisor) {
+  std::vector<float> divided(std::min(count, kConversionChunk));
+  const auto by = static_cast<float>(divisor);
+  for (size_t done = 0; done < count; done += kConversionChunk) {
+    const size_t n = std::min(kConversionChunk, count - done);
+    for (size_t i = 0; i < n; ++i) divided[i] = values[done + i] / by;
+    kernels::narrowFromFloat32(wire, divided.data(),
+                               static_cast<std::byte*>(out) + done * dataTypeSize(wire), n);
+  }
+}
+
 // Adds `count` values of `wire` (bfloat16 or float16) into `into`, widening a chunk at a time.
 void addWidened(DataType wire, const std::byte* values, float* into, size_t count) {
   std::vector<float> widened(std::min(count, kConversionChunk));
@@ -68,6 +81,10 @@ struct ZeroEngine::Impl {
   // The dtype gradients travel in, and whether that compresses them (ZeroOptions::commDtype).
   DataType wireDtype() const { return options_.commDtype.value_or(options_.dtype); }
   bool compresses() const { return wireDtype() != options_.dtype; }
+  // The gradients' reduction: avg, or sum of the already divided values when compressing (kAvg
+  // would stage half precision in float32 and move as many bytes as before; a sum of 16-bit
+  // values stays 16-bit on the wire where the backend reduces half precision, as shm does).
+  ReduceOp reductionOp() const { return compresses() ? ReduceOp::kSum : ReduceOp::kAvg; }
 
   void setParameter(int index, const Tensor& values);
   Tensor parameter(int index) const;
@@ -487,12 +504,12 @@ void ZeroEngine::Impl::issueReduction(int unit) {
     if (compresses()) {
       if (!unitWires_[unit])
         unitWires_[unit] = allocateBuffer(plan.paddedNumel(), wireDtype(), "ZeRO: a wire unit");
-      kernels::narrowFromFloat32(wireDtype(), static_cast<const float*>(gradients),
-                                 unitWires_[unit]->data(), static_cast<size_t>(plan.paddedNumel()));
+      narrowDivided(wireDtype(), static_cast<const float*>(gradients), unitWires_[unit]->data(),
+                    static_cast<size_t>(plan.paddedNumel()), comm_->size());
       gradients = unitWires_[unit]->data();
     }
     Tensor whole(gradients, wireDtype(), {plan.paddedNumel()});
-    allreduces_.push_back(comm_->allreduce(whole, ReduceOp::kAvg));
+    allreduces_.push_back(comm_->allreduce(whole, reductionOp()));
     return;
   }
   std::shared_ptr<AlignedBuffer> bucket = std::move(bucketOfUnit_[unit]);
@@ -501,20 +518,22 @@ void ZeroEngine::Impl::issueReduction(int unit) {
   Tensor whole(bucket->data(), wireDtype(), {plan.paddedNumel()});
   Tensor mine(bucket->as<std::byte>() + plan.paddedNumel() * dataTypeSize(wireDtype()), wireDtype(),
               {plan.shardNumel()});
-  reductions_.push_back({unit, bucket, comm_->reduceScatter(whole, mine, ReduceOp::kAvg)});
+  reductions_.push_back({unit, bucket, comm_->reduceScatter(whole, mine, reductionOp())});
 }
 
 std::shared_ptr<AlignedBuffer> ZeroEngine::Impl::compressBucket(
     int unit, std::shared_ptr<AlignedBuffer> bucket) {
   std::shared_ptr<AlignedBuffer> wire;
+  if (freeWires_.empty() && static_cast<int>(reductions_.size()) >= options_.bucketsInFlight)
+    retireOldestReduction();  // frees a wire bucket: no more than bucketsInFlight in flight
   if (freeWires_.empty()) {
     wire = allocateBuffer(bucketNumel_, wireDtype(), "ZeRO: a wire bucket");
   } else {
     wire = std::move(freeWires_.back());
     freeWires_.pop_back();
   }
-  kernels::narrowFromFloat32(wireDtype(), bucket->as<float>(), wire->data(),
-                             static_cast<size_t>(layout_.plan(unit).paddedNumel()));
+  narrowDivided(wireDtype(), bucket->as<float>(), wire->data(),
+                static_cast<size_t>(layout_.plan(unit).paddedNumel()), comm_->size());
   if (static_cast<int>(freeBuckets_.size()) < options_.bucketsInFlight)
     freeBuckets_.push_back(std::move(bucket));
   return wire;

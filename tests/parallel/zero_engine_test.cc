@@ -17,6 +17,7 @@
 #include "chorus/error.h"
 #include "core/half.h"
 #include "harness/run_ranks.h"
+#include "trace/recorder.h"
 
 namespace chorus::parallel {
 namespace {
@@ -388,12 +389,14 @@ TEST_P(ZeroEngineCompressedTest, ExactGradientsGiveTheFloat32Steps) {
   });
 }
 
-// A gradient of 1 + 2^-12 on every rank: float32 holds it, while bfloat16 (7 fraction bits) and
-// float16 (10) round it to 1. Through the wire the average is exactly 1, so SGD (lr 1) moves each
-// parameter by exactly 1; uncompressed it would move by 1 + 2^-12.
+// A gradient of p * (1 + 2^-12) on each of p ranks: each rank sends its share, 1 + 2^-12, which
+// float32 holds while bfloat16 (7 fraction bits) and float16 (10) round it to 1. Through the wire
+// the average is exactly p * 1 = p, so SGD (lr 1) moves each parameter by exactly p; uncompressed
+// it would move by p * (1 + 2^-12).
 TEST_P(ZeroEngineCompressedTest, GradientsTravelInTheWireDtype) {
   auto [stage, wire, ranks] = GetParam();
-  const float gradientValue = 1.0f + 1.0f / 4096.0f;
+  const float gradientValue = static_cast<float>(ranks) * (1.0f + 1.0f / 4096.0f);
+  const auto average = static_cast<float>(ranks);
   onRanks(ranks, [&](Communicator& comm) {
     ZeroOptions compressed = options(stage, DataType::kFloat32);
     compressed.commDtype = wire;
@@ -410,7 +413,7 @@ TEST_P(ZeroEngineCompressedTest, GradientsTravelInTheWireDtype) {
     engine->finalize();
     if (stage == 1) {
       for (int p = 0; p < kParameters; ++p)
-        EXPECT_EQ(readFloats(engine->gradient(p)), Floats(static_cast<size_t>(kNumels[p]), 1.0f))
+        EXPECT_EQ(readFloats(engine->gradient(p)), Floats(static_cast<size_t>(kNumels[p]), average))
             << "average gradient of parameter " << p;
     }
     engine->step();
@@ -418,8 +421,35 @@ TEST_P(ZeroEngineCompressedTest, GradientsTravelInTheWireDtype) {
     size_t at = 0;
     for (int p = 0; p < kParameters; ++p)
       for (int64_t j = 0; j < kNumels[p]; ++j, ++at)
-        ASSERT_EQ(all[at], initial(p, j) - 1.0f) << "parameter " << p << " element " << j;
+        ASSERT_EQ(all[at], initial(p, j) - average) << "parameter " << p << " element " << j;
   });
+}
+
+// What goes on the wire, as the timeline records each reduction's fingerprint: a sum of values in
+// the wire dtype (a sum of 16-bit values stays 16-bit on backends that reduce half precision;
+// an avg would be staged in float32 and move as many bytes as uncompressed).
+TEST_P(ZeroEngineCompressedTest, ReductionsAreSumsInTheWireDtype) {
+  auto [stage, wire, ranks] = GetParam();
+  ASSERT_TRUE(trace::startTimeline(4096));
+  onRanks(ranks, [&](Communicator& comm) {
+    ZeroOptions compressed = options(stage, DataType::kFloat32);
+    compressed.commDtype = wire;
+    auto engine = makeEngine(comm, compressed);
+    backward(*engine, ranks, comm.rank(), orderOf(comm.rank()));
+    engine->finalize();
+  });
+  uint64_t dropped = 0;
+  const std::vector<trace::Record> records = trace::stopTimeline(dropped);
+  const Collective reduction = stage == 1 ? Collective::kAllreduce : Collective::kReduceScatter;
+  int reductions = 0;
+  for (const trace::Record& record : records) {
+    if (record.kind != trace::RecordKind::kOperation || record.fingerprint.collective != reduction)
+      continue;
+    ++reductions;
+    EXPECT_EQ(record.fingerprint.dataType, static_cast<uint8_t>(wire));
+    EXPECT_EQ(record.fingerprint.reduceOp, static_cast<uint8_t>(ReduceOp::kSum));
+  }
+  EXPECT_EQ(reductions, ranks * static_cast<int>(kUnits.size()));
 }
 
 std::string compressedName(const ::testing::TestParamInfo<std::tuple<int, DataType, int>>& info) {

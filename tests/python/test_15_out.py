@@ -266,6 +266,11 @@ def _read_only(shape):
     (lambda x: chorus.broadcast(x, inplace=True, out=np.zeros_like(x)),
      "either inplace=True or out="),
     (lambda x: chorus.allreduce([x, x], out=np.zeros_like(x)), "out must be a list of 2"),
+    # A fused list copies each x into its out first: an out that partly overlaps its x is refused
+    # (a copy there would read what it already overwrote).
+    (lambda x: chorus.allreduce([x.reshape(-1)[:6], x.reshape(-1)[6:12]],
+                                out=[np.zeros(6, np.float32), x.reshape(-1)[8:14]]),
+     "overlaps its input"),
     (lambda x: chorus.allreduce([x, x], out=[np.zeros_like(x)]), "out must be a list of 2"),
     (lambda x: chorus.allreduce(x, out=_read_only(x.shape)), "read-only"),
     (lambda x: chorus.allgather([x], out=[_read_only(x.shape)]), "read-only"),
@@ -280,7 +285,7 @@ def _read_only(shape):
     (lambda x: chorus.scatter(np.zeros((2 * _world_size(), 3), np.float32),
                               out=np.zeros(5, np.float32)), "must have size"),
 ], ids=["dtype", "dtype-torch", "dtype-broadcast", "dtype-allgather", "count", "count-list",
-        "inplace", "inplace-broadcast", "list-not-list", "list-length", "read-only",
+        "inplace", "inplace-broadcast", "list-not-list", "list-length", "list-overlap", "read-only",
         "read-only-list", "count-broadcast", "count-reduce", "shape-gather", "count-scatter"])
 def test_bad_out_is_refused_and_the_communicator_works_after(rank, size, call, message):
     x = make("numpy", values(rank, (4, 6), "float32"), "float32")

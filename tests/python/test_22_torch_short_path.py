@@ -138,3 +138,23 @@ def test_declined_tensors_still_work_through_the_general_path():
     assert torch.equal(chorus.allreduce(parameter), torch.full((3,), float(size)))
     with pytest.raises(chorus.InvalidArgumentError, match="int16"):
         chorus.allreduce(torch.ones(3, dtype=torch.int16))
+
+
+def test_numpy_calls_work_where_torch_is_blocked(tmp_path):
+    # sys.modules["torch"] = None is how programs keep torch out; the short path must then take
+    # NumPy arrays as before, not fail looking torch up.
+    import os
+    import subprocess
+    import sys
+    script = ("import sys; sys.modules['torch'] = None\n"
+              "import numpy as np, chorus\n"
+              "x = np.ones(3, np.float32)\n"
+              "assert chorus.allreduce(x, out=np.empty_like(x)) is not None\n"
+              "print('ok', chorus.allreduce(x).tolist())\n")
+    env = dict(os.environ)
+    for name in [k for k in env if k.startswith(("CHORUS_", "MASTER_", "OMPI_", "PMIX_"))]:
+        del env[name]
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok [1.0, 1.0, 1.0]"
