@@ -15,6 +15,7 @@
 #include "core/copy_bytes.h"
 #include "core/reduce_kernels.h"
 #include "parallel/aligned_buffer.h"
+#include "parallel/gradient_wire.h"
 #include "parallel/wait_all.h"
 
 namespace chorus::parallel {
@@ -33,29 +34,6 @@ void storeFloat32(DataType dtype, const float* src, void* dst, size_t count) {
     std::memcpy(dst, src, count * sizeof(float));
   else
     kernels::narrowFromFloat32(dtype, src, dst, count);
-}
-
-// Writes `values` / `divisor` (float32 arithmetic, as torch's compression hooks divide before they
-// cast) into `out` as `wire` (bfloat16 or float16), a chunk at a time.
-void narrowDivided(DataType wire, const float* values, void* out, size_t count, int divisor) {
-  std::vector<float> divided(std::min(count, kConversionChunk));
-  const auto by = static_cast<float>(divisor);
-  for (size_t done = 0; done < count; done += kConversionChunk) {
-    const size_t n = std::min(kConversionChunk, count - done);
-    for (size_t i = 0; i < n; ++i) divided[i] = values[done + i] / by;
-    kernels::narrowFromFloat32(wire, divided.data(),
-                               static_cast<std::byte*>(out) + done * dataTypeSize(wire), n);
-  }
-}
-
-// Adds `count` values of `wire` (bfloat16 or float16) into `into`, widening a chunk at a time.
-void addWidened(DataType wire, const std::byte* values, float* into, size_t count) {
-  std::vector<float> widened(std::min(count, kConversionChunk));
-  for (size_t done = 0; done < count; done += kConversionChunk) {
-    const size_t n = std::min(kConversionChunk, count - done);
-    kernels::widenToFloat32(wire, values + done * dataTypeSize(wire), widened.data(), n);
-    kernels::reduceInto(ReduceOp::kSum, DataType::kFloat32, into + done, widened.data(), n);
-  }
 }
 
 }  // namespace
