@@ -24,11 +24,13 @@ void copyByVectors(void* dst, const void* src, size_t bytes) noexcept {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i + 32), c);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i + 48), d);
   }
-  std::memcpy(to + i, from + i, bytes - i);  // under 64 bytes: no `rep movsb`
+  if (i < bytes)  // memcpy's pointers may not be null, even for 0 bytes
+    std::memcpy(to + i, from + i, bytes - i);  // under 64 bytes: no `rep movsb`
 }
 #else
 void copyByVectors(void* dst, const void* src, size_t bytes) noexcept {
-  std::memcpy(dst, src, bytes);
+  if (bytes > 0)
+    std::memcpy(dst, src, bytes);
 }
 #endif
 
