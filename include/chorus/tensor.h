@@ -82,11 +82,11 @@ class Tensor {
   std::span<const int64_t> shape() const { return {extents(), static_cast<size_t>(dim_)}; }
   std::span<const int64_t> strides() const { return {extents() + dim_, static_cast<size_t>(dim_)}; }
   int dim() const { return dim_; }
-  int64_t numel() const;
+  int64_t numel() const { return numel_; }
   size_t elementSize() const { return dataTypeSize(dtype_); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * elementSize(); }
   // True when the strides are row-major for the shape (dimensions of extent 1 may have any stride).
-  bool isContiguous() const;
+  bool isContiguous() const { return contiguous_; }
   // The same memory viewed with another shape of equal numel; the tensor must be contiguous.
   Tensor reshaped(std::span<const int64_t> shape) const;
   Tensor reshaped(std::initializer_list<int64_t> shape) const {
@@ -106,10 +106,14 @@ class Tensor {
   int64_t* extents() { return dim_ <= kInlineDims ? inline_.data() : heap_.data(); }
   // Sets dim_ and makes room for `dim` extents and strides.
   void resize(size_t dim);
+  // Sets numel_ and contiguous_ from the extents and strides (computed once: every call asks).
+  void summarize();
 
   void* data_ = nullptr;
   DataType dtype_ = DataType::kFloat32;
   int dim_ = 0;
+  bool contiguous_ = true;
+  int64_t numel_ = 1;  // of no dimensions: a scalar
   std::array<int64_t, 2 * kInlineDims> inline_{};
   std::vector<int64_t> heap_;
   Device device_;

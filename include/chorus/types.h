@@ -42,8 +42,19 @@ enum class ReduceOp : uint8_t {
 };
 inline constexpr int kNumReduceOps = 8;
 
-// Size in bytes of one element.
-size_t dataTypeSize(DataType dtype);
+namespace detail {
+inline constexpr uint8_t kDataTypeSizes[kNumDataTypes] = {2, 2, 4, 8, 1, 1, 4, 8, 1};
+[[noreturn]] void throwInvalidDataType(DataType dtype);
+}  // namespace detail
+
+// Size in bytes of one element; InvalidArgumentError for a value that is no DataType. Inline: the
+// hot path asks it several times per call.
+inline size_t dataTypeSize(DataType dtype) {
+  const auto index = static_cast<size_t>(dtype);
+  if (index < kNumDataTypes)
+    return detail::kDataTypeSizes[index];
+  detail::throwInvalidDataType(dtype);
+}
 // "float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool".
 std::string_view toString(DataType dtype);
 // Accepts the names above plus the aliases "half", "float", "double", "int", "long".

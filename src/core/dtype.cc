@@ -38,25 +38,23 @@ bool isIntegral(DataType dtype) {
 
 }  // namespace
 
-size_t dataTypeSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat64:
-    case DataType::kInt64:
-      return 8;
-    case DataType::kInt8:
-    case DataType::kUInt8:
-    case DataType::kBool:
-      return 1;
-  }
+namespace detail {
+void throwInvalidDataType(DataType dtype) {
   throw InvalidArgumentError(
-      detail::concat("invalid DataType value ", static_cast<int>(dtype), "; this is not a dtype"));
+      concat("invalid DataType value ", static_cast<int>(dtype), "; this is not a dtype"));
 }
+}  // namespace detail
+
+static_assert(detail::kDataTypeSizes[static_cast<int>(DataType::kFloat16)] == 2 &&
+                  detail::kDataTypeSizes[static_cast<int>(DataType::kBFloat16)] == 2 &&
+                  detail::kDataTypeSizes[static_cast<int>(DataType::kFloat32)] == 4 &&
+                  detail::kDataTypeSizes[static_cast<int>(DataType::kFloat64)] == 8 &&
+                  detail::kDataTypeSizes[static_cast<int>(DataType::kInt8)] == 1 &&
+                  detail::kDataTypeSizes[static_cast<int>(DataType::kUInt8)] == 1 &&
+                  detail::kDataTypeSizes[static_cast<int>(DataType::kInt32)] == 4 &&
+                  detail::kDataTypeSizes[static_cast<int>(DataType::kInt64)] == 8 &&
+                  detail::kDataTypeSizes[static_cast<int>(DataType::kBool)] == 1,
+              "kDataTypeSizes follows the DataType enumerators");
 
 std::string_view toString(DataType dtype) {
   auto index = static_cast<size_t>(dtype);

@@ -43,11 +43,22 @@ void Tensor::resize(size_t dim) {
 
 Tensor::Tensor(void* data, DataType dtype, std::span<const int64_t> shape, Device device)
     : data_(data), dtype_(dtype), device_(device) {
-  checkShape(shape);
   dataTypeSize(dtype_);  // throws on an out-of-range dtype
   resize(shape.size());
-  std::copy(shape.begin(), shape.end(), extents());
-  fillContiguousStrides(shape, extents() + dim_);
+  int64_t* extent = extents();
+  int64_t* stride = extent + dim_;
+  int64_t next = 1;  // row-major strides, as fillContiguousStrides makes them
+  int64_t count = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] < 0)
+      checkShape(shape);  // throws, naming the first negative dimension
+    extent[i] = shape[i];
+    stride[i] = next;
+    next *= shape[i] > 0 ? shape[i] : 1;
+    count *= shape[i];
+  }
+  numel_ = count;
+  contiguous_ = true;
 }
 
 Tensor::Tensor(void* data,
@@ -63,33 +74,27 @@ Tensor::Tensor(void* data,
   resize(shape.size());
   std::copy(shape.begin(), shape.end(), extents());
   std::copy(strides.begin(), strides.end(), extents() + dim_);
+  summarize();
 }
 
-int64_t Tensor::numel() const {
-  int64_t count = 1;
-  for (int64_t extent : shape()) {
-    count *= extent;
-  }
-  return count;
-}
-
-bool Tensor::isContiguous() const {
-  if (numel() == 0) {
-    return true;  // no element is ever addressed
-  }
+void Tensor::summarize() {
+  numel_ = 1;
+  for (int64_t extent : shape()) numel_ *= extent;
+  contiguous_ = true;
+  if (numel_ == 0)
+    return;  // no element is ever addressed
   const auto extent = shape();
   const auto stride = strides();
   int64_t expected = 1;
   for (size_t i = extent.size(); i-- > 0;) {
-    if (extent[i] == 1) {
+    if (extent[i] == 1)
       continue;
-    }
     if (stride[i] != expected) {
-      return false;
+      contiguous_ = false;
+      return;
     }
     expected *= extent[i];
   }
-  return true;
 }
 
 Tensor Tensor::reshaped(std::span<const int64_t> shape) const {

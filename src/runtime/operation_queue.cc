@@ -18,6 +18,7 @@ void OperationQueue::push(Operation operation, bool pointToPoint) {
   {
     std::lock_guard lock(mutex_);
     pending_.push_back(Entry{std::move(operation), pointToPoint});
+    state_.fetch_add(kPendingOne, std::memory_order_acq_rel);
     if (!worker_.joinable())
       worker_ = std::thread([this] { workerLoop(); });
   }
@@ -25,22 +26,26 @@ void OperationQueue::push(Operation operation, bool pointToPoint) {
 }
 
 bool OperationQueue::claimIfIdle() {
-  std::lock_guard lock(mutex_);
-  if (running_ || !pending_.empty())
-    return false;
-  running_ = true;
-  return true;
+  uint64_t idle = 0;
+  return state_.compare_exchange_strong(idle, kRunning, std::memory_order_acq_rel,
+                                        std::memory_order_relaxed);
+}
+
+OperationQueue::Operation OperationQueue::takeHead() {
+  Operation operation = std::move(pending_.front().operation);
+  pending_.pop_front();
+  state_.fetch_add(kRunning - kPendingOne, std::memory_order_acq_rel);
+  return operation;
 }
 
 bool OperationQueue::runIfNext(const Operation& operation) {
   {
     std::lock_guard lock(mutex_);
-    if (running_ || pending_.empty() || pending_.front().operation != operation ||
+    if (runningNow() || pending_.empty() || pending_.front().operation != operation ||
         pending_.front().pointToPoint) {
       return false;
     }
-    pending_.pop_front();
-    running_ = true;
+    takeHead();
   }
   run(operation);
   return true;
@@ -52,6 +57,7 @@ OperationQueue::Operation OperationQueue::takeNextPointToPoint() {
     return nullptr;
   Operation next = std::move(pending_.front().operation);
   pending_.pop_front();
+  state_.fetch_sub(kPendingOne, std::memory_order_acq_rel);
   return next;
 }
 
@@ -69,28 +75,25 @@ void OperationQueue::run(const Operation& operation) {
 
 void OperationQueue::releaseRunning() {
   releasedByOperation = true;
-  bool queuedBehind;
-  {
-    std::lock_guard lock(mutex_);
-    running_ = false;
-    queuedBehind = !pending_.empty();
-  }
+  const uint64_t before = state_.fetch_and(~kRunning, std::memory_order_acq_rel);
   // Whatever was queued behind it can start now (on the worker, or on its own waiter). With nothing
-  // queued the worker has nothing to do: waking it would only cost a context switch.
-  if (queuedBehind)
+  // queued the worker has nothing to do: waking it would only cost a context switch. A push after
+  // the fetch_and wakes it itself. The worker tests its condition under mutex_, so taking mutex_
+  // here orders this wake after that test (or before it, when the test sees the release).
+  if (before >= kPendingOne) {
+    { std::lock_guard lock(mutex_); }
     wake_.notify_all();
+  }
 }
 
 void OperationQueue::workerLoop() {
   std::unique_lock lock(mutex_);
   while (true) {
     // Never start while another thread (a waiter that claimed its operation) is running one.
-    wake_.wait(lock, [&] { return !running_ && (stopping_ || !pending_.empty()); });
+    wake_.wait(lock, [&] { return !runningNow() && (stopping_ || !pending_.empty()); });
     if (pending_.empty())
       return;  // stopping, and everything queued has run
-    auto operation = std::move(pending_.front().operation);
-    pending_.pop_front();
-    running_ = true;
+    Operation operation = takeHead();
     lock.unlock();
     run(operation);
     lock.lock();

@@ -11,7 +11,9 @@
 // queued right behind it (takeNextPointToPoint) to run them alongside itself.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -33,7 +35,8 @@ class OperationQueue {
 
   void push(Operation operation, bool pointToPoint = false);
   // If nothing is queued or running, claims the queue and returns true: the caller then runs its
-  // operation itself and calls releaseRunning() when it is done. Otherwise returns false.
+  // operation itself and calls releaseRunning() when it is done. Otherwise returns false. Takes no
+  // lock (Note [Queue state word]).
   bool claimIfIdle();
   // Runs `operation` on the calling thread if it is next and nothing is running; returns whether
   // it did. Otherwise the worker will run it.
@@ -44,13 +47,26 @@ class OperationQueue {
   // Called by the running operation (on its thread) just before it reports completion, so that a
   // thread its completion wakes finds the queue free: a blocking call issued right after a wait
   // then runs on its own thread. Operations that do not call it are released when they return.
+  // Takes no lock unless an operation is queued behind (to wake the worker).
   void releaseRunning();
   // Runs what is queued, then stops the worker. Idempotent; push() after it is a bug.
   void shutdown();
 
  private:
+  // Note [Queue state word]: whether an operation runs (kRunning) and how many wait in pending_
+  // (kPendingOne each), in one atomic word, so that claimIfIdle is one compare-and-swap from 0
+  // and releaseRunning one fetch_and. Every other change happens under mutex_: pushing adds
+  // kPendingOne, and whoever takes the head (worker, runIfNext) swaps kPendingOne for kRunning,
+  // which is safe without a loop because, with pending_ not empty, only a mutex_ holder sets
+  // kRunning (claimIfIdle needs the word at 0). takeNextPointToPoint removes kPendingOne.
+  static constexpr uint64_t kRunning = 1;
+  static constexpr uint64_t kPendingOne = 2;
+  bool runningNow() const { return (state_.load(std::memory_order_acquire) & kRunning) != 0; }
+
   void workerLoop();
   void run(const Operation& operation);
+  // Pops the head (pending_ not empty, nothing running) and marks it running. Under mutex_.
+  Operation takeHead() CHORUS_REQUIRES(mutex_);
 
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -59,7 +75,7 @@ class OperationQueue {
     bool pointToPoint = false;
   };
   std::deque<Entry> pending_ CHORUS_GUARDED_BY(mutex_);
-  bool running_ CHORUS_GUARDED_BY(mutex_) = false;
+  std::atomic<uint64_t> state_{0};
   bool stopping_ CHORUS_GUARDED_BY(mutex_) = false;
   std::thread worker_;
 };
