@@ -20,8 +20,8 @@ class ThreadCachedAllocator {
   ThreadCachedAllocator(const ThreadCachedAllocator<U>&) noexcept {}  // NOLINT: rebinding
 
   T* allocate(std::size_t n) {
-    if (n == 1 && !cacheGone) {
-      Cache& cache = threadCache();
+    if (n == 1) {
+      Cache& cache = threadCache;
       if (cache.count > 0)
         return static_cast<T*>(cache.blocks[--cache.count]);
     }
@@ -29,9 +29,11 @@ class ThreadCachedAllocator {
   }
 
   void deallocate(T* block, std::size_t n) noexcept {
-    if (n == 1 && !cacheGone) {
-      Cache& cache = threadCache();
-      if (cache.count < kCachedBlocks) {
+    if (n == 1) {
+      Cache& cache = threadCache;
+      if (cache.count < kCachedBlocks && !cache.closed) {
+        if (!cache.armed)
+          arm(cache);
         cache.blocks[cache.count++] = block;
         return;
       }
@@ -45,19 +47,28 @@ class ThreadCachedAllocator {
 
  private:
   static constexpr int kCachedBlocks = 8;
+  // Trivially destructible and zero-initialized, so a use is one thread-local access with no
+  // guard (a thread_local with a destructor is reached through a wrapper that checks a guard).
   struct Cache {
     void* blocks[kCachedBlocks];
-    int count = 0;
-    ~Cache() {
-      cacheGone = true;  // a block freed later in this thread's exit goes to the heap
-      while (count > 0) std::allocator<T>().deallocate(static_cast<T*>(blocks[--count]), 1);
+    int count;
+    bool armed;   // this thread's Reaper exists
+    bool closed;  // the Reaper ran: blocks freed later in this thread's exit go to the heap
+  };
+  static inline thread_local Cache threadCache{};
+  // Frees the cached blocks when the thread ends; made at the thread's first cached block.
+  struct Reaper {
+    ~Reaper() {
+      Cache& cache = threadCache;
+      cache.closed = true;
+      while (cache.count > 0)
+        std::allocator<T>().deallocate(static_cast<T*>(cache.blocks[--cache.count]), 1);
     }
   };
-  static Cache& threadCache() {
-    thread_local Cache cache;
-    return cache;
+  static void arm(Cache& cache) noexcept {
+    static thread_local Reaper reaper;
+    cache.armed = true;
   }
-  static inline thread_local bool cacheGone = false;  // trivial: readable until the thread ends
 };
 
 }  // namespace chorus::detail

@@ -185,11 +185,13 @@ std::shared_ptr<Work> CommunicatorState::runHereIfIdle(Fingerprint fingerprint, 
       return nullptr;
     if (fingerprint.collective != Collective::kPointToPoint)
       fingerprint.sequence = ++collectiveSequence_;
-    work = makeWork(info_.worldRank, fingerprint, weak_from_this());
+    // No link to this state: the Work is complete before anyone sees it, so no waiter will ever
+    // run it (QueuedWork::runIfNext), and its weak count costs two atomics per call.
+    work = makeWork(info_.worldRank, fingerprint, {});
     earlier = failure_;
     timeout = timeout_;
   }
-  execute(*work, fingerprint, body, earlier, timeout);  // releases the queue
+  execute(*work, fingerprint, body, earlier, timeout, /*claimed=*/true);  // releases the queue
   return work;
 }
 
@@ -209,16 +211,24 @@ void CommunicatorState::execute(Work& work, const Fingerprint& fingerprint, Body
     earlier = failure_;
     timeout = timeout_;
   }
-  execute(work, fingerprint, body, earlier, timeout);
+  execute(work, fingerprint, body, earlier, timeout, /*claimed=*/false);
 }
 
 void CommunicatorState::execute(Work& work,
                                 const Fingerprint& fingerprint,
                                 BodyRef body,
                                 std::exception_ptr earlier,
-                                std::chrono::milliseconds timeout) {
+                                std::chrono::milliseconds timeout,
+                                bool claimed) {
+  // The queue is free before anyone learns the work is done (see releaseRunning).
+  auto release = [&] {
+    if (claimed)
+      queue_.releaseClaim();
+    else
+      queue_.releaseRunning();
+  };
   if (earlier) {
-    queue_.releaseRunning();
+    release();
     work.finish(earlier);
     return;
   }
@@ -249,8 +259,7 @@ void CommunicatorState::execute(Work& work,
     error = latchFailure(std::current_exception());
   }
   trace::end(ticket, error != nullptr);
-  // The queue is free before anyone learns the work is done (see releaseRunning).
-  queue_.releaseRunning();
+  release();
   work.finish(error);
 }
 

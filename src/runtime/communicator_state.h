@@ -187,13 +187,15 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // returns its completed Work. Otherwise null, and nothing is done.
   std::shared_ptr<Work> runHereIfIdle(Fingerprint fingerprint, BodyRef body);
   // Runs `body` as the queue's running operation and finishes `work`; releases the queue. The
-  // second form takes the failure and timeout its caller read under mutex_.
+  // second form takes the failure and timeout its caller read under mutex_, and whether the
+  // caller claimed the queue (claimIfIdle) rather than running a queued operation.
   void execute(Work& work, const Fingerprint& fingerprint, BodyRef body);
   void execute(Work& work,
                const Fingerprint& fingerprint,
                BodyRef body,
                std::exception_ptr earlier,
-               std::chrono::milliseconds timeout);
+               std::chrono::milliseconds timeout,
+               bool claimed);
   // Note [Point-to-point overlap]: runs `first` and every transfer that joins it, on the worker.
   struct PendingTransfer;
   void runTransfers(std::shared_ptr<PendingTransfer> first);

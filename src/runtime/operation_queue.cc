@@ -75,6 +75,10 @@ void OperationQueue::run(const Operation& operation) {
 
 void OperationQueue::releaseRunning() {
   releasedByOperation = true;
+  releaseClaim();
+}
+
+void OperationQueue::releaseClaim() {
   const uint64_t before = state_.fetch_and(~kRunning, std::memory_order_acq_rel);
   // Whatever was queued behind it can start now (on the worker, or on its own waiter). With nothing
   // queued the worker has nothing to do: waking it would only cost a context switch. A push after

@@ -49,6 +49,8 @@ class OperationQueue {
   // then runs on its own thread. Operations that do not call it are released when they return.
   // Takes no lock unless an operation is queued behind (to wake the worker).
   void releaseRunning();
+  // Ends a claim (claimIfIdle) on its claimer's thread, as releaseRunning does.
+  void releaseClaim();
   // Runs what is queued, then stops the worker. Idempotent; push() after it is a bug.
   void shutdown();
 

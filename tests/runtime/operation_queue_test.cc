@@ -117,7 +117,7 @@ TEST(OperationQueueTest, ClaimsPushesAndWaitersNeverOverlap) {
         if ((i + t) % 3 != 0 && queue.claimIfIdle()) {
           body();
           ++claimed;
-          queue.releaseRunning();
+          queue.releaseClaim();
           continue;
         }
         std::promise<void> done;
