@@ -226,12 +226,12 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
     return detail::deviceReduceScatter(*state_, fingerprint, device, input, output, op);
   auto& state = *state_;
   return state_->submit(
-      fingerprint, [&state, input, output, op, count](const backend::CallContext& call) {
-        const DataType dtype = input.dtype();
+      fingerprint, [&state, source = input.data(), destination = output.data(),
+                    dtype = input.dtype(), op, count](const backend::CallContext& call) {
         const DataType work = detail::workType(state.backend(), dtype, op);
         const int size = state.info().size;
-        const void* in = input.data();
-        void* out = output.data();
+        const void* in = source;
+        void* out = destination;
         if (work != dtype) {
           auto* staged = static_cast<std::byte*>(state.staging().get((size + 1) * count * 4));
           detail::stageIn(dtype, work, in, staged, size * count);
@@ -240,7 +240,7 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
         }
         state.backend().reduceScatter(call, {in, out, count, work, detail::wireOp(op)});
         detail::finishAverage(op, work, out, count, size);
-        detail::stageOut(dtype, work, out, output.data(), count);
+        detail::stageOut(dtype, work, out, destination, count);
       });
 }
 
@@ -263,10 +263,11 @@ Communicator::WorkPtr Communicator::broadcast(Tensor input, Tensor output, int r
   if (const int device = detail::deviceOf({&source, &output}, "broadcast", me); device >= 0)
     return detail::deviceBroadcast(*state_, fingerprint, device, source, output, root);
   auto& state = *state_;
-  return state_->submit(
-      fingerprint, [&state, source, output, root](const backend::CallContext& call) {
-        state.backend().broadcast(call, {source.data(), output.data(), output.nbytes(), root});
-      });
+  return state_->submit(fingerprint,
+                        [&state, from = source.data(), to = output.data(), bytes = output.nbytes(),
+                         root](const backend::CallContext& call) {
+                          state.backend().broadcast(call, {from, to, bytes, root});
+                        });
 }
 
 Communicator::WorkPtr Communicator::reduce(Tensor tensor, int root, ReduceOp op) {

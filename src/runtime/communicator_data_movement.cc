@@ -66,16 +66,16 @@ Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int a
     return detail::deviceAllgather(*state_, fingerprint, device, input, output, axis);
   auto& state = *state_;
   return state_->submit(
-      fingerprint, [&state, input, output, axis](const backend::CallContext& call) {
-        const auto layout = detail::axisLayout(input, axis);
+      fingerprint, [&state, from = input.data(), to = output.data(), bytes = input.nbytes(),
+                    layout = detail::axisLayout(input, axis)](const backend::CallContext& call) {
         const int size = state.info().size;
         if (layout.outer == 1) {
-          state.backend().allgather(call, {input.data(), output.data(), input.nbytes()});
+          state.backend().allgather(call, {from, to, bytes});
           return;
         }
-        void* blocks = state.staging().get(size * input.nbytes());
-        state.backend().allgather(call, {input.data(), blocks, input.nbytes()});
-        detail::interleaveBlocks(blocks, output.data(), size, layout);
+        void* blocks = state.staging().get(size * bytes);
+        state.backend().allgather(call, {from, blocks, bytes});
+        detail::interleaveBlocks(blocks, to, size, layout);
       });
 }
 
