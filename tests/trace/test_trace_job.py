@@ -9,13 +9,17 @@ off by default and changes no result.
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 from collections import defaultdict
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "traced_job.py")
 CHORUSRUN = os.environ.get("CHORUSRUN", "chorusrun")
+MPIRUN = os.environ.get("MPIRUN")  # set where chorus is built with MPI (the mpi backend's test)
 TRACE_TOOL = os.environ.get("CHORUS_TRACE_TOOL", "chorus-trace")
 RANKS = 4
 SLOW_RANK = 2
@@ -86,11 +90,7 @@ def test_chorus_trace_records_the_job_and_blames_the_late_rank(tmp_path):
     assert sorted(e["pid"] for e in sends) == [0, 1]
     # The shm backend notes when each rank saw its last peer arrive: the others waited about
     # SLOW_S for the late rank at every world allreduce, the late rank hardly at all.
-    waited = defaultdict(list)
-    for event in events:
-        args = event.get("args", {})
-        if args.get("op") == "allreduce" and args.get("group") == "group [0, 1, 2, 3] (shm)":
-            waited[event["pid"]].append(args["peers_arrived_after_us"] / 1e6)
+    waited = waits_on_world_allreduces(events, "group [0, 1, 2, 3] (shm)")
     for rank in range(RANKS):
         median = sorted(waited[rank])[len(waited[rank]) // 2]
         if rank == SLOW_RANK:
@@ -102,6 +102,51 @@ def test_chorus_trace_records_the_job_and_blames_the_late_rank(tmp_path):
     assert summary.returncode == 0, summary.stderr
     first = summary.stdout.splitlines()[0]
     assert first.startswith(f"rank {SLOW_RANK} made the others wait longest"), summary.stdout
+
+
+def waits_on_world_allreduces(events, world):
+    """{rank: [seconds it waited for its last peer, per world allreduce]}."""
+    waited = defaultdict(list)
+    for event in events:
+        args = event.get("args", {})
+        if args.get("op") == "allreduce" and args.get("group") == world:
+            waited[event["pid"]].append(args["peers_arrived_after_us"] / 1e6)
+    return waited
+
+
+@pytest.mark.skipif(not MPIRUN, reason="chorus is built without MPI (MPIRUN not set)")
+def test_mpi_backend_notes_when_every_peer_arrived(tmp_path):
+    """Under mpirun with the native mpi backend, the fingerprint agreement (an allreduce, which
+    completes only when every rank has joined) notes the arrivals: the others waited about SLOW_S
+    for the late rank, the late rank hardly at all, and the summary blames it."""
+    path = tmp_path / "trace.json"
+    env = dict(os.environ, CHORUS_TIMEOUT="60", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path),
+               CHORUS_BACKEND="mpi")
+    env.pop("CHORUS_TRACE", None)
+    loopback = ("--allow-run-as-root --oversubscribe --mca btl self,vader --mca oob_tcp_if_include "
+                "lo --mca btl_tcp_if_include lo")
+    command = [MPIRUN, *shlex.split(loopback), "-np", str(RANKS), "-x", "CHORUS_BACKEND",
+               "-x", "CHORUS_TIMEOUT", "-x", "PYTHONPATH", "-x", "TMPDIR",
+               "/usr/bin/python3", JOB, "api", str(path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True,
+                          timeout=JOB_DEADLINE_S)
+    report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    assert done.returncode == 0, report
+    with open(path) as stream:  # rank 0 merged it when recording() ended
+        events = json.load(stream)["traceEvents"]
+    waited = waits_on_world_allreduces(events, "group [0, 1, 2, 3] (mpi)")
+    assert sorted(waited) == list(range(RANKS)), waited
+    for rank in range(RANKS):
+        median = sorted(waited[rank])[len(waited[rank]) // 2]
+        if rank == SLOW_RANK:
+            assert median < SLOW_S / 2, (rank, waited[rank])
+        else:
+            assert median >= SLOW_S / 2, (rank, waited[rank])
+    summary = subprocess.run([TRACE_TOOL, "summary", str(path)], capture_output=True, text=True,
+                             timeout=60)
+    assert summary.returncode == 0, summary.stderr
+    assert summary.stdout.startswith(f"rank {SLOW_RANK} made the others wait longest"), \
+        summary.stdout
 
 
 def test_recording_context_manager_traces_only_its_block(tmp_path):

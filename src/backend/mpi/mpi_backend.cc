@@ -13,6 +13,7 @@
 #include "connector/mpi_environment.h"
 #include "core/check.h"
 #include "core/stall_watch.h"
+#include "trace/recorder.h"
 #include "transport/transport.h"
 
 namespace chorus::backend::mpi {
@@ -169,6 +170,10 @@ void MpiBackend::checkFingerprints(const CallContext& call) {
     return MPI_Iallreduce(MPI_IN_PLACE, extremes.data(), 2 * kFingerprintWords, MPI_INT64_T,
                           MPI_MAX, comm_, request);
   });
+  // An allreduce completes only once every rank has contributed: this rank now knows that every
+  // peer has arrived (Note [Timeline], as the shm backend's arrival round notes it).
+  if (trace::timelineActive())
+    trace::noteAllArrived();
   bool agreed = true;
   for (int i = 0; i < kFingerprintWords; ++i)
     agreed = agreed && extremes[i] == -extremes[kFingerprintWords + i];
