@@ -35,8 +35,8 @@ class OperationQueue {
 
   void push(Operation operation, bool pointToPoint = false);
   // If nothing is queued or running, claims the queue and returns true: the caller then runs its
-  // operation itself and calls releaseRunning() when it is done. Otherwise returns false. Takes no
-  // lock (Note [Queue state word]).
+  // operation itself and calls releaseClaim() when it is done. Otherwise returns false. Takes no
+  // lock (Note [Queue state word]); a caller that also pushes serializes the two itself, for order.
   bool claimIfIdle();
   // Runs `operation` on the calling thread if it is next and nothing is running; returns whether
   // it did. Otherwise the worker will run it.
@@ -58,9 +58,12 @@ class OperationQueue {
   // Note [Queue state word]: whether an operation runs (kRunning) and how many wait in pending_
   // (kPendingOne each), in one atomic word, so that claimIfIdle is one compare-and-swap from 0
   // and releaseRunning one fetch_and. Every other change happens under mutex_: pushing adds
-  // kPendingOne, and whoever takes the head (worker, runIfNext) swaps kPendingOne for kRunning,
-  // which is safe without a loop because, with pending_ not empty, only a mutex_ holder sets
-  // kRunning (claimIfIdle needs the word at 0). takeNextPointToPoint removes kPendingOne.
+  // kPendingOne (after the entry is in pending_), and whoever takes the head (worker, runIfNext)
+  // swaps kPendingOne for kRunning. That swap needs no loop: it happens only while the word counts
+  // a pending operation, and then only a mutex_ holder sets kRunning (claimIfIdle needs the word
+  // at 0). takeNextPointToPoint removes kPendingOne. One operation runs at a time whatever the
+  // callers do; that a claim does not overtake an operation pushed a moment before it is up to
+  // the caller, which claims and pushes under one lock of its own (CommunicatorState::mutex_).
   static constexpr uint64_t kRunning = 1;
   static constexpr uint64_t kPendingOne = 2;
   bool runningNow() const { return (state_.load(std::memory_order_acquire) & kRunning) != 0; }
