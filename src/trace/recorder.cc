@@ -132,9 +132,13 @@ Ticket beginOperation(uint32_t group,
   return ticket;
 }
 
-void noteAllArrived() noexcept {
-  if (currentRing != nullptr)
+void noteAllArrived(bool waited) noexcept {
+  if (currentRing == nullptr)
+    return;
+  if (waited)
     currentRing->noteArrived(currentTicket, timelineNow());
+  else
+    currentRing->noteArrivedAtStart(currentTicket);
 }
 
 Ticket beginMark(const char* label, int64_t index) noexcept {

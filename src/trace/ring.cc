@@ -69,6 +69,14 @@ void OperationRing::noteArrived(uint64_t ticket, int64_t arrivedNs) noexcept {
     slot.arrivedNs.store(arrivedNs, std::memory_order_release);
 }
 
+void OperationRing::noteArrivedAtStart(uint64_t ticket) noexcept {
+  if (ticket == 0)
+    return;
+  Slot& slot = slots_[(ticket - 1) & mask_];
+  if (slot.ticket.load(std::memory_order_acquire) == ticket)
+    slot.arrivedNs.store(slot.startNs.load(kRelaxed), std::memory_order_release);
+}
+
 std::vector<Record> OperationRing::snapshot() const {
   std::vector<Record> records;
   const uint64_t last = next_.load(std::memory_order_acquire);

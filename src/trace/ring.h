@@ -63,6 +63,8 @@ class OperationRing {
   void end(uint64_t ticket, int64_t endNs, bool failed) noexcept;
   // Notes that the backend saw every peer of record `ticket` arrive at `arrivedNs`.
   void noteArrived(uint64_t ticket, int64_t arrivedNs) noexcept;
+  // Notes that every peer of record `ticket` had arrived by its start (no clock read).
+  void noteArrivedAtStart(uint64_t ticket) noexcept;
   // The records now in the ring, oldest first (running ones included).
   std::vector<Record> snapshot() const;
   // How many records were begun: more than capacity() means the oldest were overwritten.

@@ -13,6 +13,24 @@
 namespace chorus::trace {
 namespace {
 
+// A backend that found every peer there at its first look says so without a clock read: the
+// record then says they had arrived by its start (a wait of zero in the trace).
+TEST(Recorder, ArrivalsSeenAtTheFirstLookAreAtTheStart) {
+  ASSERT_TRUE(startTimeline(64));
+  const Ticket first = beginOperation(0, Fingerprint{}, 8, /*coarseNowNs=*/monotonicNs());
+  noteAllArrived(/*waited=*/false);
+  end(first, false);
+  const Ticket second = beginOperation(0, Fingerprint{}, 8, /*coarseNowNs=*/monotonicNs());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  noteAllArrived(/*waited=*/true);
+  end(second, false);
+  uint64_t dropped = 0;
+  const std::vector<Record> records = stopTimeline(dropped);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].arrivedNs, records[0].startNs);
+  EXPECT_GE(records[1].arrivedNs - records[1].startNs, 5000000);  // the 5 ms it waited
+}
+
 TEST(Recorder, TimelineTimesAreMonotonicNanoseconds) {
   ASSERT_TRUE(startTimeline(64));
   const int64_t before = monotonicNs();

@@ -384,16 +384,16 @@ void ShmGroup::waitAll(Step step, uint64_t value, Deadline deadline) {
   waitUntil(static_cast<int>(step), value, deadline, 0);
 }
 
-void ShmGroup::waitArrivals(uint64_t sequence, size_t bytes, Deadline deadline) {
+bool ShmGroup::waitArrivals(uint64_t sequence, size_t bytes, Deadline deadline) {
   const size_t inlineBytes = bytes <= kInlineBytes ? bytes : 0;  // else in the small slot
   const size_t firstLineBytes = kCacheLine - offsetof(ArrivalRecord, data);
   const size_t lines = inlineBytes > firstLineBytes
                            ? (inlineBytes - firstLineBytes + kCacheLine - 1) / kCacheLine
                            : 0;
-  waitUntil(kArrivedIndex, sequence, deadline, lines);
+  return waitUntil(kArrivedIndex, sequence, deadline, lines);
 }
 
-void ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t touchLines) {
+bool ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t touchLines) {
   Clock::time_point yieldUntil = Clock::time_point::max();
   for (int pass = 0; pass < spinPasses_ + kYieldPasses; ++pass) {
     for (int peer = 0; touchLines > 0 && peer < size_; ++peer) {
@@ -404,7 +404,7 @@ void ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t to
         __builtin_prefetch(lines + line * kCacheLine);  // a hint: no access, so no data race
     }
     if (!anyBehind(index, value, nullptr))
-      return;
+      return pass > 0;
     throwIfFailedWhileBehind(index, value);
     if (pass < spinPasses_)
       continue;
@@ -423,7 +423,7 @@ void ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t to
       sleepOnBell(seen, deadline);
     hub.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (!waiting || !anyBehind(index, value, nullptr))
-      return;
+      return true;
     checkNeededPeers(index, value);
     if (Clock::now() >= stall::nextCheckAt()) {
       std::vector<int> late;

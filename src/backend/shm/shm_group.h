@@ -97,8 +97,9 @@ class ShmGroup {
   void publish(Step step, uint64_t value);
   // Waits until every rank has arrived at `sequence`, as waitAll(kArrived, sequence, deadline);
   // while it waits it also prefetches the peers' record lines that carry `bytes` of inline data
-  // (Note [Arrival record]).
-  void waitArrivals(uint64_t sequence, size_t bytes, Deadline deadline);
+  // (Note [Arrival record]). Returns whether it had to wait: false when every peer was there at
+  // its first look.
+  bool waitArrivals(uint64_t sequence, size_t bytes, Deadline deadline);
   // Waits until every rank's counter of `step` is at least `value`. Throws the group's failure,
   // PeerError for a peer that died or said goodbye before reaching `value` (one that got there
   // may leave: Note [Only needed peers fail a wait]), TimeoutError (naming the ranks behind) at
@@ -133,8 +134,8 @@ class ShmGroup {
   // Whether `rank`'s counter of step `index` is still below `value`.
   bool isBehind(int rank, int index, uint64_t value) const;
   // waitAll, prefetching `touchLines` lines of every peer's arrival record of parity `value & 1`
-  // in each spinning pass (0 for a step other than kArrived).
-  void waitUntil(int index, uint64_t value, Deadline deadline, size_t touchLines);
+  // in each spinning pass (0 for a step other than kArrived). Returns whether it had to wait.
+  bool waitUntil(int index, uint64_t value, Deadline deadline, size_t touchLines);
   // Whether some rank's counter of step `index` is below `value`; with `late`, collects them all.
   bool anyBehind(int index, uint64_t value, std::vector<int>* late) const;
   // Throws the group's failure if a rank is still behind on counter `index` (Note [Only needed
