@@ -43,6 +43,7 @@ enum class ReduceOp : uint8_t {
 inline constexpr int kNumReduceOps = 8;
 
 namespace detail {
+// By enumerator, in DataType's order (tests/core/dtype_test.cc checks each).
 inline constexpr uint8_t kDataTypeSizes[kNumDataTypes] = {2, 2, 4, 8, 1, 1, 4, 8, 1};
 [[noreturn]] void throwInvalidDataType(DataType dtype);
 }  // namespace detail

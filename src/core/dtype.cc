@@ -45,17 +45,6 @@ void throwInvalidDataType(DataType dtype) {
 }
 }  // namespace detail
 
-static_assert(detail::kDataTypeSizes[static_cast<int>(DataType::kFloat16)] == 2 &&
-                  detail::kDataTypeSizes[static_cast<int>(DataType::kBFloat16)] == 2 &&
-                  detail::kDataTypeSizes[static_cast<int>(DataType::kFloat32)] == 4 &&
-                  detail::kDataTypeSizes[static_cast<int>(DataType::kFloat64)] == 8 &&
-                  detail::kDataTypeSizes[static_cast<int>(DataType::kInt8)] == 1 &&
-                  detail::kDataTypeSizes[static_cast<int>(DataType::kUInt8)] == 1 &&
-                  detail::kDataTypeSizes[static_cast<int>(DataType::kInt32)] == 4 &&
-                  detail::kDataTypeSizes[static_cast<int>(DataType::kInt64)] == 8 &&
-                  detail::kDataTypeSizes[static_cast<int>(DataType::kBool)] == 1,
-              "kDataTypeSizes follows the DataType enumerators");
-
 std::string_view toString(DataType dtype) {
   auto index = static_cast<size_t>(dtype);
   return index < kDataTypeNames.size() ? kDataTypeNames[index] : "invalid_dtype";

@@ -24,13 +24,19 @@ void appendList(std::ostringstream& out, std::span<const int64_t> values) {
   out << ']';
 }
 
-// Row-major strides of `shape` into `strides` (as many).
-void fillContiguousStrides(std::span<const int64_t> shape, int64_t* strides) {
+// Row-major strides of `shape` into `strides` (as many); returns the number of elements. Throws,
+// naming the first, if an extent is negative.
+int64_t fillContiguousStrides(std::span<const int64_t> shape, int64_t* strides) {
   int64_t stride = 1;
+  int64_t count = 1;
   for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] < 0)
+      checkShape(shape);
     strides[i] = stride;
     stride *= shape[i] > 0 ? shape[i] : 1;
+    count *= shape[i];
   }
+  return count;
 }
 
 }  // namespace
@@ -45,19 +51,8 @@ Tensor::Tensor(void* data, DataType dtype, std::span<const int64_t> shape, Devic
     : data_(data), dtype_(dtype), device_(device) {
   dataTypeSize(dtype_);  // throws on an out-of-range dtype
   resize(shape.size());
-  int64_t* extent = extents();
-  int64_t* stride = extent + dim_;
-  int64_t next = 1;  // row-major strides, as fillContiguousStrides makes them
-  int64_t count = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] < 0)
-      checkShape(shape);  // throws, naming the first negative dimension
-    extent[i] = shape[i];
-    stride[i] = next;
-    next *= shape[i] > 0 ? shape[i] : 1;
-    count *= shape[i];
-  }
-  numel_ = count;
+  std::copy(shape.begin(), shape.end(), extents());
+  numel_ = fillContiguousStrides(shape, extents() + dim_);  // checks the shape
   contiguous_ = true;
 }
 

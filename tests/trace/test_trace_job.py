@@ -90,13 +90,16 @@ def test_chorus_trace_records_the_job_and_blames_the_late_rank(tmp_path):
     assert sorted(e["pid"] for e in sends) == [0, 1]
     # The shm backend notes when each rank saw its last peer arrive: the others waited about
     # SLOW_S for the late rank at every world allreduce, the late rank hardly at all.
-    check_the_late_rank_is_blamed(path, events, "group [0, 1, 2, 3] (shm)")
+    waited = check_the_late_rank_is_blamed(path, events, "group [0, 1, 2, 3] (shm)")
+    # Arriving last, it found every peer there at its first look (at least once): the shm backend
+    # then records a wait of exactly 0, without reading the clock.
+    assert min(waited[SLOW_RANK]) == 0, waited[SLOW_RANK]
 
 
 def check_the_late_rank_is_blamed(path, events, world):
     """The backend noted when each rank saw its last peer arrive: at the median world allreduce
     the others waited about SLOW_S for the late rank, the late rank hardly at all; and
-    `chorus-trace summary` blames the late rank first."""
+    `chorus-trace summary` blames the late rank first. Returns {rank: [seconds waited]}."""
     waited = defaultdict(list)
     for event in events:
         args = event.get("args", {})
@@ -114,6 +117,7 @@ def check_the_late_rank_is_blamed(path, events, world):
     assert summary.returncode == 0, summary.stderr
     first = summary.stdout.splitlines()[0]
     assert first.startswith(f"rank {SLOW_RANK} made the others wait longest"), summary.stdout
+    return waited
 
 
 @pytest.mark.skipif(not MPIRUN, reason="chorus is built without MPI (MPIRUN not set)")
