@@ -9,6 +9,9 @@
 #   bash scripts/gpu_session.sh python N  the Python suite at N ranks on CUDA tensors
 #   bash scripts/gpu_session.sh bench     chorus-bench --device cuda --compare nccl, and
 #                                         bench/gpu_allreduce.py against torch.distributed
+#   bash scripts/gpu_session.sh all SECS  all of the above in one call, most important first, each
+#                                         step cut to what is left of SECS (a device lease is 15
+#                                         minutes, and a machine goes back 30 s after a call)
 #
 # Ranks share the machine's one GPU: each is an NCCL host of its own over loopback
 # (CHORUS_TEST_SHARED_GPU=1 for the tests; the benches and scripts set NCCL_HOSTID themselves).
@@ -30,13 +33,30 @@ step() {
   local name=$1 seconds=$2
   shift 2
   local start=$SECONDS
-  timeout -s KILL "$seconds" "$@" >"$out/logs/$name.log" 2>&1
+  if declare -F "$1" >/dev/null; then  # a function of this script: timeout can't run it
+    "$@" >"$out/logs/$name.log" 2>&1
+  else
+    timeout -k 5 "$seconds" "$@" >"$out/logs/$name.log" 2>&1
+  fi
   local status=$?
   {
     echo "== $name: exit $status after $((SECONDS - start)) s: $*"
     tail -n 12 "$out/logs/$name.log"
   } | tee -a "$out/summary.txt"
   return $status
+}
+
+# budgeted NAME MOST LEAST COMMAND...: a step given at most MOST seconds and at most what is left
+# of the all-in-one budget; skipped (and said so) when less than LEAST seconds are left.
+budgeted() {
+  local name=$1 most=$2 least=$3
+  shift 3
+  local left=$((deadline - SECONDS))
+  if ((left < least)); then
+    echo "== $name: skipped, $left s left of the budget" | tee -a "$out/summary.txt"
+    return 0
+  fi
+  step "$name" $((most < left ? most : left)) "$@"
 }
 
 finish() {
@@ -46,18 +66,68 @@ trap finish EXIT
 
 configure() {
   local nccl_root pybind
-  # The nvidia-nccl wheel torch uses (a namespace package: its folder is __path__[0]).
-  nccl_root=$("$py" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null ||
-    true)
+  # NCCL: the nvidia-nccl wheel torch uses, wherever its nccl.h lies under the site-packages.
+  nccl_root=$("$py" - <<'EOF'
+import glob, os, sysconfig
+for base in dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]):
+    hits = sorted(glob.glob(os.path.join(base, "nvidia", "**", "include", "nccl.h"), recursive=True))
+    if hits:
+        print(os.path.dirname(os.path.dirname(hits[0])))
+        break
+EOF
+  )
   pybind=$("$py" -m pybind11 --cmakedir)
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHORUS_WITH_NCCL=ON \
     -DCMAKE_PREFIX_PATH="$deps" -DOPENSSL_ROOT_DIR="$deps" \
     -DDLPACK_INCLUDE_DIR="$deps/include" -DPython3_EXECUTABLE="$py" -Dpybind11_DIR="$pybind" \
     -DCMAKE_CXX_FLAGS="-isystem $deps/include/x86_64-linux-gnu" \
     ${nccl_root:+-DCHORUS_NCCL_ROOT="$nccl_root"}
 }
 
+# Everything issue 18 asks a GPU to show, in one device call of SECS seconds: the probe, the build
+# (only the targets the GPU checks need), the C++ GPU tests, the seed example, the Python grid's GPU
+# kinds, the killed rank, the benches, then (if time is left) 1 and 3 ranks and the torch backend.
+# The built binaries come back in $OUT/build-gpu.tar.gz, to carry into a later call.
+run_all() {
+  export CHORUS_TIMEOUT=30 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+  deadline=$((SECONDS + ${1:?seconds}))
+  local py_env=(env PYTHONPATH="$build/python" CHORUS_TEST_SHARED_GPU=1)
+  local grid=(-m pytest -q -p no:cacheprovider --maxfail=8 -k "cuda or cupy" tests/python)
+  {
+    pwd; nvidia-smi; nvcc --version | tail -2; command -v mpirun g++; g++ --version | head -1
+    "$py" -c 'import torch, nvidia.nccl as n; print(torch.__version__, torch.version.cuda,
+torch.cuda.nccl.version(), list(n.__path__))'
+    "$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])'
+    ls "$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h"
+    timeout 20 find /usr /opt \( -name 'nccl.h' -o -name 'libnccl.so*' \) 2>/dev/null | head
+  } >"$out/machine.txt" 2>&1
+  budgeted configure 120 30 configure || return
+  budgeted build 300 60 cmake --build "$build" -j"$(nproc)" --target chorus _chorus chorusrun \
+    nccl_tests chorus-bench || return
+  grep -E "chorus:" "$out/logs/configure.log" | tee -a "$out/summary.txt"
+  (cd "$root" && tar -czf "$out/build-gpu.tar.gz" build-gpu/lib/libchorus.so* build-gpu/bin \
+    build-gpu/python/chorus)
+  budgeted nccl_tests 100 20 "$build/bin/nccl_tests"
+  budgeted example 45 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    examples/python/allreduce.py --device cuda
+  budgeted killed_rank 40 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    tests/python/scripts/cuda_killed_rank.py
+  budgeted bench_np1_overhead 40 15 "$build/bin/chorusrun" -np 1 "$build/bin/chorus-bench" \
+    --device cuda --compare nccl --op allreduce --max 1K --iters 200 --repeats 5
+  budgeted python_np2 200 40 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${grid[@]}"
+  budgeted bench_np2 90 20 "$build/bin/chorusrun" -np 2 "$build/bin/chorus-bench" --device cuda \
+    --compare nccl --op all --max 64M --check --repeats 3 --csv "$out/bench_np2.csv"
+  budgeted torch_bench_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    bench/gpu_allreduce.py --max 64M --repeats 3 --csv "$out/torch_np2.csv"
+  budgeted python_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" "${grid[@]}"
+  budgeted python_np3 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" "${grid[@]}"
+  budgeted build_c10d 120 30 cmake --build "$build" -j"$(nproc)" --target _c10d
+}
+
 case ${1:-} in
+  all)
+    run_all "${2:-480}"
+    ;;
   build)
     { nvidia-smi; "$py" -c 'import torch; print(torch.__version__, torch.version.cuda,
 torch.cuda.nccl.version())'; } >"$out/machine.txt" 2>&1
@@ -85,7 +155,7 @@ torch.cuda.nccl.version())'; } >"$out/machine.txt" 2>&1
       bench/gpu_allreduce.py --max 64M --repeats 5 --csv "$out/torch_np2.csv"
     ;;
   *)
-    echo "usage: $0 build | cpp | python N | bench" >&2
+    echo "usage: $0 all SECS | build | cpp | python N | bench" >&2
     exit 2
     ;;
 esac
