@@ -121,8 +121,12 @@ std::optional<long> exactInt(py::handle object) {
 // operations.cc) and read straight from the enum instance found there; nullopt for anything else.
 std::optional<ReduceOp> reduceOpOf(py::handle op) {
   static const py::detail::type_info* const type = py::detail::get_type_info(typeid(ReduceOp));
+  // (Through the type_info, not py::type::of<ReduceOp>: pybind11 3 casts enums with a caster of
+  // their own, which py::type::of refuses at compile time.)
   static PyObject* const members =  // kept for the life of the process, like the module
-      py::object(py::type::of<ReduceOp>().attr("__members__")).release().ptr();
+      py::object(py::handle(reinterpret_cast<PyObject*>(type->type)).attr("__members__"))
+          .release()
+          .ptr();
   if (!PyUnicode_Check(op.ptr()))
     return std::nullopt;
   PyObject* found = PyDict_GetItemWithError(members, op.ptr());  // borrowed
