@@ -108,7 +108,11 @@ torch.cuda.nccl.version(), list(n.__path__))'
   grep -E "chorus:" "$out/logs/configure.log" | tee -a "$out/summary.txt"
   (cd "$root" && tar -czf "$out/build-gpu.tar.gz" build-gpu/lib/libchorus.so* build-gpu/bin \
     build-gpu/python/chorus)
-  budgeted nccl_tests 100 20 "$build/bin/nccl_tests"
+  [ -n "${GPU_PROBE:-}" ] && budgeted probe 150 30 bash "$GPU_PROBE"
+  # Through ctest, each test in a process of its own: a CUDA call in the parent process (the host
+  # tests make some) leaves CUDA unusable in the ranks that the GPU tests fork.
+  budgeted nccl_tests 120 20 ctest --test-dir "$build" -R '^(Nccl|CommunicatorGpu)' -j4 \
+    --timeout 100 --output-on-failure
   budgeted example 45 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     examples/python/allreduce.py --device cuda
   budgeted killed_rank 40 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \

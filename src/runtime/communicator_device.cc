@@ -44,7 +44,9 @@ int deviceOf(std::initializer_list<const Tensor*> tensors, std::string_view op, 
     if (tensor == nullptr)
       continue;
     if (tensor->device().isCpu()) {
-      host = host || tensor->numel() > 0 || tensor->data() != nullptr;
+      // A tensor with no data is an absent one (a non-root's output, say: Tensor(), whose
+      // numel is 1 as a scalar's), not a host tensor.
+      host = host || tensor->data() != nullptr;
       continue;
     }
     CHORUS_CHECK_ARG(device < 0 || device == tensor->device().index, "rank ", rank,
