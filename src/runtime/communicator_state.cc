@@ -465,8 +465,13 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
     std::shared_ptr<backend::DeviceCompletion> completion = backend->recordEnd();
     std::shared_ptr<Work> check = checkOnHost(fingerprint);
     watchdog_->watch(completion, check, fingerprint, call.deadline, ticket);
+    auto explain = [store = resources_.store, rank = info_.worldRank,
+                    fingerprint](std::exception_ptr seen) {
+      return nameFailedRank(seen, store.get(), rank, fingerprint,
+                            Deadline::after(DeviceWatchdog::kRecordGrace));
+    };
     return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, std::move(completion),
-                                        nullptr, std::move(check));
+                                        nullptr, std::move(check), std::move(explain));
   } catch (const UnsupportedError&) {
     throw;  // the backend refused the arguments (a reduction NCCL lacks) before sending anything
   } catch (const InvalidArgumentError&) {

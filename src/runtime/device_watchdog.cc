@@ -8,15 +8,48 @@
 namespace chorus::detail {
 namespace {
 
-// How long an NCCL error waits for the launcher's record of a death, which usually explains it
-// (NCCL sees a closed socket a few milliseconds before chorusrun reaps the dead rank).
-constexpr std::chrono::milliseconds kRecordGrace{1000};
-
 bool checkPassed(const std::shared_ptr<Work>& check) {
   return check == nullptr || (check->isCompleted() && check->exception() == nullptr);
 }
 
+// Whether `error` already says what went wrong and who is to blame.
+bool explained(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerError& e) {
+    return e.peerRank() >= 0;
+  } catch (const MismatchError&) {
+    return true;
+  } catch (const TimeoutError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace
+
+std::exception_ptr nameFailedRank(std::exception_ptr seen,
+                                  store::Store* jobStore,
+                                  int worldRank,
+                                  const Fingerprint& fingerprint,
+                                  Deadline wait) {
+  if (jobStore == nullptr || explained(seen))
+    return seen;
+  std::optional<store::RankFailure> record;
+  try {
+    record = store::recordedRankFailure(*jobStore, wait);
+  } catch (const Error&) {
+    return seen;  // no store to ask (the launcher is gone)
+  }
+  if (!record)
+    return seen;
+  return std::make_exception_ptr(
+      PeerError(concat("rank ", worldRank, " (this process): ", record->what,
+                       " (chorusrun saw it) while this rank's ", fingerprint.describe(),
+                       " was running on the GPU; this communicator was aborted"),
+                record->rank));
+}
 
 DeviceWatchdog::DeviceWatchdog(int worldRank, std::shared_ptr<store::Store> jobStore, Fail fail)
     : worldRank_(worldRank), jobStore_(std::move(jobStore)), fail_(std::move(fail)) {
@@ -91,24 +124,17 @@ std::exception_ptr DeviceWatchdog::inspect(bool readStore) {
     try {
       ended = oldest.completion->isCompleted();
     } catch (...) {
-      std::exception_ptr seen = std::current_exception();
-      try {
-        std::rethrow_exception(seen);
-      } catch (const PeerError&) {
-        return seen;  // chorus's own verdicts (an abort, a failed check): already explained
-      } catch (const MismatchError&) {
-        return seen;
-      } catch (const TimeoutError&) {
-        return seen;
-      } catch (...) {
-      }
-      // NCCL's or CUDA's own error: often a peer's death, which the launcher names.
-      std::exception_ptr named = launcherRecord(oldest, Deadline::after(kRecordGrace));
-      return named ? named : seen;
+      // NCCL's or CUDA's own error is often a peer's death, which the launcher names.
+      return nameFailedRank(std::current_exception(), jobStore_.get(), worldRank_,
+                            oldest.fingerprint, Deadline::after(kRecordGrace));
     }
     if (!ended) {
       if (readStore) {
-        if (std::exception_ptr named = launcherRecord(oldest, Deadline::after({})))
+        // A rank that died where no connection of this process closes: only the launcher saw it.
+        std::exception_ptr unnamed = std::make_exception_ptr(PeerError("", -1));
+        std::exception_ptr named = nameFailedRank(unnamed, jobStore_.get(), worldRank_,
+                                                  oldest.fingerprint, Deadline::after({}));
+        if (named != unnamed)
           return named;
       }
       if (oldest.deadline.expired() && checkPassed(oldest.check))
@@ -120,24 +146,6 @@ std::exception_ptr DeviceWatchdog::inspect(bool readStore) {
     if (!watched_.empty() && watched_.front().completion == oldest.completion)
       watched_.pop_front();
   }
-}
-
-std::exception_ptr DeviceWatchdog::launcherRecord(const Watched& oldest, Deadline wait) {
-  if (jobStore_ == nullptr)
-    return nullptr;
-  std::optional<store::RankFailure> record;
-  try {
-    record = store::recordedRankFailure(*jobStore_, wait);
-  } catch (const Error&) {
-    return nullptr;  // no store to ask (the launcher is gone): the other checks still run
-  }
-  if (!record)
-    return nullptr;
-  return std::make_exception_ptr(
-      PeerError(concat("rank ", worldRank_, " (this process): ", record->what,
-                       " (chorusrun saw it) while this rank's ", oldest.fingerprint.describe(),
-                       " was running on the GPU; this communicator was aborted"),
-                record->rank));
 }
 
 std::exception_ptr DeviceWatchdog::timedOut(const Watched& oldest) const {

@@ -39,8 +39,22 @@
 
 namespace chorus::detail {
 
+// `seen`, a failure of this rank's device work, named after the launcher's record of a failed
+// rank (store/rank_failure.h), waiting for one until `wait`, unless it is chorus's own verdict
+// already (a MismatchError, a TimeoutError, or a PeerError that names its rank) or `jobStore` is
+// null: NCCL reports a peer's death as a remote error that names nobody, as soon as its socket
+// closes, a few milliseconds before chorusrun has reaped the rank and recorded it. `seen` itself
+// when nothing names it.
+std::exception_ptr nameFailedRank(std::exception_ptr seen,
+                                  store::Store* jobStore,
+                                  int worldRank,
+                                  const Fingerprint& fingerprint,
+                                  Deadline wait);
+
 class DeviceWatchdog {
  public:
+  // How long a device failure that names nobody waits for the launcher's record of a death.
+  static constexpr std::chrono::milliseconds kRecordGrace{1000};
   static constexpr std::chrono::milliseconds kPollInterval{20};
   static constexpr std::chrono::milliseconds kStoreInterval{250};
 
@@ -74,9 +88,6 @@ class DeviceWatchdog {
   void run();
   // One round: drops what ended; the failure found, if any.
   std::exception_ptr inspect(bool readStore);
-  // The launcher's record of a dead rank (waiting for one until `wait`) as this rank's
-  // PeerError, or null.
-  std::exception_ptr launcherRecord(const Watched& oldest, Deadline wait);
   std::exception_ptr timedOut(const Watched& oldest) const;
 
   const int worldRank_;

@@ -10,11 +10,13 @@ DeviceWork::DeviceWork(int worldRank,
                        const Fingerprint& fingerprint,
                        std::shared_ptr<backend::DeviceCompletion> completion,
                        std::exception_ptr error,
-                       std::shared_ptr<Work> check)
+                       std::shared_ptr<Work> check,
+                       Explain explain)
     : worldRank_(worldRank),
       fingerprint_(fingerprint),
       completion_(std::move(completion)),
-      check_(std::move(check)) {
+      check_(std::move(check)),
+      explain_(std::move(explain)) {
   if (error || completion_ == nullptr)
     finish(error);
 }
@@ -61,8 +63,10 @@ void DeviceWork::synchronize(Deadline deadline) {
       if (check_ != nullptr)
         check_->wait();  // the check keeps its own deadline
     } catch (...) {
-      finish(std::current_exception());
-      throw;
+      std::exception_ptr error =
+          explain_ ? explain_(std::current_exception()) : std::current_exception();
+      finish(error);
+      std::rethrow_exception(error);
     }
   }
   wait();  // completes the Work (orders the current stream, a no-op after the host wait)

@@ -3,9 +3,11 @@
 // communicator_state.h): wait() orders the waiting thread's current stream after the collective
 // and completes, without waiting for the check (a check that already failed is raised);
 // isCompleted() is true once both the device and the check are done; synchronize() waits for both
-// on the host. A failure seen by any of them completes the Work with that error.
+// on the host. A failure seen by any of them completes the Work with that error (a host wait
+// first asks `explain` whom to blame: NCCL names no dead peer, the launcher does).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -18,13 +20,17 @@ namespace chorus::detail {
 
 class DeviceWork final : public Work {
  public:
+  // What a host wait raises for a failure it saw (nameFailedRank in device_watchdog.h).
+  using Explain = std::function<std::exception_ptr(std::exception_ptr seen)>;
+
   // `completion` null: a Work that failed before anything was enqueued, with `error`. `check`:
-  // the call's host check, or null when it has none.
+  // the call's host check, or null when it has none. `explain`: none raises what was seen.
   DeviceWork(int worldRank,
              const Fingerprint& fingerprint,
              std::shared_ptr<backend::DeviceCompletion> completion,
              std::exception_ptr error = nullptr,
-             std::shared_ptr<Work> check = nullptr);
+             std::shared_ptr<Work> check = nullptr,
+             Explain explain = {});
 
   bool isCompleted() const override;
   // Blocks the host until the collective ended on the device and its check passed, or `deadline`
@@ -45,6 +51,7 @@ class DeviceWork final : public Work {
 
   const std::shared_ptr<backend::DeviceCompletion> completion_;
   const std::shared_ptr<Work> check_;
+  const Explain explain_;
 };
 
 }  // namespace chorus::detail

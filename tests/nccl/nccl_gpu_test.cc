@@ -199,11 +199,20 @@ TEST(NcclGpu, ARankThatNeverCallsIsATimeoutNotAHang) {
       return;
     }
     DeviceArray<float> data(1024);
-    device.startAfter(0);
-    device.allreduce(callOf(Collective::kAllreduce),
-                     {data.get(), data.get(), 1024, DataType::kFloat32, ReduceOp::kSum});
+    // The first collective connects the ranks (NCCL connects at run time), and NCCL's enqueue
+    // waits there for rank 1 (seen on an H200, NCCL 2.28): the enqueue's own deadline must end it
+    // then, else the wait on the device does.
+    DeviceCallContext call = callOf(Collective::kAllreduce);
+    call.deadline = Deadline::after(2s);
     const auto start = std::chrono::steady_clock::now();
-    EXPECT_THROW(device.recordEnd()->synchronize(Deadline::after(2s)), TimeoutError);
+    EXPECT_THROW(
+        {
+          device.startAfter(0);
+          device.allreduce(call,
+                           {data.get(), data.get(), 1024, DataType::kFloat32, ReduceOp::kSum});
+          device.recordEnd()->synchronize(Deadline::after(2s));
+        },
+        TimeoutError);
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
     // The failure latches: the next call says the same.
     EXPECT_THROW(device.startAfter(0), TimeoutError);

@@ -67,7 +67,11 @@ def kind_dtype_cases(dtypes=None, kinds=KINDS):
 
 
 def case_id(case):
-    return "-".join(str(part) for part in case)
+    """A test id: pytest passes a multi-name parametrization's values one at a time (a kind, a
+    dtype), and a single name's tuples whole."""
+    if isinstance(case, (tuple, list)):
+        return "-".join(str(part) for part in case)
+    return str(case)
 
 
 def op_valid(op, dtype, kind="numpy"):

@@ -127,3 +127,10 @@ def test_config_device_defaults_to_the_local_gpu_and_reads_chorus_device():
     bad = subprocess.run([sys.executable, "-c", read], env={**env, "CHORUS_DEVICE": "gpu1"},
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "CHORUS_DEVICE must be 'cpu' or 'cuda:N'" in bad.stderr
+
+
+def test_gpu_backend_says_whether_the_build_has_nccl():
+    built = os.environ.get("CHORUS_TEST_WITH_NCCL")  # the build's CHORUS_WITH_NCCL, set by ctest
+    if built is None:
+        pytest.skip("run outside ctest: the build's CHORUS_WITH_NCCL is unknown here")
+    assert chorus._chorus.gpu_backend == (built.upper() in ("ON", "1", "TRUE", "YES")), built

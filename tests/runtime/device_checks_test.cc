@@ -161,6 +161,16 @@ TEST_F(DeviceChecks, MatchingCallsPassTheirChecks) {
   });
 }
 
+// A non-root's reduce writes no output: its absent one (Tensor()) is not a host tensor mixed in.
+TEST_F(DeviceChecks, ANonRootsReduceOfCudaTensorsNeedsNoOutput) {
+  runRanks(2, [](Communicator& comm) {
+    std::vector<float> values(6, 1.0f);
+    auto work = comm.reduce(onFakeGpu(values), 0, ReduceOp::kSum);
+    dynamic_cast<detail::DeviceWork&>(*work).synchronize(Deadline::after(std::chrono::seconds(20)));
+    EXPECT_EQ(work->exception(), nullptr);
+  });
+}
+
 TEST_F(DeviceChecks, GroupsOfACommunicatorOnTheGpuSplitItsDeviceBackend) {
   // Ranks are processes, so each one's counters are its own.
   auto statuses = testing::forkRanks(4, [](Communicator& comm) {

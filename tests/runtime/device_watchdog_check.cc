@@ -4,7 +4,13 @@
 // standing in for an NCCL kernel that waits for the dead rank) never ends on its own. The
 // watchdog must read chorusrun's record of the death and fail rank 0's wait with a PeerError
 // naming rank 1 well within chorusrun's failure grace (3 s), after which rank 0 would be killed.
+//
+// With the argument "nccl-notice", rank 0's device work instead fails at once, as NCCL's does when
+// the dead rank's socket closes: a PeerError naming nobody, usually before chorusrun has reaped
+// the rank. The host wait must still name rank 1, from chorusrun's record (device_watchdog_nccl_
+// notice; on a GPU, python_cuda_killed_rank_np2 saw NCCL's error first, naming rank -1).
 #include <signal.h>
+#include <string.h>
 
 #include <chrono>
 #include <cstdio>
@@ -14,7 +20,8 @@
 #include "fake_device_backend.h"
 #include "runtime/device_work.h"
 
-int main() {
+int main(int argc, char** argv) {
+  const bool ncclNotice = argc > 1 && strcmp(argv[1], "nccl-notice") == 0;
   chorus::testing::installFakeDeviceBackend();
   chorus::testing::setFakeDeviceHangs(true);
   auto comm = chorus::DistContext::get().communicator();
@@ -29,6 +36,8 @@ int main() {
     raise(SIGKILL);
   }
   comm->send(chorus::Tensor(byte.data(), chorus::DataType::kUInt8, {1}), 1)->wait();
+  if (ncclNotice)
+    chorus::testing::setFakeDevicePeerGone(true);
   const auto start = std::chrono::steady_clock::now();
   try {
     dynamic_cast<chorus::detail::DeviceWork&>(*work).synchronize(

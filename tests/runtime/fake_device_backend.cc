@@ -17,6 +17,7 @@ namespace chorus::testing {
 namespace {
 
 std::atomic<bool> hangs{false};
+std::atomic<bool> peerGone{false};
 std::atomic<int> calls{0};
 std::atomic<int> made{0};
 std::atomic<int> splits{0};
@@ -38,6 +39,8 @@ class FakeCompletion final : public backend::DeviceCompletion {
       : state_(std::move(state)), ends_(ends) {}
   bool isCompleted() override {
     state_->throwIfFailed();
+    if (peerGone.load())  // as NCCL says it: a closed socket, no rank named
+      throw PeerError("fake NCCL: remote process exited or there was a network error", -1);
     return ends_;
   }
   void orderBefore(backend::StreamHandle) override { state_->throwIfFailed(); }
@@ -158,6 +161,7 @@ std::unique_ptr<backend::Backend> makeFake(const backend::BackendOptions& option
 
 void installFakeDeviceBackend() { backend::setDeviceBackendMakerForTesting(&makeFake); }
 void setFakeDeviceHangs(bool value) { hangs.store(value); }
+void setFakeDevicePeerGone(bool value) { peerGone.store(value); }
 int fakeDeviceCalls() { return calls.load(); }
 int fakeDeviceBackendsMade() { return made.load(); }
 int fakeDeviceSplits() { return splits.load(); }

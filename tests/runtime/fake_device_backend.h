@@ -15,6 +15,9 @@ namespace chorus::testing {
 void installFakeDeviceBackend();
 // Whether the work of later calls never ends on its own (until an abort); per process.
 void setFakeDeviceHangs(bool hangs);
+// Whether every completion now fails as NCCL's does once a peer's socket closes: a PeerError that
+// names no rank. Per process.
+void setFakeDevicePeerGone(bool gone);
 // Device collectives the fakes of this process were given.
 int fakeDeviceCalls();
 // Fakes made through createDeviceBackend (a rendezvous), and split() calls, in this process.
