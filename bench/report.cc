@@ -39,6 +39,20 @@ double speedupOf(const Measurement& chorus, const Measurement& reference) {
   return chorus.seconds > 0.0 ? reference.seconds / chorus.seconds : 0.0;
 }
 
+// `text` as one CSV field: quoted (inner quotes doubled) when it holds a comma or a quote, as the
+// GPU backend's description does ("nccl (CUDA tensors, cuda:0 on rank 0)").
+std::string csvField(const std::string& text) {
+  if (text.find_first_of(",\"") == std::string::npos)
+    return text;
+  std::string quoted = "\"";
+  for (char c : text) {
+    quoted += c;
+    if (c == '"')
+      quoted += '"';
+  }
+  return quoted + '"';
+}
+
 }  // namespace
 
 Measurement measurementOf(double seconds, const Shape& shape, double busBwFactor) {
@@ -147,9 +161,10 @@ void Report::writeCsvRow(const Shape& shape,
                std::string(c.name).c_str(), table_.ranks,
                std::string(toString(options_.dtype)).c_str(),
                c.reduces ? std::string(toString(options_.reduceOp)).c_str() : "",
-               c.rooted ? options_.root : -1, table_.backend.c_str(), table_.reference.c_str(),
-               static_cast<long long>(shape.bytes), static_cast<long long>(shape.count),
-               chorus.seconds * 1e6, chorus.algBw, chorus.busBw, wrong.c_str());
+               c.rooted ? options_.root : -1, csvField(table_.backend).c_str(),
+               csvField(table_.reference).c_str(), static_cast<long long>(shape.bytes),
+               static_cast<long long>(shape.count), chorus.seconds * 1e6, chorus.algBw,
+               chorus.busBw, wrong.c_str());
   if (reference) {
     std::string referenceWrong = options_.check ? std::to_string(reference->wrong) : "";
     std::fprintf(csv_, ",%.3f,%.6f,%.6f,%s,%.4f\n", reference->seconds * 1e6, reference->algBw,
