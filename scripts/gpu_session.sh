@@ -108,7 +108,7 @@ torch.cuda.nccl.version(), list(n.__path__))'
   budgeted configure 120 30 configure || return
   # -k 0: a target that fails to build leaves the others to build and run.
   budgeted build 300 60 cmake --build "$build" -j"$(nproc)" --target chorus _chorus chorusrun \
-    nccl_tests chorus-bench -- -k 0
+    nccl_tests chorus-bench chorus-device-call-cost -- -k 0
   grep -E "chorus:" "$out/logs/configure.log" | tee -a "$out/summary.txt"
   (cd "$root" && tar -czf "$out/build-gpu.tar.gz" build-gpu/lib/libchorus.so* build-gpu/bin \
     build-gpu/python/chorus)
@@ -126,6 +126,10 @@ torch.cuda.nccl.version(), list(n.__path__))'
     tests/python/scripts/cuda_killed_rank.py
   budgeted bench_np1_overhead 40 15 "$build/bin/chorusrun" -np 1 "$build/bin/chorus-bench" \
     --device cuda --compare nccl --op allreduce --max 1K --iters 200 --repeats 5
+  budgeted device_call_cost 40 15 "$build/bin/chorusrun" -np 1 \
+    "$build/bin/chorus-device-call-cost" 2000
+  budgeted python_call_cost 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" \
+    bench/gpu_call_cost.py
   budgeted python_np2 200 40 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${grid[@]}"
   budgeted torch_bench_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     bench/gpu_allreduce.py --max 64M --repeats 3 --csv "$out/torch_np2.csv"
