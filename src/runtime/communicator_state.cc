@@ -451,19 +451,25 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
     return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, earlier);
   try {
     const backend::DeviceCallContext call{fingerprint, Deadline::after(timeout)};
+    // The host check starts first (on the worker thread; nothing here waits for it): NCCL
+    // connects a rank's peers during its first collectives, and its enqueue then waits for a peer
+    // that never calls. The check, which names that peer after CHORUS_TIMEOUT, fails the
+    // communicator and so aborts the enqueue; the enqueue's own deadline is later, so that it is
+    // the check that explains (Note [Device fingerprint check]).
+    std::shared_ptr<Work> check = checkOnHost(fingerprint);
+    const backend::DeviceCallContext enqueueCall{fingerprint, Deadline::after(2 * timeout)};
     backend->startAfter(currentStream());
     // Recorded from its enqueue to the completion the watchdog sees (Note [Flight recorder]).
     const trace::Ticket ticket =
         trace::beginOperation(traceGroup_, fingerprint, bytesOf(fingerprint),
                               nanoseconds(coarseNow()), trace::kDeviceBit);
     try {
-      body(*backend, call);
+      body(*backend, enqueueCall);
     } catch (...) {
       trace::end(ticket, /*failed=*/true);
       throw;
     }
     std::shared_ptr<backend::DeviceCompletion> completion = backend->recordEnd();
-    std::shared_ptr<Work> check = checkOnHost(fingerprint);
     watchdog_->watch(completion, check, fingerprint, call.deadline, ticket);
     auto explain = [store = resources_.store, rank = info_.worldRank,
                     fingerprint](std::exception_ptr seen) {
@@ -494,7 +500,10 @@ std::shared_ptr<Work> CommunicatorState::checkOnHost(const Fingerprint& fingerpr
 std::shared_ptr<Work> CommunicatorState::failDevice(const Fingerprint& fingerprint,
                                                     std::exception_ptr error) {
   failWith(error);  // peers must hear of it: they are entering the same collective
-  return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, inContext(error));
+  // The communicator's first failure, which may be what ended this call and explains it better
+  // (a check that named an absent rank, which aborted an enqueue waiting for that rank).
+  std::lock_guard lock(mutex_);
+  return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, failure_);
 }
 
 void CommunicatorState::failWith(std::exception_ptr error) noexcept {

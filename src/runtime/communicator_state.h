@@ -71,10 +71,13 @@ backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
 // It ends in a MismatchError naming the field when the calls differ, a TimeoutError naming the
 // ranks that never called, or a PeerError naming a dead one; any of them fails the communicator,
 // which aborts the NCCL communicator, so a mismatched kernel ends instead of hanging, and every
-// later call and wait raises the error. A blocking call returns before its check finished: a
-// mismatch is raised by a later call, by synchronize(), or by wait() of a later Work. Point-to-
-// point calls are not checked (no collective to join), nor are communicators of one rank or with
-// no host backend (backend 'nccl' named on its own). Cost: one host barrier per device
+// later call and wait raises the error. The check is queued before the device work: NCCL may
+// wait inside the enqueue (connecting peers at a first collective) for a rank that never calls,
+// and the check's failure then aborts that wait, with the check's error, which names the rank
+// (the enqueue's own deadline is twice CHORUS_TIMEOUT). A blocking call returns before its check
+// finished: a mismatch is raised by a later call, by synchronize(), or by wait() of a later Work.
+// Point-to- point calls are not checked (no collective to join), nor are communicators of one rank
+// or with no host backend (backend 'nccl' named on its own). Cost: one host barrier per device
 // collective, off the caller's thread.
 
 // Note [Point-to-point overlap]

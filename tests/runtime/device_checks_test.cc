@@ -41,7 +41,10 @@ class DeviceChecks : public ::testing::Test {
     testing::installFakeDeviceBackend();
     testing::setFakeDeviceHangs(false);
   }
-  void TearDown() override { testing::setFakeDeviceHangs(false); }
+  void TearDown() override {
+    testing::setFakeDeviceHangs(false);
+    testing::setFakeDeviceConnectWaits(false);
+  }
 };
 
 TEST_F(DeviceChecks, MismatchedCallsAreAMismatchErrorOnEveryRank) {
@@ -111,6 +114,38 @@ TEST_F(DeviceChecks, ARankThatNeverCallsIsNamedAfterTheTimeout) {
           EXPECT_EQ(e.missingRanks(), std::vector<int>{1}) << e.what();
           EXPECT_TRUE(mentions(e, "allreduce")) << e.what();
         }
+        rankZeroDone.set_value();
+      },
+      options);
+}
+
+// NCCL connects a rank's peers during its first collectives, and its enqueue waits there for a
+// peer that never calls (seen on an H200, NCCL 2.28). The call must still end, after the timeout,
+// with the host check's TimeoutError naming the absent rank, not NCCL's error naming nobody.
+TEST_F(DeviceChecks, AnEnqueueWaitingForAnAbsentRankEndsNamingIt) {
+  RankOptions options;
+  options.timeout = std::chrono::milliseconds(1500);
+  testing::setFakeDeviceConnectWaits(true);
+  std::promise<void> rankZeroDone;
+  auto done = rankZeroDone.get_future().share();
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          done.wait();  // alive, but never calls
+          return;
+        }
+        std::vector<float> values(4, 1.0f);
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          comm.allreduce(onFakeGpu(values))->wait();
+          ADD_FAILURE() << "rank 0's allreduce ended without rank 1";
+        } catch (const TimeoutError& e) {
+          EXPECT_EQ(e.missingRanks(), std::vector<int>{1}) << e.what();
+        } catch (const Error& e) {
+          ADD_FAILURE() << "not the check's TimeoutError: " << e.what();
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2900));
         rankZeroDone.set_value();
       },
       options);

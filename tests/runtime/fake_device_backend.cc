@@ -18,6 +18,7 @@ namespace {
 
 std::atomic<bool> hangs{false};
 std::atomic<bool> peerGone{false};
+std::atomic<bool> connectWaits{false};
 std::atomic<int> calls{0};
 std::atomic<int> made{0};
 std::atomic<int> splits{0};
@@ -87,19 +88,21 @@ class FakeDeviceBackend final : public backend::Backend, public backend::DeviceB
   int cudaDevice() const override { return device_; }
   backend::StreamHandle stream() const override { return 0; }
   void startAfter(backend::StreamHandle) override { state_->throwIfFailed(); }
-  void allreduce(const backend::DeviceCallContext&, const AllreduceArgs&) override { count(); }
-  void reduceScatter(const backend::DeviceCallContext&, const ReduceScatterArgs&) override {
-    count();
+  void allreduce(const backend::DeviceCallContext& c, const AllreduceArgs&) override { count(c); }
+  void reduceScatter(const backend::DeviceCallContext& c, const ReduceScatterArgs&) override {
+    count(c);
   }
-  void allgather(const backend::DeviceCallContext&, const AllgatherArgs&) override { count(); }
-  void broadcast(const backend::DeviceCallContext&, const BroadcastArgs&) override { count(); }
-  void reduce(const backend::DeviceCallContext&, const ReduceArgs&) override { count(); }
-  void gather(const backend::DeviceCallContext&, const GatherArgs&) override { count(); }
-  void scatter(const backend::DeviceCallContext&, const ScatterArgs&) override { count(); }
-  void allToAll(const backend::DeviceCallContext&, const AllToAllArgs&) override { count(); }
-  void barrier(const backend::DeviceCallContext&) override { count(); }
-  void send(const backend::DeviceCallContext&, const void*, size_t, int, int) override { count(); }
-  void recv(const backend::DeviceCallContext&, void*, size_t, int, int) override { count(); }
+  void allgather(const backend::DeviceCallContext& c, const AllgatherArgs&) override { count(c); }
+  void broadcast(const backend::DeviceCallContext& c, const BroadcastArgs&) override { count(c); }
+  void reduce(const backend::DeviceCallContext& c, const ReduceArgs&) override { count(c); }
+  void gather(const backend::DeviceCallContext& c, const GatherArgs&) override { count(c); }
+  void scatter(const backend::DeviceCallContext& c, const ScatterArgs&) override { count(c); }
+  void allToAll(const backend::DeviceCallContext& c, const AllToAllArgs&) override { count(c); }
+  void barrier(const backend::DeviceCallContext& c) override { count(c); }
+  void send(const backend::DeviceCallContext& c, const void*, size_t, int, int) override {
+    count(c);
+  }
+  void recv(const backend::DeviceCallContext& c, void*, size_t, int, int) override { count(c); }
   void copy(void* to, const void* from, size_t bytes) override {
     if (bytes > 0 && to != from)
       std::memmove(to, from, bytes);
@@ -140,8 +143,20 @@ class FakeDeviceBackend final : public backend::Backend, public backend::DeviceB
   [[noreturn]] static void refuse() {
     throw UnsupportedError("the fake device backend takes no host-memory calls");
   }
-  void count() {
+  void count(const backend::DeviceCallContext& call) {
     state_->throwIfFailed();
+    // As NCCL's enqueue connecting to a peer that never calls: it waits until the communicator
+    // is aborted (then fails as NCCL does, naming nobody) or the call's deadline passes.
+    while (connectWaits.load()) {
+      {
+        std::lock_guard lock(state_->mutex);
+        if (state_->failure)
+          throw Error("fake NCCL: the communicator was aborted");
+      }
+      if (call.deadline.expired())
+        throw TimeoutError("fake NCCL: the enqueue did not finish by the deadline");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     ++calls;
   }
 
@@ -162,6 +177,7 @@ std::unique_ptr<backend::Backend> makeFake(const backend::BackendOptions& option
 void installFakeDeviceBackend() { backend::setDeviceBackendMakerForTesting(&makeFake); }
 void setFakeDeviceHangs(bool value) { hangs.store(value); }
 void setFakeDevicePeerGone(bool value) { peerGone.store(value); }
+void setFakeDeviceConnectWaits(bool value) { connectWaits.store(value); }
 int fakeDeviceCalls() { return calls.load(); }
 int fakeDeviceBackendsMade() { return made.load(); }
 int fakeDeviceSplits() { return splits.load(); }

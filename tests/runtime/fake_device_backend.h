@@ -18,6 +18,9 @@ void setFakeDeviceHangs(bool hangs);
 // Whether every completion now fails as NCCL's does once a peer's socket closes: a PeerError that
 // names no rank. Per process.
 void setFakeDevicePeerGone(bool gone);
+// Whether later enqueues wait, as NCCL's does while it connects a first collective's peers, until
+// the backend is aborted or the call's deadline passes. Per process.
+void setFakeDeviceConnectWaits(bool waits);
 // Device collectives the fakes of this process were given.
 int fakeDeviceCalls();
 // Fakes made through createDeviceBackend (a rendezvous), and split() calls, in this process.
