@@ -119,7 +119,7 @@ torch.cuda.nccl.version(), list(n.__path__))'
   budgeted nccl_tests 120 20 bash -c "$build/bin/nccl_tests --gtest_list_tests |
     awk '/^[A-Za-z]/ {suite = \$1} /^  / {print suite \$1}' | grep -E '^(NcclGpu|CommunicatorGpu)' |
     xargs -P4 -I{} sh -c '$build/bin/nccl_tests --gtest_filter={} >/tmp/gpu-test-{}.log 2>&1 &&
-      echo PASSED {} || { echo FAILED {}; tail -n 30 /tmp/gpu-test-{}.log; }'"
+      echo PASSED {} || { echo FAILED {}; tail -n 30 /tmp/gpu-test-{}.log; exit 1; }'"
   budgeted example 45 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     examples/python/allreduce.py --device cuda
   budgeted killed_rank 40 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \

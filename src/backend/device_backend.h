@@ -66,6 +66,10 @@ class DeviceBackend {
   // The backend's own stream, where its work runs (for DLPack's __dlpack__(stream=...)).
   virtual StreamHandle stream() const = 0;
 
+  // Refuses (UnsupportedError), from its fingerprint alone, a call this backend cannot run (a
+  // reduction the device lacks), before the call is checked across ranks or enqueued: such a
+  // refusal, the same on every rank, leaves the communicator working. Default: refuses nothing.
+  virtual void checkSupported(const Fingerprint& fingerprint) const { (void)fingerprint; }
   virtual void startAfter(StreamHandle callerStream) = 0;
   // As Backend's methods, but enqueued. allreduce takes ReduceOp::kAvg itself, and float16 /
   // bfloat16 arrive unwidened: the device reduces them.

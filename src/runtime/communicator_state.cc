@@ -425,12 +425,14 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
     if (failure_)  // a failed communicator makes no device backend
       return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, failure_);
   }
-  // A build or a process that cannot run CUDA collectives at all (UnsupportedError), or a tensor
-  // on another GPU than the communicator's (InvalidArgumentError), is refused here like bad input:
-  // thrown at the call, before anything is numbered or sent, and the communicator still works.
+  // A build or a process that cannot run CUDA collectives at all (UnsupportedError), a reduction
+  // the device lacks (checkSupported), or a tensor on another GPU than the communicator's
+  // (InvalidArgumentError), is refused here like bad input: thrown at the call, before anything
+  // is numbered or queued, and the communicator still works.
   backend::DeviceBackend* backend = nullptr;
   try {
     backend = &deviceBackend(device);
+    backend->checkSupported(fingerprint);  // a reduction NCCL lacks, say
   } catch (const UnsupportedError&) {
     throw;
   } catch (const InvalidArgumentError&) {
@@ -457,7 +459,8 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
     // communicator and so aborts the enqueue; the enqueue's own deadline is later, so that it is
     // the check that explains (Note [Device fingerprint check]).
     std::shared_ptr<Work> check = checkOnHost(fingerprint);
-    const backend::DeviceCallContext enqueueCall{fingerprint, Deadline::after(2 * timeout)};
+    const backend::DeviceCallContext enqueueCall{
+        fingerprint, check != nullptr ? Deadline::after(2 * timeout) : call.deadline};
     backend->startAfter(currentStream());
     // Recorded from its enqueue to the completion the watchdog sees (Note [Flight recorder]).
     const trace::Ticket ticket =
@@ -470,19 +473,14 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
       throw;
     }
     std::shared_ptr<backend::DeviceCompletion> completion = backend->recordEnd();
-    watchdog_->watch(completion, check, fingerprint, call.deadline, ticket);
-    auto explain = [store = resources_.store, rank = info_.worldRank,
-                    fingerprint](std::exception_ptr seen) {
-      return nameFailedRank(seen, store.get(), rank, fingerprint,
-                            Deadline::after(DeviceWatchdog::kRecordGrace));
-    };
+    // The GPU's CHORUS_TIMEOUT counts from the launch (an enqueue may have waited on NCCL).
+    watchdog_->watch(completion, check, fingerprint, Deadline::after(timeout), ticket);
     return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, std::move(completion),
-                                        nullptr, std::move(check), std::move(explain));
-  } catch (const UnsupportedError&) {
-    throw;  // the backend refused the arguments (a reduction NCCL lacks) before sending anything
-  } catch (const InvalidArgumentError&) {
-    throw;
+                                        nullptr, std::move(check), resources_.store);
   } catch (...) {
+    // Whatever it was (NCCL refusing a pointer on this rank alone, say), the peers' checks have
+    // this rank's: they would pass, and their NCCL work wait for this rank's, which never comes.
+    // So the communicator fails, and the peers hear of it.
     return failDevice(fingerprint, std::current_exception());
   }
 }
@@ -502,8 +500,12 @@ std::shared_ptr<Work> CommunicatorState::failDevice(const Fingerprint& fingerpri
   failWith(error);  // peers must hear of it: they are entering the same collective
   // The communicator's first failure, which may be what ended this call and explains it better
   // (a check that named an absent rank, which aborted an enqueue waiting for that rank).
-  std::lock_guard lock(mutex_);
-  return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, failure_);
+  std::exception_ptr first;
+  {
+    std::lock_guard lock(mutex_);
+    first = failure_;
+  }
+  return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, first);
 }
 
 void CommunicatorState::failWith(std::exception_ptr error) noexcept {

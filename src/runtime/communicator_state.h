@@ -74,10 +74,12 @@ backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
 // later call and wait raises the error. The check is queued before the device work: NCCL may
 // wait inside the enqueue (connecting peers at a first collective) for a rank that never calls,
 // and the check's failure then aborts that wait, with the check's error, which names the rank
-// (the enqueue's own deadline is twice CHORUS_TIMEOUT). A blocking call returns before its check
-// finished: a mismatch is raised by a later call, by synchronize(), or by wait() of a later Work.
-// Point-to- point calls are not checked (no collective to join), nor are communicators of one rank
-// or with no host backend (backend 'nccl' named on its own). Cost: one host barrier per device
+// (the enqueue's own deadline is then twice CHORUS_TIMEOUT). Whatever else fails after the
+// check was queued fails the communicator, so that the peers' checks, which pass, never leave
+// their GPUs waiting for a collective this rank did not launch. A blocking call returns before its
+// check finished: a mismatch is raised by a later call, by synchronize(), or by wait() of a later
+// Work. Point-to-point calls are not checked (no collective to join), nor are communicators of one
+// rank or with no host backend (backend 'nccl' named on its own). Cost: one host barrier per device
 // collective, off the caller's thread.
 
 // Note [Point-to-point overlap]
@@ -216,7 +218,8 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   std::shared_ptr<Work> checkOnHost(const Fingerprint& fingerprint);
   // The device backend for CUDA device `device`, made at the first call (see submitDevice).
   backend::DeviceBackend& deviceBackend(int device);
-  // Latches `error` as the communicator's failure; a DeviceWork failed with it.
+  // Latches `error` as the communicator's failure (unless it already failed); a DeviceWork failed
+  // with the communicator's first failure.
   std::shared_ptr<Work> failDevice(const Fingerprint& fingerprint, std::exception_ptr error);
 
   // The error of an operation or an abort, saying which group it arose in (group_context.h).

@@ -3,6 +3,7 @@
 
 #include "chorus/stream.h"
 #include "core/check.h"
+#include "runtime/device_watchdog.h"
 
 namespace chorus::detail {
 
@@ -11,12 +12,12 @@ DeviceWork::DeviceWork(int worldRank,
                        std::shared_ptr<backend::DeviceCompletion> completion,
                        std::exception_ptr error,
                        std::shared_ptr<Work> check,
-                       Explain explain)
+                       std::shared_ptr<store::Store> jobStore)
     : worldRank_(worldRank),
       fingerprint_(fingerprint),
       completion_(std::move(completion)),
       check_(std::move(check)),
-      explain_(std::move(explain)) {
+      jobStore_(std::move(jobStore)) {
   if (error || completion_ == nullptr)
     finish(error);
 }
@@ -63,8 +64,10 @@ void DeviceWork::synchronize(Deadline deadline) {
       if (check_ != nullptr)
         check_->wait();  // the check keeps its own deadline
     } catch (...) {
-      std::exception_ptr error =
-          explain_ ? explain_(std::current_exception()) : std::current_exception();
+      const Deadline grace =
+          Deadline::earliest(deadline, Deadline::after(DeviceWatchdog::kRecordGrace));
+      std::exception_ptr error = nameFailedRank(std::current_exception(), jobStore_.get(),
+                                                worldRank_, fingerprint_, grace);
       finish(error);
       std::rethrow_exception(error);
     }

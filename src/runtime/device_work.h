@@ -4,10 +4,9 @@
 // and completes, without waiting for the check (a check that already failed is raised);
 // isCompleted() is true once both the device and the check are done; synchronize() waits for both
 // on the host. A failure seen by any of them completes the Work with that error (a host wait
-// first asks `explain` whom to blame: NCCL names no dead peer, the launcher does).
+// first asks chorusrun's record whom to blame: NCCL names no dead peer, the launcher does).
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -15,22 +14,21 @@
 #include "chorus/work.h"
 #include "core/collective.h"
 #include "core/deadline.h"
+#include "store/store.h"
 
 namespace chorus::detail {
 
 class DeviceWork final : public Work {
  public:
-  // What a host wait raises for a failure it saw (nameFailedRank in device_watchdog.h).
-  using Explain = std::function<std::exception_ptr(std::exception_ptr seen)>;
-
   // `completion` null: a Work that failed before anything was enqueued, with `error`. `check`:
-  // the call's host check, or null when it has none. `explain`: none raises what was seen.
+  // the call's host check, or null when it has none. `jobStore`: where chorusrun records a dead
+  // rank, which a host wait's failure is named after (nameFailedRank in device_watchdog.h).
   DeviceWork(int worldRank,
              const Fingerprint& fingerprint,
              std::shared_ptr<backend::DeviceCompletion> completion,
              std::exception_ptr error = nullptr,
              std::shared_ptr<Work> check = nullptr,
-             Explain explain = {});
+             std::shared_ptr<store::Store> jobStore = nullptr);
 
   bool isCompleted() const override;
   // Blocks the host until the collective ended on the device and its check passed, or `deadline`
@@ -51,7 +49,7 @@ class DeviceWork final : public Work {
 
   const std::shared_ptr<backend::DeviceCompletion> completion_;
   const std::shared_ptr<Work> check_;
-  const Explain explain_;
+  const std::shared_ptr<store::Store> jobStore_;
 };
 
 }  // namespace chorus::detail

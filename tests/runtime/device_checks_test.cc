@@ -44,6 +44,7 @@ class DeviceChecks : public ::testing::Test {
   void TearDown() override {
     testing::setFakeDeviceHangs(false);
     testing::setFakeDeviceConnectWaits(false);
+    testing::setFakeDeviceEnqueueFailsOn(-1);
   }
 };
 
@@ -124,7 +125,7 @@ TEST_F(DeviceChecks, ARankThatNeverCallsIsNamedAfterTheTimeout) {
 // with the host check's TimeoutError naming the absent rank, not NCCL's error naming nobody.
 TEST_F(DeviceChecks, AnEnqueueWaitingForAnAbsentRankEndsNamingIt) {
   RankOptions options;
-  options.timeout = std::chrono::milliseconds(1500);
+  options.timeout = std::chrono::milliseconds(3000);
   testing::setFakeDeviceConnectWaits(true);
   std::promise<void> rankZeroDone;
   auto done = rankZeroDone.get_future().share();
@@ -145,10 +146,47 @@ TEST_F(DeviceChecks, AnEnqueueWaitingForAnAbsentRankEndsNamingIt) {
         } catch (const Error& e) {
           ADD_FAILURE() << "not the check's TimeoutError: " << e.what();
         }
-        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2900));
+        // At the check's timeout, not at the enqueue's own (twice as long).
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(5500));
         rankZeroDone.set_value();
       },
       options);
+}
+
+// A reduction the device lacks is refused at the call on every rank, before its check is queued:
+// the next call's checks still line up, and the communicator works.
+TEST_F(DeviceChecks, AReductionTheDeviceLacksIsRefusedAndTheCommunicatorWorks) {
+  runRanks(2, [](Communicator& comm) {
+    std::vector<int32_t> flags(4, 1);
+    EXPECT_THROW(comm.allreduce(Tensor(flags.data(), DataType::kInt32, {4}, Device::cuda(0)),
+                                ReduceOp::kBxor),
+                 UnsupportedError);
+    std::vector<float> values(4, 1.0f);
+    auto work = comm.allreduce(onFakeGpu(values));
+    dynamic_cast<detail::DeviceWork&>(*work).synchronize(Deadline::after(std::chrono::seconds(20)));
+    comm.barrier()->wait();
+  });
+}
+
+// An enqueue that fails on one rank alone, after its check was queued, fails the communicator:
+// that rank raises NCCL's error, and its peer, whose check passed, hears of it at its next call
+// instead of waiting for a collective that rank never launched.
+TEST_F(DeviceChecks, AnEnqueueFailingOnOneRankFailsTheCommunicatorOnEveryRank) {
+  testing::setFakeDeviceEnqueueFailsOn(1);
+  runRanks(2, [](Communicator& comm) {
+    std::vector<float> values(4, 1.0f);
+    auto work = comm.allreduce(onFakeGpu(values));
+    if (comm.rank() == 1) {
+      EXPECT_THROW(work->wait(), InvalidArgumentError);
+      return;
+    }
+    try {
+      comm.barrier()->wait();
+      ADD_FAILURE() << "rank 0 went on as if rank 1 had run the allreduce";
+    } catch (const Error& e) {
+      EXPECT_TRUE(mentions(e, "rank 1")) << e.what();
+    }
+  });
 }
 
 TEST_F(DeviceChecks, TheWatchdogEndsDeviceWorkThatNeverFinishes) {

@@ -19,6 +19,7 @@ namespace {
 std::atomic<bool> hangs{false};
 std::atomic<bool> peerGone{false};
 std::atomic<bool> connectWaits{false};
+std::atomic<int> enqueueFailsOn{-1};
 std::atomic<int> calls{0};
 std::atomic<int> made{0};
 std::atomic<int> splits{0};
@@ -86,6 +87,10 @@ class FakeDeviceBackend final : public backend::Backend, public backend::DeviceB
   void close() noexcept override {}
 
   int cudaDevice() const override { return device_; }
+  void checkSupported(const Fingerprint& fingerprint) const override {
+    if (fingerprint.reduceOp == static_cast<uint8_t>(ReduceOp::kBxor))
+      throw UnsupportedError("the fake device has no bxor, as NCCL has none");
+  }
   backend::StreamHandle stream() const override { return 0; }
   void startAfter(backend::StreamHandle) override { state_->throwIfFailed(); }
   void allreduce(const backend::DeviceCallContext& c, const AllreduceArgs&) override { count(c); }
@@ -145,13 +150,15 @@ class FakeDeviceBackend final : public backend::Backend, public backend::DeviceB
   }
   void count(const backend::DeviceCallContext& call) {
     state_->throwIfFailed();
+    if (enqueueFailsOn.load() == rank_)  // as NCCL refusing this rank's pointer
+      throw InvalidArgumentError("fake NCCL: invalid argument on this rank alone");
     // As NCCL's enqueue connecting to a peer that never calls: it waits until the communicator
     // is aborted (then fails as NCCL does, naming nobody) or the call's deadline passes.
     while (connectWaits.load()) {
       {
         std::lock_guard lock(state_->mutex);
         if (state_->failure)
-          throw Error("fake NCCL: the communicator was aborted");
+          throw InvalidArgumentError("fake NCCL: invalid usage: the communicator was aborted");
       }
       if (call.deadline.expired())
         throw TimeoutError("fake NCCL: the enqueue did not finish by the deadline");
@@ -178,6 +185,7 @@ void installFakeDeviceBackend() { backend::setDeviceBackendMakerForTesting(&make
 void setFakeDeviceHangs(bool value) { hangs.store(value); }
 void setFakeDevicePeerGone(bool value) { peerGone.store(value); }
 void setFakeDeviceConnectWaits(bool value) { connectWaits.store(value); }
+void setFakeDeviceEnqueueFailsOn(int rank) { enqueueFailsOn.store(rank); }
 int fakeDeviceCalls() { return calls.load(); }
 int fakeDeviceBackendsMade() { return made.load(); }
 int fakeDeviceSplits() { return splits.load(); }

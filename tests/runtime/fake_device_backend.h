@@ -21,6 +21,10 @@ void setFakeDevicePeerGone(bool gone);
 // Whether later enqueues wait, as NCCL's does while it connects a first collective's peers, until
 // the backend is aborted or the call's deadline passes. Per process.
 void setFakeDeviceConnectWaits(bool waits);
+// The rank (of the fake's communicator) whose enqueues fail with InvalidArgumentError, as NCCL's
+// do for a bad pointer; -1 for none. Per process. The fake also refuses bxor up front
+// (checkSupported), as the nccl backend does.
+void setFakeDeviceEnqueueFailsOn(int rank);
 // Device collectives the fakes of this process were given.
 int fakeDeviceCalls();
 // Fakes made through createDeviceBackend (a rendezvous), and split() calls, in this process.

@@ -211,8 +211,19 @@ void NcclBackend::enqueue(const char* what, const DeviceCallContext& call, Use u
   try {
     comm.settle(comm.call(use), what, call.deadline);
   } catch (...) {
+    // An abort from elsewhere (a failed host check) ends a waiting enqueue with NCCL's "invalid
+    // usage": raise the abort's reason, which explains it, rather than that.
     state_->fail(std::current_exception());
+    state_->throwIfFailed();
     throw;
+  }
+}
+
+void NcclBackend::checkSupported(const Fingerprint& fingerprint) const {
+  if (fingerprint.reduceOp != Fingerprint::kNoReduceOp &&
+      fingerprint.dataType != Fingerprint::kNoDataType) {
+    ncclOpOf(static_cast<ReduceOp>(fingerprint.reduceOp),
+             static_cast<DataType>(fingerprint.dataType), worldRanks_[rank_]);
   }
 }
 

@@ -88,6 +88,7 @@ class NcclBackend final : public Backend, public DeviceBackend {
   // DeviceBackend.
   int cudaDevice() const override { return device_; }
   StreamHandle stream() const override { return reinterpret_cast<StreamHandle>(stream_); }
+  void checkSupported(const Fingerprint& fingerprint) const override;
   void startAfter(StreamHandle callerStream) override;
   void allreduce(const DeviceCallContext& call, const AllreduceArgs& args) override;
   void reduceScatter(const DeviceCallContext& call, const ReduceScatterArgs& args) override;
