@@ -3,7 +3,9 @@
 // GPU, it times loops of ITERS calls of 8-byte allreduces, building up from raw NCCL to chorus one
 // step at a time:
 //
-//   raw              ncclAllReduce on a stream of its own
+//   raw              ncclAllReduce on a stream of its own (a blocking communicator)
+//   +nonblocking     the same on a non-blocking communicator (chorus's kind), asking
+//                    ncclCommGetAsyncError after each call, as chorus's enqueue does
 //   +start           an event on the caller's stream, and the NCCL stream waits for it
 //                    (how chorus orders a collective after its producer)
 //   +end             an event recorded after the collective (chorus's completion)
@@ -78,6 +80,12 @@ int main(int argc, char** argv) {
   checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", 0);
   ncclComm_t raw = nullptr;
   checkNccl(ncclCommInitRank(&raw, 1, id, 0), "ncclCommInitRank", 0);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t nonblocking = nullptr;
+  ncclResult_t state = ncclCommInitRankConfig(&nonblocking, 1, id, 0, &config);
+  while (state == ncclInProgress) checkNccl(ncclCommGetAsyncError(nonblocking, &state), "poll", 0);
+  checkNccl(state, "ncclCommInitRankConfig", 0);
   cudaStream_t stream = nullptr;
   checkCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate", 0);
   cudaEvent_t start = nullptr, end = nullptr;
@@ -87,6 +95,13 @@ int main(int argc, char** argv) {
 
   auto nccl = [&] {
     checkNccl(ncclAllReduce(data, data, 2, ncclFloat32, ncclSum, raw, stream), "ncclAllReduce", 0);
+  };
+  auto ncclNonblocking = [&] {
+    ncclResult_t result = ncclAllReduce(data, data, 2, ncclFloat32, ncclSum, nonblocking, stream);
+    while (result == ncclInProgress) ncclCommGetAsyncError(nonblocking, &result);
+    checkNccl(result, "ncclAllReduce", 0);
+    checkNccl(ncclCommGetAsyncError(nonblocking, &result), "ncclCommGetAsyncError", 0);
+    checkNccl(result, "ncclAllReduce (asynchronous)", 0);
   };
   auto withStart = [&] {
     checkCuda(cudaEventRecord(start, caller), "cudaEventRecord", 0);
@@ -110,9 +125,13 @@ int main(int argc, char** argv) {
     const char* name;
     std::function<void()> call;
   };
-  const std::vector<Row> rows = {{"raw", nccl},         {"+start", withStart},
-                                 {"+end", withEnd},     {"+caller waits", callerWaits},
-                                 {"chorus", viaChorus}, {"chorus+wait", viaChorusWait}};
+  const std::vector<Row> rows = {{"raw", nccl},
+                                 {"+nonblocking", ncclNonblocking},
+                                 {"+start", withStart},
+                                 {"+end", withEnd},
+                                 {"+caller waits", callerWaits},
+                                 {"chorus", viaChorus},
+                                 {"chorus+wait", viaChorusWait}};
   std::printf("# 8-byte allreduce on 1 rank, %d calls per loop, median of 15 loops (us per call)\n",
               iterations);
   std::printf("# %-14s %10s %10s\n", "variant", "enqueue", "done");
@@ -122,6 +141,7 @@ int main(int argc, char** argv) {
   }
   cudaDeviceSynchronize();
   ncclCommDestroy(raw);
+  ncclCommDestroy(nonblocking);
   cudaFree(data);
   return 0;
 }
