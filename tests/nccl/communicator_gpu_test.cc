@@ -137,5 +137,44 @@ TEST(CommunicatorGpu, ARankThatNeverCallsIsNamed) {
   close(done[1]);
 }
 
+// As above, but rank 1 never calls the first allreduce at all: NCCL connects the ring for it at
+// run time, and rank 0's enqueue can wait there (seen on an H200). The host check, queued before
+// the enqueue, must still name rank 1 after the timeout and end that wait (Note [Device
+// fingerprint check]). A send/recv first makes both NCCL communicators without connecting a ring.
+TEST(CommunicatorGpu, ARankThatNeverCallsItsFirstCollectiveIsNamed) {
+  CHORUS_SKIP_WITHOUT_GPU();
+  testing::RankOptions options;
+  options.timeout = std::chrono::milliseconds(3000);
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  testing::expectAllSucceeded(forkRanks(
+      2,
+      [&](Communicator& comm) {
+        becomeOwnNcclHost(comm.rank());
+        DeviceArray<float> data(std::vector<float>(16, 1.0f));
+        if (comm.rank() == 1) {
+          comm.recv(onGpu(data, {16}), 0)->wait();
+          pollfd wakeUp{done[0], POLLIN, 0};
+          EXPECT_EQ(poll(&wakeUp, 1, 60'000), 1) << "rank 0 never reported its error";
+          return;
+        }
+        comm.send(onGpu(data, {16}), 1)->wait();
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          auto work = comm.allreduce(onGpu(data, {16}));
+          dynamic_cast<detail::DeviceWork&>(*work).synchronize(
+              Deadline::after(std::chrono::seconds(60)));
+          ADD_FAILURE() << "an allreduce without rank 1 completed";
+        } catch (const TimeoutError& e) {
+          EXPECT_EQ(e.missingRanks(), std::vector<int>{1}) << e.what();
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+        EXPECT_EQ(write(done[1], "x", 1), 1);
+      },
+      options));
+  close(done[0]);
+  close(done[1]);
+}
+
 }  // namespace
 }  // namespace chorus
