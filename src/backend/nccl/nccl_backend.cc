@@ -115,6 +115,7 @@ void NcclState::fail(std::exception_ptr reason) noexcept {
     if (!failure_)
       failure_ = reason;
   }
+  failed_.store(true, std::memory_order_release);
   comm_->abort();
 }
 
@@ -206,7 +207,7 @@ void NcclBackend::close() noexcept {
 
 template <typename Use>
 void NcclBackend::enqueue(const char* what, const DeviceCallContext& call, Use use) {
-  state_->throwIfFailed();
+  state_->throwIfLatched();
   NcclCommunicator& comm = state_->comm();
   try {
     comm.settle(comm.call(use), what, call.deadline);
@@ -228,7 +229,7 @@ void NcclBackend::checkSupported(const Fingerprint& fingerprint) const {
 }
 
 void NcclBackend::startAfter(StreamHandle callerStream) {
-  state_->throwIfFailed();
+  state_->throwIfLatched();
   checkCudaHere(cudaEventRecord(startEvent_, asStream(callerStream)), "cudaEventRecord");
   checkCudaHere(cudaStreamWaitEvent(stream_, startEvent_, 0), "cudaStreamWaitEvent");
 }
@@ -377,7 +378,7 @@ void* NcclBackend::scratch(size_t bytes) {
 }
 
 std::shared_ptr<DeviceCompletion> NcclBackend::recordEnd() {
-  state_->throwIfFailed();
+  state_->throwIfLatched();
   auto completion = std::make_shared<NcclCompletion>(state_, state_->takeEvent());
   checkCudaHere(cudaEventRecord(completion->event(), stream_), "cudaEventRecord");
   return completion;

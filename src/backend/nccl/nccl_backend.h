@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,10 +50,18 @@ class NcclState {
   void fail(std::exception_ptr reason) noexcept;
   // Rethrows the latched failure, if any; else turns an asynchronous NCCL error into one.
   void throwIfFailed();
+  // Rethrows the latched failure, if any: one atomic load when there is none. The call path uses
+  // it; NCCL's asynchronous errors reach it through the completions (and the watchdog's polls),
+  // and a call on a communicator with one fails at its enqueue anyway.
+  void throwIfLatched() {
+    if (failed_.load(std::memory_order_acquire))
+      throwIfFailed();
+  }
 
  private:
   std::mutex mutex_;
   std::exception_ptr failure_ CHORUS_GUARDED_BY(mutex_);
+  std::atomic<bool> failed_{false};  // failure_ is set
   std::unique_ptr<NcclCommunicator> comm_;
   int worldRank_;
   std::mutex eventsMutex_;

@@ -84,7 +84,9 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::settle(ncclResult_t result, const char* call, Deadline deadline) {
-  if (result != ncclSuccess && result != ncclInProgress)
+  if (result == ncclSuccess)
+    return;  // done (a collective: enqueued); its later errors come asynchronously
+  if (result != ncclInProgress)
     checkNccl(result, call, spec_.worldRank, lastError());
   const ncclResult_t state = pollWhileInProgress([this] { return asyncError(); }, deadline);
   if (state == ncclInProgress) {

@@ -57,9 +57,10 @@ class NcclCommunicator {
   int size() const { return spec_.size; }
   int device() const { return spec_.device; }
 
-  // After an NCCL call on this communicator returned (ncclSuccess or ncclInProgress): waits
-  // while NCCL still works on the call's setup, then throws its error if it failed. `call` names
-  // the NCCL function. On the deadline the communicator is aborted: TimeoutError.
+  // After an NCCL call on this communicator returned: nothing more for ncclSuccess (done; a
+  // collective's later errors come asynchronously); for ncclInProgress waits while NCCL still
+  // works on the call's setup, then throws its error if it failed; throws any other result.
+  // `call` names the NCCL function. On the deadline the communicator is aborted: TimeoutError.
   void settle(ncclResult_t result, const char* call, Deadline deadline);
   // NCCL's asynchronous state: ncclSuccess, ncclInProgress, or the error that broke it.
   ncclResult_t asyncError() noexcept;
