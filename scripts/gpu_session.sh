@@ -90,7 +90,8 @@ EOF
 
 # Everything issue 18 asks a GPU to show, in one device call of SECS seconds: the probe, the build
 # (only the targets the GPU checks need), the C++ GPU tests, the seed example, the Python grid's GPU
-# kinds, the killed rank, the benches, then (if time is left) 1 and 3 ranks and the torch backend.
+# kinds, the killed rank, the benches, then (if time is left) 1 and 3 ranks and the torch backend
+# (built and tested against the machine's torch 2).
 # The built binaries come back in $OUT/build-gpu.tar.gz, to carry into a later call.
 run_all() {
   export CHORUS_TIMEOUT=30 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
@@ -137,7 +138,10 @@ torch.cuda.nccl.version(), list(n.__path__))'
     --compare nccl --op all --max 64M --check --repeats 3 --csv "$out/bench_np2.csv"
   budgeted python_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" "${grid[@]}"
   budgeted python_np3 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" "${grid[@]}"
-  budgeted build_c10d 120 30 cmake --build "$build" -j"$(nproc)" --target _c10d
+  # Issue 20 on torch 2: the torch.distributed backend, built and tested against torch 2.x.
+  budgeted build_c10d 120 30 cmake --build "$build" -j"$(nproc)" --target _c10d &&
+    budgeted torch_backend_np2 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
+      -q -p no:cacheprovider --maxfail=8 tests/python/test_17_torch_backend.py
 }
 
 case ${1:-} in
