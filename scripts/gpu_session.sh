@@ -131,6 +131,8 @@ torch.cuda.nccl.version(), list(n.__path__))'
     "$build/bin/chorus-device-call-cost" 2000
   budgeted python_call_cost 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" \
     bench/gpu_call_cost.py
+  budgeted python_call_cost_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    bench/gpu_call_cost.py --iters 100
   budgeted python_np2 200 40 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${grid[@]}"
   budgeted torch_bench_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     bench/gpu_allreduce.py --max 64M --repeats 3 --csv "$out/torch_np2.csv"
