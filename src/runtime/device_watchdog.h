@@ -54,7 +54,7 @@ std::exception_ptr nameFailedRank(std::exception_ptr seen,
 class DeviceWatchdog {
  public:
   // How long a device failure that names nobody waits for the launcher's record of a death.
-  static constexpr std::chrono::milliseconds kRecordGrace{1000};
+  static constexpr std::chrono::milliseconds kRecordGrace{2000};
   static constexpr std::chrono::milliseconds kPollInterval{20};
   static constexpr std::chrono::milliseconds kStoreInterval{250};
 
