@@ -87,6 +87,18 @@ def message_sizes(low, high, element_size):
     return counts
 
 
+def use_local_gpu(cfg):
+    """This rank's GPU, made current; ranks sharing a GPU each become an NCCL host of their own,
+    over loopback (before NCCL starts)."""
+    gpus = torch.cuda.device_count()
+    if gpus < cfg.local_size:
+        os.environ.setdefault("NCCL_HOSTID", f"bench-rank-{cfg.rank}")
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    device = torch.device("cuda", cfg.local_rank % gpus)
+    torch.cuda.set_device(device)
+    return device
+
+
 def init_torch_distributed(cfg, device):
     """Starts torch's NCCL process group on a port that rank 0 picks and shares through chorus."""
     port = np.zeros(1, dtype=np.int64)
@@ -215,12 +227,7 @@ def main():
             print("gpu_allreduce: needs a CUDA GPU and chorus built with NCCL (skipped)",
                   flush=True)
         return 0
-    gpus = torch.cuda.device_count()
-    if gpus < cfg.local_size:  # ranks sharing a GPU: each its own NCCL host, over loopback
-        os.environ.setdefault("NCCL_HOSTID", f"bench-rank-{cfg.rank}")
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    device = torch.device("cuda", cfg.local_rank % gpus)
-    torch.cuda.set_device(device)
+    device = use_local_gpu(cfg)
     init_torch_distributed(cfg, device)
     try:
         rows = run_sweep(cfg, device, args)

@@ -17,31 +17,17 @@ NCCL it prints that it was skipped and exits 0.
 
 import argparse
 import cProfile
-import os
 import pstats
-import socket
 import statistics
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as tdist
 
 import chorus
 import chorus.distributed as dist
-
-
-def init_torch_distributed(cfg, device):
-    """torch's NCCL process group, on a port rank 0 picks and shares through chorus."""
-    port = np.zeros(1, dtype=np.int64)
-    if cfg.rank == 0:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port[0] = probe.getsockname()[1]
-    port = int(chorus.broadcast(port, root=0)[0])
-    tdist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=cfg.rank,
-                             world_size=cfg.size, device_id=device)
+from gpu_allreduce import init_torch_distributed, use_local_gpu  # bench/, beside this file
 
 
 def time_loops(call, iters):
@@ -69,12 +55,7 @@ def main():
         if cfg.rank == 0:
             print("gpu_call_cost: needs a CUDA GPU and chorus built with NCCL (skipped)")
         return
-    gpus = torch.cuda.device_count()
-    if gpus < cfg.local_size:  # ranks sharing a GPU: each its own NCCL host, over loopback
-        os.environ.setdefault("NCCL_HOSTID", f"call-cost-rank-{cfg.rank}")
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    device = torch.device("cuda", cfg.local_rank % gpus)
-    torch.cuda.set_device(device)
+    device = use_local_gpu(cfg)
     x = torch.ones(2, device=device)
     init_torch_distributed(cfg, device)
     chorus.allreduce(x, inplace=True, synchronize=True)  # NCCL communicators up, outside the timing
