@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t nonblocking = nullptr;
+  checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", 0);  // an id serves one communicator
   ncclResult_t state = ncclCommInitRankConfig(&nonblocking, 1, id, 0, &config);
   while (state == ncclInProgress) checkNccl(ncclCommGetAsyncError(nonblocking, &state), "poll", 0);
   checkNccl(state, "ncclCommInitRankConfig", 0);

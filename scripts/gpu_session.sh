@@ -117,10 +117,12 @@ torch.cuda.nccl.version(), list(n.__path__))'
   # Each GPU test in a process of its own (as ctest runs them; this machine's CMake cannot read
   # the test list that gtest_discover_tests writes): a CUDA call in the parent process (the host
   # tests make some) leaves CUDA unusable in the ranks that the GPU tests fork.
-  budgeted nccl_tests 120 20 bash -c "$build/bin/nccl_tests --gtest_list_tests |
+  # A listing that fails, or finds no GPU test, fails the step (pipefail; the count at the end).
+  budgeted nccl_tests 150 20 bash -c "set -o pipefail; $build/bin/nccl_tests --gtest_list_tests |
     awk '/^[A-Za-z]/ {suite = \$1} /^  / {print suite \$1}' | grep -E '^(NcclGpu|CommunicatorGpu)' |
-    xargs -P4 -I{} sh -c '$build/bin/nccl_tests --gtest_filter={} >/tmp/gpu-test-{}.log 2>&1 &&
-      echo PASSED {} || { echo FAILED {}; tail -n 30 /tmp/gpu-test-{}.log; exit 1; }'"
+    xargs -P3 -I{} sh -c '$build/bin/nccl_tests --gtest_filter={} >$out/logs/gpu-test-{}.log 2>&1 &&
+      echo PASSED {} || { echo FAILED {}; tail -n 30 $out/logs/gpu-test-{}.log; exit 1; }' &&
+    test \$(ls $out/logs/gpu-test-*.log | wc -l) -ge 13"
   budgeted example 45 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     examples/python/allreduce.py --device cuda
   budgeted killed_rank 40 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \

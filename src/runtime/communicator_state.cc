@@ -416,6 +416,22 @@ void CommunicatorState::runTransfers(std::shared_ptr<PendingTransfer> first) {
   }
 }
 
+namespace {
+
+// Rethrows `error` if it is bad input refused at the call (UnsupportedError, InvalidArgumentError).
+void rethrowIfBadInput(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const UnsupportedError&) {
+    throw;
+  } catch (const InvalidArgumentError&) {
+    throw;
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
                                                       int device,
                                                       const DeviceBody& body) {
@@ -451,6 +467,7 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
   }
   if (earlier)
     return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, earlier);
+  std::shared_ptr<Work> check;
   try {
     const backend::DeviceCallContext call{fingerprint, Deadline::after(timeout)};
     // The host check starts first (on the worker thread; nothing here waits for it): NCCL
@@ -458,7 +475,7 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
     // that never calls. The check, which names that peer after CHORUS_TIMEOUT, fails the
     // communicator and so aborts the enqueue; the enqueue's own deadline is later, so that it is
     // the check that explains (Note [Device fingerprint check]).
-    std::shared_ptr<Work> check = checkOnHost(fingerprint);
+    check = checkOnHost(fingerprint);
     const backend::DeviceCallContext enqueueCall{
         fingerprint, check != nullptr ? Deadline::after(2 * timeout) : call.deadline};
     backend->startAfter(currentStream());
@@ -466,13 +483,14 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
     const trace::Ticket ticket =
         trace::beginOperation(traceGroup_, fingerprint, bytesOf(fingerprint),
                               nanoseconds(coarseNow()), trace::kDeviceBit);
+    std::shared_ptr<backend::DeviceCompletion> completion;
     try {
       body(*backend, enqueueCall);
+      completion = backend->recordEnd();
     } catch (...) {
       trace::end(ticket, /*failed=*/true);
       throw;
     }
-    std::shared_ptr<backend::DeviceCompletion> completion = backend->recordEnd();
     // The GPU's CHORUS_TIMEOUT counts from the launch (an enqueue may have waited on NCCL).
     watchdog_->watch(completion, check, fingerprint, Deadline::after(timeout), ticket);
     return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, std::move(completion),
@@ -480,7 +498,10 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
   } catch (...) {
     // Whatever it was (NCCL refusing a pointer on this rank alone, say), the peers' checks have
     // this rank's: they would pass, and their NCCL work wait for this rank's, which never comes.
-    // So the communicator fails, and the peers hear of it.
+    // So the communicator fails, and the peers hear of it. Without a check (one rank, point-to-
+    // point) bad arguments are still refused at the call, and the communicator still works.
+    if (check == nullptr)
+      rethrowIfBadInput(std::current_exception());
     return failDevice(fingerprint, std::current_exception());
   }
 }

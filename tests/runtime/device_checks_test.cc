@@ -153,14 +153,17 @@ TEST_F(DeviceChecks, AnEnqueueWaitingForAnAbsentRankEndsNamingIt) {
       options);
 }
 
-// A reduction the device lacks is refused at the call on every rank, before its check is queued:
-// the next call's checks still line up, and the communicator works.
+// A reduction the device lacks is refused at the call, before its check is queued: here on rank
+// 0 alone, so a refusal that numbered or queued anything would leave the ranks' next checks
+// apart (a MismatchError, or a hang). The communicator works on.
 TEST_F(DeviceChecks, AReductionTheDeviceLacksIsRefusedAndTheCommunicatorWorks) {
   runRanks(2, [](Communicator& comm) {
-    std::vector<int32_t> flags(4, 1);
-    EXPECT_THROW(comm.allreduce(Tensor(flags.data(), DataType::kInt32, {4}, Device::cuda(0)),
-                                ReduceOp::kBxor),
-                 UnsupportedError);
+    if (comm.rank() == 0) {
+      std::vector<int32_t> flags(4, 1);
+      EXPECT_THROW(comm.allreduce(Tensor(flags.data(), DataType::kInt32, {4}, Device::cuda(0)),
+                                  ReduceOp::kBxor),
+                   UnsupportedError);
+    }
     std::vector<float> values(4, 1.0f);
     auto work = comm.allreduce(onFakeGpu(values));
     dynamic_cast<detail::DeviceWork&>(*work).synchronize(Deadline::after(std::chrono::seconds(20)));
@@ -170,23 +173,35 @@ TEST_F(DeviceChecks, AReductionTheDeviceLacksIsRefusedAndTheCommunicatorWorks) {
 
 // An enqueue that fails on one rank alone, after its check was queued, fails the communicator:
 // that rank raises NCCL's error, and its peer, whose check passed, hears of it at its next call
-// instead of waiting for a collective that rank never launched.
+// (not at the timeout, and not because the rank left) instead of waiting for a collective that
+// rank never launched.
 TEST_F(DeviceChecks, AnEnqueueFailingOnOneRankFailsTheCommunicatorOnEveryRank) {
+  RankOptions options;
+  options.timeout = std::chrono::milliseconds(20000);
   testing::setFakeDeviceEnqueueFailsOn(1);
-  runRanks(2, [](Communicator& comm) {
-    std::vector<float> values(4, 1.0f);
-    auto work = comm.allreduce(onFakeGpu(values));
-    if (comm.rank() == 1) {
-      EXPECT_THROW(work->wait(), InvalidArgumentError);
-      return;
-    }
-    try {
-      comm.barrier()->wait();
-      ADD_FAILURE() << "rank 0 went on as if rank 1 had run the allreduce";
-    } catch (const Error& e) {
-      EXPECT_TRUE(mentions(e, "rank 1")) << e.what();
-    }
-  });
+  std::promise<void> rankZeroDone;
+  auto done = rankZeroDone.get_future().share();
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        std::vector<float> values(4, 1.0f);
+        auto work = comm.allreduce(onFakeGpu(values));
+        if (comm.rank() == 1) {
+          EXPECT_THROW(work->wait(), InvalidArgumentError);
+          done.wait();  // alive until rank 0 has its error
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          comm.barrier()->wait();
+          ADD_FAILURE() << "rank 0 went on as if rank 1 had run the allreduce";
+        } catch (const Error& e) {
+          EXPECT_TRUE(mentions(e, "invalid argument on this rank alone")) << e.what();
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+        rankZeroDone.set_value();
+      },
+      options);
 }
 
 TEST_F(DeviceChecks, TheWatchdogEndsDeviceWorkThatNeverFinishes) {

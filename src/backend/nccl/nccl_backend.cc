@@ -110,6 +110,9 @@ void NcclState::returnEvent(cudaEvent_t event) noexcept {
 }
 
 void NcclState::fail(std::exception_ptr reason) noexcept {
+  if (!reason)  // Backend::abort allows none; the latched failure must still say something
+    reason = std::make_exception_ptr(InternalError(
+        detail::concat("rank ", worldRank_, " (this process): the nccl backend was aborted")));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!failure_)
@@ -215,8 +218,7 @@ void NcclBackend::enqueue(const char* what, const DeviceCallContext& call, Use u
     // An abort from elsewhere (a failed host check) ends a waiting enqueue with NCCL's "invalid
     // usage": raise the abort's reason, which explains it, rather than that.
     state_->fail(std::current_exception());
-    state_->throwIfFailed();
-    throw;
+    state_->throwIfFailed();  // always throws: a failure is latched now
   }
 }
 
