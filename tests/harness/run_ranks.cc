@@ -104,6 +104,25 @@ void runRanks(int size, const RankFunction& fn, const RankOptions& options) {
   }
 }
 
+void runWithRankOneSilent(const RankFunction& rankZero, const RankOptions& options) {
+  std::promise<void> rankZeroDone;
+  std::shared_future<void> done = rankZeroDone.get_future().share();
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          done.wait();
+          return;
+        }
+        struct Release {
+          std::promise<void>& promise;
+          ~Release() { promise.set_value(); }
+        } release{rankZeroDone};
+        rankZero(comm);
+      },
+      options);
+}
+
 // The children are forked before the store's threads start (see harness/fork_first.h).
 std::vector<int> forkRanks(int size, const RankFunction& fn, const RankOptions& options) {
   const std::string token = net::generateToken();

@@ -30,6 +30,9 @@ using RankFunction = std::function<void(Communicator& comm)>;
 
 // Exceptions thrown by fn are reported as test failures naming the rank.
 void runRanks(int size, const RankFunction& fn, const RankOptions& options = {});
+// runRanks of two ranks in which rank 1 stays alive but never calls, until `rankZero` (run on
+// rank 0) returns or throws: the absent-rank tests.
+void runWithRankOneSilent(const RankFunction& rankZero, const RankOptions& options = {});
 
 // Returns each child's wait status (as from waitpid). A child exits 0 when fn returned without
 // throwing or failing an EXPECT, 1 otherwise; children still running at the deadline are killed

@@ -97,15 +97,8 @@ TEST_F(DeviceChecks, AFailedCheckEndsDeviceWorkThatWouldHang) {
 TEST_F(DeviceChecks, ARankThatNeverCallsIsNamedAfterTheTimeout) {
   RankOptions options;
   options.timeout = std::chrono::milliseconds(1500);
-  std::promise<void> rankZeroDone;
-  auto done = rankZeroDone.get_future().share();
-  runRanks(
-      2,
-      [&](Communicator& comm) {
-        if (comm.rank() == 1) {
-          done.wait();  // alive, but never calls
-          return;
-        }
+  testing::runWithRankOneSilent(
+      [](Communicator& comm) {
         std::vector<float> values(4, 1.0f);
         auto work = comm.allreduce(onFakeGpu(values));
         try {
@@ -115,7 +108,6 @@ TEST_F(DeviceChecks, ARankThatNeverCallsIsNamedAfterTheTimeout) {
           EXPECT_EQ(e.missingRanks(), std::vector<int>{1}) << e.what();
           EXPECT_TRUE(mentions(e, "allreduce")) << e.what();
         }
-        rankZeroDone.set_value();
       },
       options);
 }
@@ -124,18 +116,11 @@ TEST_F(DeviceChecks, ARankThatNeverCallsIsNamedAfterTheTimeout) {
 // peer that never calls (seen on an H200, NCCL 2.28). The call must still end, after the timeout,
 // with the host check's TimeoutError naming the absent rank, not NCCL's error naming nobody.
 TEST_F(DeviceChecks, AnEnqueueWaitingForAnAbsentRankEndsNamingIt) {
+  testing::setFakeDeviceConnectWaits(true);
   RankOptions options;
   options.timeout = std::chrono::milliseconds(3000);
-  testing::setFakeDeviceConnectWaits(true);
-  std::promise<void> rankZeroDone;
-  auto done = rankZeroDone.get_future().share();
-  runRanks(
-      2,
-      [&](Communicator& comm) {
-        if (comm.rank() == 1) {
-          done.wait();  // alive, but never calls
-          return;
-        }
+  testing::runWithRankOneSilent(
+      [](Communicator& comm) {
         std::vector<float> values(4, 1.0f);
         const auto start = std::chrono::steady_clock::now();
         try {
@@ -148,7 +133,6 @@ TEST_F(DeviceChecks, AnEnqueueWaitingForAnAbsentRankEndsNamingIt) {
         }
         // At the check's timeout, not at the enqueue's own (twice as long).
         EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(5500));
-        rankZeroDone.set_value();
       },
       options);
 }
