@@ -123,10 +123,18 @@ torch.cuda.nccl.version(), list(n.__path__))'
     xargs -P3 -I{} sh -c '$build/bin/nccl_tests --gtest_filter={} >$out/logs/gpu-test-{}.log 2>&1 &&
       echo PASSED {} || { echo FAILED {}; tail -n 30 $out/logs/gpu-test-{}.log; exit 1; }' &&
     test \$(ls $out/logs/gpu-test-*.log | wc -l) -ge 13"
-  budgeted example 45 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
-    examples/python/allreduce.py --device cuda
   budgeted killed_rank 40 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     tests/python/scripts/cuda_killed_rank.py
+  budgeted example 45 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    examples/python/allreduce.py --device cuda
+  budgeted python_np2 200 40 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${grid[@]}"
+  budgeted python_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" "${grid[@]}"
+  budgeted python_np3 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" "${grid[@]}"
+  # Issue 20 on torch 2: the torch.distributed backend, built and tested against torch 2.x.
+  budgeted build_c10d 120 30 cmake --build "$build" -j"$(nproc)" --target _c10d &&
+    budgeted torch_backend_np2 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
+      -q -p no:cacheprovider --maxfail=8 tests/python/test_17_torch_backend.py
+  # The benches last: they ran in the first GPU session.
   budgeted bench_np1_overhead 40 15 "$build/bin/chorusrun" -np 1 "$build/bin/chorus-bench" \
     --device cuda --compare nccl --op allreduce --max 1K --iters 200 --repeats 5
   budgeted device_call_cost 40 15 "$build/bin/chorusrun" -np 1 \
@@ -135,17 +143,10 @@ torch.cuda.nccl.version(), list(n.__path__))'
     bench/gpu_call_cost.py
   budgeted python_call_cost_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     bench/gpu_call_cost.py --iters 100
-  budgeted python_np2 200 40 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${grid[@]}"
   budgeted torch_bench_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     bench/gpu_allreduce.py --max 64M --repeats 3 --csv "$out/torch_np2.csv"
   budgeted bench_np2 90 20 "$build/bin/chorusrun" -np 2 "$build/bin/chorus-bench" --device cuda \
     --compare nccl --op all --max 64M --check --repeats 3 --csv "$out/bench_np2.csv"
-  budgeted python_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" "${grid[@]}"
-  budgeted python_np3 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" "${grid[@]}"
-  # Issue 20 on torch 2: the torch.distributed backend, built and tested against torch 2.x.
-  budgeted build_c10d 120 30 cmake --build "$build" -j"$(nproc)" --target _c10d &&
-    budgeted torch_backend_np2 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
-      -q -p no:cacheprovider --maxfail=8 tests/python/test_17_torch_backend.py
 }
 
 case ${1:-} in

@@ -1,7 +1,6 @@
 #include "torch_tensors.h"
 
 #include <c10/util/Exception.h>
-#include <torch/csrc/utils/tensor_dtypes.h>
 
 #include <stdexcept>
 #include <string>
@@ -96,8 +95,37 @@ chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName) {
   }
 }
 
+// torch's Python name of a dtype. Written out here: torch::utils::getDtypeNames is not exported
+// by torch 2's libtorch_python (an undefined symbol at import), and c10's names are the C++ ones.
 std::string dtypeName(at::ScalarType type) {
-  return "torch." + torch::utils::getDtypeNames(type).first;
+  switch (type) {
+    case at::kFloat:
+      return "torch.float32";
+    case at::kDouble:
+      return "torch.float64";
+    case at::kHalf:
+      return "torch.float16";
+    case at::kBFloat16:
+      return "torch.bfloat16";
+    case at::kByte:
+      return "torch.uint8";
+    case at::kChar:
+      return "torch.int8";
+    case at::kShort:
+      return "torch.int16";
+    case at::kInt:
+      return "torch.int32";
+    case at::kLong:
+      return "torch.int64";
+    case at::kBool:
+      return "torch.bool";
+    case at::kComplexFloat:
+      return "torch.complex64";
+    case at::kComplexDouble:
+      return "torch.complex128";
+    default:
+      return std::string("torch.") + c10::toString(type);  // the rest, by c10's name
+  }
 }
 
 void throwTorchError(const std::string& message) {
