@@ -9,6 +9,7 @@
 #   bash scripts/gpu_session.sh python N  the Python suite at N ranks on CUDA tensors
 #   bash scripts/gpu_session.sh bench     chorus-bench --device cuda --compare nccl, and
 #                                         bench/gpu_allreduce.py against torch.distributed
+#   bash scripts/gpu_session.sh training SECS   issue 21's checks (data parallel on CUDA), one call
 #   bash scripts/gpu_session.sh all SECS  all of the above in one call, most important first, each
 #                                         step cut to what is left of SECS (a device lease is 15
 #                                         minutes, and a machine goes back 30 s after a call)
@@ -88,6 +89,20 @@ EOF
     ${nccl_root:+-DCHORUS_NCCL_ROOT="$nccl_root"}
 }
 
+# The command that runs each C++ GPU test in a process of its own (as ctest runs them; this
+# machine's CMake cannot read the test list that gtest_discover_tests writes): a CUDA call in the
+# parent process (the host tests make some) leaves CUDA unusable in the ranks that the GPU tests
+# fork. A listing that fails, or finds fewer than the 13 GPU tests, fails it (pipefail; the count).
+gpu_cpp_tests() {
+  cat <<EOF
+set -o pipefail; $build/bin/nccl_tests --gtest_list_tests |
+  awk '/^[A-Za-z]/ {suite = \$1} /^  / {print suite \$1}' | grep -E '^(NcclGpu|CommunicatorGpu)' |
+  xargs -P3 -I{} sh -c '$build/bin/nccl_tests --gtest_filter={} >$out/logs/gpu-test-{}.log 2>&1 &&
+    echo PASSED {} || { echo FAILED {}; tail -n 30 $out/logs/gpu-test-{}.log; exit 1; }' &&
+  test \$(ls $out/logs/gpu-test-*.log | wc -l) -ge 13
+EOF
+}
+
 # Everything issue 18 asks a GPU to show, in one device call of SECS seconds: the probe, the build
 # (only the targets the GPU checks need), the C++ GPU tests, the seed example, the Python grid's GPU
 # kinds, the killed rank, the benches, then (if time is left) 1 and 3 ranks and the torch backend
@@ -114,15 +129,7 @@ torch.cuda.nccl.version(), list(n.__path__))'
   (cd "$root" && tar -czf "$out/build-gpu.tar.gz" build-gpu/lib/libchorus.so* build-gpu/bin \
     build-gpu/python/chorus)
   [ -n "${GPU_PROBE:-}" ] && budgeted probe 150 30 bash "$GPU_PROBE"
-  # Each GPU test in a process of its own (as ctest runs them; this machine's CMake cannot read
-  # the test list that gtest_discover_tests writes): a CUDA call in the parent process (the host
-  # tests make some) leaves CUDA unusable in the ranks that the GPU tests fork.
-  # A listing that fails, or finds no GPU test, fails the step (pipefail; the count at the end).
-  budgeted nccl_tests 150 20 bash -c "set -o pipefail; $build/bin/nccl_tests --gtest_list_tests |
-    awk '/^[A-Za-z]/ {suite = \$1} /^  / {print suite \$1}' | grep -E '^(NcclGpu|CommunicatorGpu)' |
-    xargs -P3 -I{} sh -c '$build/bin/nccl_tests --gtest_filter={} >$out/logs/gpu-test-{}.log 2>&1 &&
-      echo PASSED {} || { echo FAILED {}; tail -n 30 $out/logs/gpu-test-{}.log; exit 1; }' &&
-    test \$(ls $out/logs/gpu-test-*.log | wc -l) -ge 13"
+  budgeted nccl_tests 150 20 bash -c "$(gpu_cpp_tests)"
   budgeted killed_rank 40 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     tests/python/scripts/cuda_killed_rank.py
   budgeted example 45 15 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
@@ -149,9 +156,42 @@ torch.cuda.nccl.version(), list(n.__path__))'
     --compare nccl --op all --max 64M --check --repeats 3 --csv "$out/bench_np2.csv"
 }
 
+# Issue 21 in one device call of SECS seconds: the build (with the torch backend), the GPU C++
+# tests, the CUDA Python tests (test_14, test_23: data parallel on CUDA) at 1, 2 and 3 ranks, the
+# digits example on CUDA, the torch backend on torch 2, the Python grid's GPU kinds at 2 ranks, and
+# bench/gpu_train_bench.py at 1 and 2 ranks.
+run_training() {
+  export CHORUS_TIMEOUT=30 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+  deadline=$((SECONDS + ${1:?seconds}))
+  local py_env=(env PYTHONPATH="$build/python" CHORUS_TEST_SHARED_GPU=1)
+  local cuda_tests=(-m pytest -q -p no:cacheprovider --maxfail=8 tests/python/test_14_cuda.py
+    tests/python/test_23_cuda_data_parallel.py)
+  nvidia-smi >"$out/machine.txt" 2>&1
+  budgeted configure 120 30 configure || return
+  budgeted build 300 60 cmake --build "$build" -j"$(nproc)" --target chorus _chorus chorusrun \
+    nccl_tests _c10d -- -k 0
+  budgeted nccl_tests 120 20 bash -c "$(gpu_cpp_tests)"
+  budgeted cuda_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${cuda_tests[@]}"
+  budgeted cuda_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" "${cuda_tests[@]}"
+  budgeted cuda_np3 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" "${cuda_tests[@]}"
+  budgeted digits_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    examples/python/train_digits.py --device cuda
+  budgeted torch_backend_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
+    -q -p no:cacheprovider --maxfail=8 tests/python/test_17_torch_backend.py
+  budgeted train_bench_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" \
+    bench/gpu_train_bench.py --repeats 3
+  budgeted train_bench_np2 90 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    bench/gpu_train_bench.py --repeats 3
+  budgeted python_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest -q \
+    -p no:cacheprovider --maxfail=8 -k "cuda or cupy" tests/python
+}
+
 case ${1:-} in
   all)
     run_all "${2:-480}"
+    ;;
+  training)
+    run_training "${2:-360}"
     ;;
   build)
     { nvidia-smi; "$py" -c 'import torch; print(torch.__version__, torch.version.cuda,
@@ -180,7 +220,7 @@ torch.cuda.nccl.version())'; } >"$out/machine.txt" 2>&1
       bench/gpu_allreduce.py --max 64M --repeats 5 --csv "$out/torch_np2.csv"
     ;;
   *)
-    echo "usage: $0 all SECS | build | cpp | python N | bench" >&2
+    echo "usage: $0 all SECS | training SECS | build | cpp | python N | bench" >&2
     exit 2
     ;;
 esac

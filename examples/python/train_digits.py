@@ -8,10 +8,12 @@ the parameters). Rank 0 prints the training loss and test accuracy after every e
 if the final test accuracy is below --target.
 
     build/bin/chorusrun -np 4 /usr/bin/python3 examples/python/train_digits.py [--zero 3]
-(with PYTHONPATH=build/python, or chorus installed; `make demo` runs it)
+(with PYTHONPATH=build/python, or chorus installed; `make demo` runs it). --device cuda trains on
+each rank's GPU (cuda:local_rank), data parallel; ZeRO on CUDA is not there yet.
 """
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -34,6 +36,8 @@ def parse_args():
                         help="DistributedDataParallel's communication hook (chorus.torch.hooks)")
     parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
                         help="ZeRO stage (0: DistributedDataParallel and torch.optim.Adam)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the model trains (cuda: this rank's GPU)")
     return parser.parse_args()
 
 
@@ -61,10 +65,10 @@ def global_sum(*values):
     return chorus.allreduce(np.array(values, dtype=np.float64)).tolist()
 
 
-def evaluate(model, test_set, rank, size):
+def evaluate(model, test_set, rank, size, device):
     """Test accuracy over the whole test set: each rank scores every size-th sample from its rank
     on, and the counts are summed."""
-    x, y = test_set[list(range(rank, len(test_set), size))]
+    x, y = (t.to(device) for t in test_set[list(range(rank, len(test_set), size))])
     with torch.no_grad():
         correct = (model(x).argmax(dim=1) == y).sum().item()
     total_correct, total = global_sum(correct, len(y))
@@ -82,9 +86,19 @@ def main():
     config = dist.get_config()
     train_set, test_set = load_data()
 
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        gpus = torch.cuda.device_count()
+        if gpus < config.local_size:
+            # More ranks than GPUs: NCCL takes two ranks on one GPU only as hosts of their own,
+            # over loopback sockets (slow, but it runs; set before chorus starts NCCL).
+            os.environ.setdefault("NCCL_HOSTID", f"digits-rank-{config.rank}")
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+        device = torch.device("cuda", config.local_rank % gpus)
+        torch.cuda.set_device(device)
     torch.manual_seed(config.rank)  # different on purpose: chorus starts every rank from rank 0's
     if args.zero == 0:
-        model = chorus.torch.DistributedDataParallel(make_model())
+        model = chorus.torch.DistributedDataParallel(make_model().to(device))
         if args.comm_hook != "none":
             import chorus.torch.hooks as hooks
             if args.comm_hook == "powersgd":
@@ -94,12 +108,12 @@ def main():
                 model.register_comm_hook(None, getattr(hooks, f"{args.comm_hook}_compress_hook"))
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     else:
-        model = make_model()
+        model = make_model().to(device)
         optimizer = chorus.torch.ZeroOptimizer(model, optim="adam", stage=args.zero, lr=args.lr)
     sampler = chorus.torch.DistributedSampler(train_set, shuffle=True, seed=0)
     loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
     if config.rank == 0:
-        how = f"ZeRO stage {args.zero}" if args.zero else "data parallel"
+        how = (f"ZeRO stage {args.zero}" if args.zero else "data parallel") + f", on {args.device}"
         print(f"training on {config.size} ranks ({how}): {len(train_set)} training and "
               f"{len(test_set)} test samples, batch {args.batch_size} per rank, {args.epochs} "
               "epochs", flush=True)
@@ -111,6 +125,7 @@ def main():
         model.train()
         loss_sum, seen = 0.0, 0
         for x, y in loader:
+            x, y = x.to(device), y.to(device)
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()  # gradients are averaged across ranks here
@@ -119,7 +134,7 @@ def main():
             seen += len(y)
         total_loss, total_seen = global_sum(loss_sum, seen)
         model.eval()
-        accuracy = evaluate(model, test_set, config.rank, config.size)
+        accuracy = evaluate(model, test_set, config.rank, config.size, device)
         if config.rank == 0:
             print(f"epoch {epoch:2d}/{args.epochs} {progress_bar(epoch, args.epochs)} "
                   f"loss {total_loss / total_seen:.4f}  test accuracy {accuracy:6.2%}  "

@@ -31,6 +31,13 @@
 //    end of backward, markAbsent() zeroes the gradients not marked (their buckets become ready and
 //    are handed out too); once every bucket is reduced, finalize() agrees on the gradients present
 //    anywhere and rebuilds the buckets as above (a rebuild keeps bucket(b)'s values).
+//  - Memory held by the caller (ownsMemory = false, with issueBuckets = false): the reducer keeps
+//  the
+//    plan and the bookkeeping only, and allocates nothing. The caller lays its own buffers out as
+//    location(i), bucketNumel(b) and bucketDtype(b) say (device memory, say: chorus.torch's DDP of
+//    a CUDA model holds its buckets in torch's allocator), zeroes the gradients not marked before
+//    markAbsent(), and after a rebuild (generation() grew) moves the values to the new locations.
+//    gradient(), bucket(), storage() and markReady(i, values) are then InvalidArgumentError.
 //  - Not thread-safe: one thread (backward's) calls markReady() and finalize().
 #pragma once
 
@@ -58,6 +65,14 @@ struct GradientReducerOptions {
   bool rebuildAfterFirstIteration = true;
   // Whether the reducer allreduces each bucket itself; false: the caller does (see the contract).
   bool issueBuckets = true;
+  // Whether the reducer allocates the buckets; false: the caller does (see the contract).
+  bool ownsMemory = true;
+};
+
+// Where gradient i lives: in bucket `bucket`, from element `offset` on.
+struct GradientLocation {
+  int bucket = 0;
+  int64_t offset = 0;
 };
 
 class GradientReducer {
@@ -75,6 +90,10 @@ class GradientReducer {
   size_t bucketBytes(int bucket) const;
   // The gradient indices in bucket b, in their order inside it.
   std::vector<int> bucketGradients(int bucket) const;
+  // Bucket b's elements (gradients plus alignment padding) and their dtype.
+  int64_t bucketNumel(int bucket) const;
+  DataType bucketDtype(int bucket) const;
+  GradientLocation location(int index) const;
 
   Tensor gradient(int index) const;
   // Bucket b's whole buffer, flat (its gradients at their offsets, and alignment padding).

@@ -21,7 +21,8 @@
 //    when it is next in line (runIfNext), so a blocking call costs no thread hand-off; order is
 //    unchanged. A wait with a timeout never does, so it returns within its timeout.
 //  - Collectives on CUDA tensors return a DeviceWork (chorus/stream.h): it is complete, for wait(),
-//    once the waiting thread's current stream is ordered after the collective (no host wait);
+//    once the waiting thread's current stream is ordered after the collective (no host wait; every
+//    later wait() orders its own thread's current stream too);
 //    isCompleted() asks the device whether the collective has ended; synchronize() waits for that
 //    on the host (for host operations, synchronize() is wait()).
 #pragma once

@@ -56,6 +56,12 @@ class Work:
         self._done = False
 
     def wait(self, timeout=None):
+        if self._done:
+            if self._pending:  # CUDA: every wait orders the stream current here, as torch's does
+                _arrays.follow_current_stream()
+                for p in self._pending:
+                    p.wait(None)
+            return self._result
         if not self._done:
             _arrays.follow_current_stream()  # wait() orders the stream current here and now
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -69,7 +75,8 @@ class Work:
                     raise error
             self._result = self._finish()
             self._done = True
-            self._pending = []
+            if not _chorus.gpu_backend:  # kept on a GPU build: each later wait orders its stream
+                self._pending = []
         return self._result
 
     def synchronize(self):

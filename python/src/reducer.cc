@@ -19,13 +19,15 @@ std::shared_ptr<GradientReducer> makeReducer(
     const std::vector<std::pair<int64_t, std::string>>& specs,
     size_t bucketBytes,
     size_t firstBucketBytes,
-    bool issueBuckets) {
+    bool issueBuckets,
+    bool ownsMemory) {
   std::vector<GradientSpec> parsed;
   for (const auto& [numel, dtype] : specs) parsed.push_back({numel, parseDataType(dtype)});
   GradientReducerOptions options;
   options.bucketBytes = bucketBytes;
   options.firstBucketBytes = firstBucketBytes;
   options.issueBuckets = issueBuckets;
+  options.ownsMemory = ownsMemory;
   return std::make_shared<GradientReducer>(std::move(comm), std::move(parsed), options);
 }
 
@@ -34,12 +36,27 @@ std::shared_ptr<GradientReducer> makeReducer(
 void bindReducer(py::module_& module) {
   py::class_<GradientReducer, std::shared_ptr<GradientReducer>>(module, "GradientReducer")
       .def(py::init(&makeReducer), py::arg("communicator"), py::arg("specs"),
-           py::arg("bucket_bytes"), py::arg("first_bucket_bytes"), py::arg("issue_buckets") = true)
+           py::arg("bucket_bytes"), py::arg("first_bucket_bytes"), py::arg("issue_buckets") = true,
+           py::arg("owns_memory") = true)
       .def_property_readonly("num_buckets", &GradientReducer::numBuckets)
       .def_property_readonly("generation", &GradientReducer::generation)
       .def_property_readonly("buckets_issued", &GradientReducer::bucketsIssued)
       .def("bucket_bytes", &GradientReducer::bucketBytes)
       .def("bucket_gradients", &GradientReducer::bucketGradients)
+      .def("bucket_numel", &GradientReducer::bucketNumel)
+      .def(
+          "bucket_dtype",
+          [](const GradientReducer& reducer, int bucket) {
+            return std::string(toString(reducer.bucketDtype(bucket)));
+          },
+          "Bucket b's dtype by name (\"float32\", \"bfloat16\", ...).")
+      .def(
+          "location",
+          [](const GradientReducer& reducer, int index) {
+            const GradientLocation at = reducer.location(index);
+            return std::make_pair(at.bucket, at.offset);
+          },
+          "(bucket, element offset) of gradient i.")
       .def("gradient", &gradientCapsule, "A DLPack capsule of gradient i's view (1-D).")
       .def(
           "bucket",

@@ -21,10 +21,7 @@ struct GradientReducer::Impl {
   struct Storage : parallel::AlignedBuffer {
     explicit Storage(size_t bytes) : AlignedBuffer(bytes, "gradient reducer: a bucket") {}
   };
-  struct Location {
-    int bucket = 0;
-    int64_t offset = 0;
-  };
+  using Location = GradientLocation;
 
   Impl(std::shared_ptr<Communicator> comm,
        std::vector<GradientSpec> specs,
@@ -35,6 +32,7 @@ struct GradientReducer::Impl {
   int numBuckets() const { return static_cast<int>(buckets_.size()); }
   size_t bucketBytes(int bucket) const;
   std::vector<int> bucketGradients(int bucket) const;
+  GradientLocation location(int index) const;
   Tensor gradient(int index) const;
   Tensor bucket(int bucket) const;
   std::shared_ptr<const void> storage(int index) const;
@@ -50,6 +48,7 @@ struct GradientReducer::Impl {
   // Nothing ready, no bucket issued: the state at the start of every iteration.
   void startIteration();
   void checkIndex(int index, const char* what) const;
+  void checkOwnsMemory(const char* what) const;
   void launchReadyBuckets();
   void rebuildFromRankZeroOrder();
   std::vector<int> observedOrder() const;
@@ -78,6 +77,10 @@ GradientReducer::Impl::Impl(std::shared_ptr<Communicator> comm,
     : comm_(std::move(comm)), specs_(std::move(specs)), options_(options) {
   if (!comm_)
     throw InvalidArgumentError("gradient reducer: no communicator");
+  if (!options_.ownsMemory && options_.issueBuckets)
+    throw InvalidArgumentError(
+        "gradient reducer: with ownsMemory = false the caller reduces the buckets, so "
+        "issueBuckets must be false");
   build(plan(parallel::reverseOrder(numGradients())));
   usedAnywhere_.assign(specs_.size(), false);
 }
@@ -102,12 +105,16 @@ void GradientReducer::Impl::build(std::vector<parallel::Bucket> buckets) {
   std::vector<std::shared_ptr<Storage>> storage;
   std::vector<Location> locations(specs_.size());
   for (size_t b = 0; b < buckets.size(); ++b) {
-    storage.push_back(std::make_shared<Storage>(buckets[b].nbytes()));
+    if (options_.ownsMemory)
+      storage.push_back(std::make_shared<Storage>(buckets[b].nbytes()));
     for (const auto& slot : buckets[b].slots)
       locations[slot.gradient] = {static_cast<int>(b), slot.offset};
   }
+  const bool rebuilding = !buckets_.empty();
+  if (rebuilding)
+    ++generation_;
   // Carry the current values over (a rebuild happens right after finalize(): the averages).
-  if (!storage_.empty()) {
+  if (rebuilding && options_.ownsMemory) {
     for (int i = 0; i < numGradients(); ++i) {
       size_t bytes = static_cast<size_t>(specs_[i].numel) * dataTypeSize(specs_[i].dtype);
       size_t to = static_cast<size_t>(locations[i].offset) * dataTypeSize(specs_[i].dtype);
@@ -115,7 +122,6 @@ void GradientReducer::Impl::build(std::vector<parallel::Bucket> buckets) {
         std::memcpy(static_cast<std::byte*>(storage[locations[i].bucket]->data()) + to,
                     gradient(i).data(), bytes);
     }
-    ++generation_;
   }
   buckets_ = std::move(buckets);
   storage_ = std::move(storage);
@@ -136,10 +142,21 @@ void GradientReducer::Impl::startIteration() {
 
 size_t GradientReducer::Impl::bucketBytes(int bucket) const { return buckets_.at(bucket).nbytes(); }
 
+GradientLocation GradientReducer::Impl::location(int index) const {
+  checkIndex(index, "location");
+  return locations_[index];
+}
+
 std::vector<int> GradientReducer::Impl::bucketGradients(int bucket) const {
   std::vector<int> indices;
   for (const auto& slot : buckets_.at(bucket).slots) indices.push_back(slot.gradient);
   return indices;
+}
+
+void GradientReducer::Impl::checkOwnsMemory(const char* what) const {
+  if (!options_.ownsMemory)
+    throw InvalidArgumentError(std::string("gradient reducer: ") + what +
+                               ": the caller holds the buckets' memory (ownsMemory = false)");
 }
 
 void GradientReducer::Impl::checkIndex(int index, const char* what) const {
@@ -151,6 +168,7 @@ void GradientReducer::Impl::checkIndex(int index, const char* what) const {
 
 Tensor GradientReducer::Impl::gradient(int index) const {
   checkIndex(index, "view");
+  checkOwnsMemory("gradient()");
   const Location& at = locations_[index];
   auto* base = static_cast<std::byte*>(storage_[at.bucket]->data());
   const GradientSpec& spec = specs_[index];
@@ -159,6 +177,7 @@ Tensor GradientReducer::Impl::gradient(int index) const {
 }
 
 Tensor GradientReducer::Impl::bucket(int bucket) const {
+  checkOwnsMemory("bucket()");
   const parallel::Bucket& planned = buckets_.at(bucket);
   return Tensor(storage_[bucket]->data(), planned.dtype, {planned.numel});
 }
@@ -172,6 +191,7 @@ std::vector<int> GradientReducer::Impl::takeReadyBuckets() {
 
 std::shared_ptr<const void> GradientReducer::Impl::storage(int index) const {
   checkIndex(index, "storage");
+  checkOwnsMemory("storage()");
   return storage_[locations_[index].bucket];
 }
 
@@ -182,6 +202,7 @@ bool GradientReducer::Impl::isReady(int index) const {
 
 void GradientReducer::Impl::markReady(int index, const Tensor& values) {
   checkIndex(index, "markReady");
+  checkOwnsMemory("markReady(index, values)");
   Tensor view = gradient(index);
   if (values.dtype() != view.dtype() || values.numel() != view.numel() || !values.isContiguous())
     throw InvalidArgumentError("gradient reducer: gradient " + std::to_string(index) + " is " +
@@ -221,9 +242,11 @@ void GradientReducer::Impl::markAbsent() {
   absentMarked_ = true;
   for (int i = 0; i < numGradients(); ++i) {
     if (!ready_[i]) {
-      Tensor view = gradient(i);
-      if (view.nbytes() > 0)
-        std::memset(view.data(), 0, view.nbytes());
+      if (options_.ownsMemory) {
+        Tensor view = gradient(i);
+        if (view.nbytes() > 0)
+          std::memset(view.data(), 0, view.nbytes());
+      }
       --pendingInBucket_[locations_[i].bucket];
     }
   }
@@ -280,6 +303,9 @@ size_t GradientReducer::bucketBytes(int bucket) const { return impl_->bucketByte
 std::vector<int> GradientReducer::bucketGradients(int bucket) const {
   return impl_->bucketGradients(bucket);
 }
+int64_t GradientReducer::bucketNumel(int bucket) const { return impl_->buckets_.at(bucket).numel; }
+DataType GradientReducer::bucketDtype(int bucket) const { return impl_->buckets_.at(bucket).dtype; }
+GradientLocation GradientReducer::location(int index) const { return impl_->location(index); }
 Tensor GradientReducer::gradient(int index) const { return impl_->gradient(index); }
 Tensor GradientReducer::bucket(int bucket) const { return impl_->bucket(bucket); }
 std::vector<int> GradientReducer::takeReadyBuckets() { return impl_->takeReadyBuckets(); }

@@ -27,7 +27,9 @@ std::exception_ptr DeviceWork::checkFailure() const {
 }
 
 void DeviceWork::beforeWait() noexcept {
-  if (Work::isCompleted())
+  // Every wait orders the waiting thread's current stream, also after an earlier wait completed
+  // the Work (torch's Work.wait() does the same): a second stream that waits must be ordered too.
+  if (completion_ == nullptr || exception() != nullptr)
     return;
   if (std::exception_ptr failed = checkFailure()) {
     finish(failed);

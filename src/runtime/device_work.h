@@ -1,7 +1,8 @@
 // DeviceWork: the Work of a collective on CUDA tensors (chorus/work.h, chorus/stream.h). It wraps
 // the backend's DeviceCompletion and the call's host check (Note [Device fingerprint check] in
 // communicator_state.h): wait() orders the waiting thread's current stream after the collective
-// and completes, without waiting for the check (a check that already failed is raised);
+// and completes, without waiting for the check (a check that already failed is raised); each
+// wait() orders its thread's current stream, the first and every later one;
 // isCompleted() is true once both the device and the check are done; synchronize() waits for both
 // on the host. A failure seen by any of them completes the Work with that error (a host wait
 // first asks chorusrun's record whom to blame: NCCL names no dead peer, the launcher does).

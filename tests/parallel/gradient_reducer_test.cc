@@ -214,5 +214,53 @@ TEST(GradientReducerTest, RanksWithDifferentGradientsRaiseMismatchError) {
   });
 }
 
+TEST(GradientReducerTest, WithTheCallersMemoryItKeepsThePlanAndTheBookkeepingOnly) {
+  runRanks(2, [&](Communicator& comm) {
+    GradientReducerOptions options = smallBuckets();
+    options.issueBuckets = false;
+    options.ownsMemory = false;
+    GradientReducer reducer(borrow(comm), fiveGradients(), options);
+    // The layout the caller allocates: the reverse order gives buckets {4}, {3, 2}, {1, 0}, each
+    // gradient at an offset aligned to 64 bytes (16 floats).
+    ASSERT_EQ(reducer.numBuckets(), 3);
+    EXPECT_EQ(reducer.bucketNumel(0), 256);
+    EXPECT_EQ(reducer.bucketNumel(1), 704 + 500);  // 700 padded to 704, then 500
+    EXPECT_EQ(reducer.bucketDtype(1), DataType::kFloat32);
+    EXPECT_EQ(reducer.location(2).bucket, 1);
+    EXPECT_EQ(reducer.location(2).offset, 704);
+    EXPECT_EQ(reducer.location(0).bucket, 2);
+    EXPECT_EQ(reducer.location(0).offset, 304);  // after 1's 300, padded to 304
+    EXPECT_THROW(reducer.gradient(0), InvalidArgumentError);
+    EXPECT_THROW(reducer.bucket(0), InvalidArgumentError);
+    EXPECT_THROW(reducer.storage(0), InvalidArgumentError);
+    // Readiness is tracked as before: bucket 1 is handed out once 3 and 2 are both ready.
+    reducer.markReady(4);
+    reducer.markReady(3);
+    EXPECT_EQ(reducer.takeReadyBuckets(), std::vector<int>{0});
+    reducer.markReady(2);
+    EXPECT_EQ(reducer.takeReadyBuckets(), std::vector<int>{1});
+    // 0 and 1 absent on rank 1 only: no memory is touched, the last bucket is handed out, and
+    // finalize() reports them present somewhere.
+    if (comm.rank() == 0) {
+      reducer.markReady(1);
+      reducer.markReady(0);
+    }
+    reducer.markAbsent();
+    EXPECT_EQ(reducer.takeReadyBuckets(), std::vector<int>{2});
+    const std::vector<bool> used = reducer.finalize();
+    EXPECT_EQ(used, std::vector<bool>(5, true));
+    // Rank 0's order (4, 3, 2, 1, 0) is the reverse plan already: no rebuild.
+    EXPECT_EQ(reducer.generation(), 0);
+  });
+}
+
+TEST(GradientReducerTest, TheCallersMemoryNeedsTheCallerToReduceTheBuckets) {
+  runRanks(1, [&](Communicator& comm) {
+    GradientReducerOptions options;
+    options.ownsMemory = false;  // but issueBuckets left true
+    EXPECT_THROW(GradientReducer(borrow(comm), fiveGradients(), options), InvalidArgumentError);
+  });
+}
+
 }  // namespace
 }  // namespace chorus

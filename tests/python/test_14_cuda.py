@@ -77,3 +77,22 @@ def test_an_async_handle_synchronizes_on_the_host(rank, size):
     y = work.synchronize()
     assert work.is_completed()
     assert torch.all(y == size * (size + 1) / 2).item()
+
+
+def test_every_wait_orders_its_own_stream(rank, size):
+    """A handle waited for on one stream, then on another: the second stream is ordered after the
+    collective too (torch's Work.wait() does the same). Without that, the side stream reads x
+    before the collective, which itself waits behind ~0.5 s of GPU time on the default stream."""
+    device = cuda_device()
+    x = torch.zeros(1 << 20, device=device)
+    torch.cuda._sleep(1_000_000_000)
+    x.fill_(rank + 1)
+    work = chorus.allreduce(x, async_op=True, inplace=True)
+    work.wait()  # orders the default stream
+    side = torch.cuda.Stream(device)
+    with torch.cuda.stream(side):
+        work.wait()  # orders the side stream, which never waited for the default one
+        doubled = x * 2
+    side.synchronize()
+    expected = size * (size + 1)
+    assert torch.all(doubled == expected).item(), f"got {doubled[:4].tolist()}, expected {expected}"

@@ -8,18 +8,20 @@ import torch
 from .. import _chorus
 
 
-def check_parameters(named_parameters, who):
+def check_parameters(named_parameters, who, cuda=False):
     """The (name, parameter) pairs that get gradients, each once (shared parameters appear once);
-    parameters chorus cannot train are refused, naming them."""
+    parameters chorus cannot train are refused, naming them. cuda: whether `who` trains CUDA
+    parameters (on a build with the GPU backend); every parameter must then be on one device."""
     params, seen = [], set()
     for name, p in named_parameters:
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        if p.device.type != "cpu":
-            raise _chorus.UnsupportedError(
-                f"{who}: parameter {name} is on {p.device}; chorus was built without a GPU "
-                "backend, move the module to the CPU")
+        _check_device(name, p, who, cuda)
+        if params and p.device != params[0][1].device:
+            raise ValueError(
+                f"{who}: parameter {params[0][0]} is on {params[0][1].device} and parameter "
+                f"{name} on {p.device}; move the whole module to one device")
         if p.layout != torch.strided:
             raise _chorus.UnsupportedError(
                 f"{who}: parameter {name} is {p.layout}; only dense parameters are supported")
@@ -28,6 +30,19 @@ def check_parameters(named_parameters, who):
                 f"{who}: parameter {name} has dtype {p.dtype}; gradients must be floating point")
         params.append((name, p))
     return params
+
+
+def _check_device(name, p, who, cuda):
+    if p.device.type == "cpu":
+        return
+    if not _chorus.gpu_backend:
+        raise _chorus.UnsupportedError(
+            f"{who}: parameter {name} is on {p.device}; chorus was built without a GPU backend, "
+            "move the module to the CPU")
+    if not cuda or not p.is_cuda:
+        raise _chorus.UnsupportedError(
+            f"{who}: parameter {name} is on {p.device}; {who} trains host parameters only "
+            "(DistributedDataParallel also trains CUDA ones), move the module to the CPU")
 
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small, so that communication starts early in backward

@@ -13,8 +13,10 @@ import torch
 from torch.utils import dlpack as _dlpack
 
 from .. import _arrays, _chorus, _groups, _ops
+from . import hooks as _hooks
 from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
                               check_parameters, hook_accumulators)
+from ._device_buckets import DeviceBuckets
 
 class DistributedDataParallel(torch.nn.Module):
     """Wraps `module` so that backward averages its gradients across every rank.
@@ -33,7 +35,12 @@ class DistributedDataParallel(torch.nn.Module):
     - no_sync(): backward inside it only accumulates local gradients; the first backward after it
       averages the accumulated sum.
     - Works with any torch optimizer: optimizer.step() reads the averaged .grad.
-    - float16 and bfloat16 gradients are averaged with float32 accumulation.
+    - float16 and bfloat16 gradients are averaged with float32 accumulation (on CUDA, NCCL's).
+    - CUDA models (chorus built with the GPU backend): the buckets live in device memory (torch's
+      allocator) and each bucket's allreduce runs on NCCL, queued as soon as its gradients are
+      ready, after an event on the stream that produced them, never a host wait; the end of
+      backward orders the current stream (the optimizer's) after the last bucket. Every parameter
+      must be on one device; a module split between host and GPU is a ValueError.
     - find_unused_parameters is accepted for torch compatibility and changes nothing: parameters
       without a gradient are always handled (one tiny allreduce per step says which).
     - register_comm_hook(state, hook): each bucket is reduced by hook(state, bucket) instead, with
@@ -47,16 +54,22 @@ class DistributedDataParallel(torch.nn.Module):
         self.module = module
         self.broadcast_buffers = bool(broadcast_buffers)
         self._comm = _groups.get(None)
-        named = check_parameters(module.named_parameters(), "DistributedDataParallel")
+        named = check_parameters(module.named_parameters(), "DistributedDataParallel", cuda=True)
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
+        self._cuda = bool(self._params) and self._params[0].is_cuda
         self._broadcast_from_rank_zero([p.detach() for p in self._params])
         self._broadcast_from_rank_zero(self._buffers_to_sync())
         bucket_bytes, first_bucket_bytes = bucket_limits(bucket_cap_mb, "DistributedDataParallel")
         specs = [(p.numel(), _arrays.torch_dtype_name(p.dtype)) for p in self._params]
         self._reducer_arguments = (self._comm._native, specs, bucket_bytes, first_bucket_bytes)
-        self._reducer = _chorus.GradientReducer(*self._reducer_arguments)
         self._comm_hook = None  # (state, hook) once registered
+        self._make_reducer()
+        # A CUDA model's buckets are device memory, each reduced by a hook: allreduce_hook unless
+        # the user registers another.
+        self._default_hook = self._cuda
+        if self._cuda:
+            self._comm_hook = (None, _hooks.allreduce_hook)
         self._hook_futures = []  # (bucket index, future) of this backward
         self._backward_done = False
         self._views = []
@@ -66,14 +79,32 @@ class DistributedDataParallel(torch.nn.Module):
         # Keeps the autograd nodes (and so their hooks) alive.
         self._accumulators = hook_accumulators(self._params, self._make_hook)
 
+    def _make_reducer(self, issue_buckets=True):
+        """The C++ GradientReducer; for a CUDA model it keeps the plan only, and DeviceBuckets the
+        memory (see _device_buckets.py)."""
+        if self._cuda:
+            self._reducer = _chorus.GradientReducer(*self._reducer_arguments, issue_buckets=False,
+                                                    owns_memory=False)
+            self._device_buckets = DeviceBuckets(self._reducer, self._params)
+        else:
+            self._reducer = _chorus.GradientReducer(*self._reducer_arguments,
+                                                    issue_buckets=issue_buckets)
+            self._device_buckets = None
+        self._views_generation = None
+
     def _buffers_to_sync(self):
         if not self.broadcast_buffers:
             return []
-        return [b for b in self.module.buffers() if b.device.type == "cpu"]
+        return [b for b in self.module.buffers() if b.device.type in ("cpu", "cuda")]
 
     def _broadcast_from_rank_zero(self, tensors):
-        if self._comm.size > 1 and tensors:
-            _ops.broadcast(tensors, root=self._comm.members[0], inplace=True)
+        if self._comm.size == 1:
+            return
+        # One fused broadcast per kind: one call takes host or CUDA tensors, not both.
+        for kind in ("cpu", "cuda"):
+            same = [t for t in tensors if t.device.type == kind]
+            if same:
+                _ops.broadcast(same, root=self._comm.members[0], inplace=True)
 
     def forward(self, *inputs, **kwargs):
         self._broadcast_from_rank_zero(self._buffers_to_sync())
@@ -95,6 +126,8 @@ class DistributedDataParallel(torch.nn.Module):
 
     def _view(self, index):
         """Gradient `index`'s view into its bucket, shaped like the parameter."""
+        if self._device_buckets is not None:
+            return self._device_buckets.view(index)
         if self._views_generation != self._reducer.generation:
             self._views = [
                 _dlpack.from_dlpack(self._reducer.gradient(i)).view(p.shape)
@@ -109,7 +142,7 @@ class DistributedDataParallel(torch.nn.Module):
     def register_comm_hook(self, state, hook):
         """Reduces each gradient bucket with hook(state, bucket) (torch's contract; see
         chorus.torch.hooks). Call it on every rank before the first backward, at most once."""
-        if self._comm_hook is not None:
+        if self._comm_hook is not None and not self._default_hook:
             raise _chorus.InvalidArgumentError(
                 "register_comm_hook: a communication hook is already registered")
         if self._backward_done:
@@ -118,9 +151,9 @@ class DistributedDataParallel(torch.nn.Module):
         if not callable(hook):
             raise _chorus.InvalidArgumentError(
                 f"register_comm_hook needs a callable hook, not {type(hook).__name__}")
-        self._reducer = _chorus.GradientReducer(*self._reducer_arguments, issue_buckets=False)
-        self._views_generation = None
+        self._make_reducer(issue_buckets=False)
         self._comm_hook = (state, hook)
+        self._default_hook = False
 
     def _make_hook(self, index):
         def on_gradient_accumulated(*_):
@@ -140,11 +173,15 @@ class DistributedDataParallel(torch.nn.Module):
             self._hook_futures.append((b, hook(state, GradBucket(self, b))))
 
     def _bucket_buffer(self, b):
+        if self._device_buckets is not None:
+            return self._device_buckets.bucket(b)
         return _dlpack.from_dlpack(self._reducer.bucket(b))
 
     def _wait_for_hooks(self):
         """End of backward with a hook: the absent gradients' buckets go to the hook too; then each
         bucket's future is waited for, in order, and its result copied into the bucket."""
+        if self._device_buckets is not None:
+            self._device_buckets.zero_absent()
         self._reducer.mark_absent()
         self._run_hooks()
         futures, self._hook_futures = self._hook_futures, []
@@ -167,6 +204,8 @@ class DistributedDataParallel(torch.nn.Module):
         if self._comm_hook is not None:
             self._wait_for_hooks()
         used = self._reducer.finalize()
+        if self._device_buckets is not None:
+            self._device_buckets.follow_rebuild()
         for index, p in enumerate(self._params):
             if used[index]:
                 self._adopt(index)  # averaged, and possibly moved by the bucket rebuild

@@ -40,8 +40,10 @@ class WorkFuture:
         self._value, self._done = None, False
 
     def wait(self):
+        # The Work's wait() each time: for CUDA tensors every wait orders the current stream.
+        result = self._work.wait()
         if not self._done:
-            self._value, self._done = self._finish(self._work.wait()), True
+            self._value, self._done = self._finish(result), True
         return self._value
 
     value = wait
