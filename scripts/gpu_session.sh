@@ -10,6 +10,7 @@
 #   bash scripts/gpu_session.sh bench     chorus-bench --device cuda --compare nccl, and
 #                                         bench/gpu_allreduce.py against torch.distributed
 #   bash scripts/gpu_session.sh training SECS   issue 21's checks (data parallel on CUDA), one call
+#   GPU_ONLY="step ..." before either: only those steps (with configure and build)
 #   bash scripts/gpu_session.sh all SECS  all of the above in one call, most important first, each
 #                                         step cut to what is left of SECS (a device lease is 15
 #                                         minutes, and a machine goes back 30 s after a call)
@@ -52,6 +53,10 @@ step() {
 budgeted() {
   local name=$1 most=$2 least=$3
   shift 3
+  # GPU_ONLY="a b": only those steps run (and configure and build), to rerun a few.
+  if [ -n "${GPU_ONLY:-}" ] && [[ " configure build $GPU_ONLY " != *" $name "* ]]; then
+    return 0
+  fi
   local left=$((deadline - SECONDS))
   if ((left < least)); then
     echo "== $name: skipped, $left s left of the budget" | tee -a "$out/summary.txt"
@@ -179,9 +184,9 @@ run_training() {
   budgeted torch_backend_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
     -q -p no:cacheprovider --maxfail=8 tests/python/test_17_torch_backend.py
   budgeted train_bench_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" \
-    bench/gpu_train_bench.py --repeats 3
+    bench/gpu_train_bench.py --repeats 3 --profile
   budgeted train_bench_np2 90 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
-    bench/gpu_train_bench.py --repeats 3
+    bench/gpu_train_bench.py --repeats 3 --profile
   budgeted python_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest -q \
     -p no:cacheprovider --maxfail=8 -k "cuda or cupy" tests/python
 }
