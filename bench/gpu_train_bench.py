@@ -1,8 +1,10 @@
 """Data-parallel training of a CUDA model: chorus.torch.DistributedDataParallel against torch's
-DistributedDataParallel over NCCL, in the same processes, on the same model (issue 21).
+DistributedDataParallel over NCCL, in the same processes, on the same model (issue 21); with --zero
+also chorus's ZeroOptimizer at those stages, with --fsdp torch's FullyShardedDataParallel.
 
     PYTHONPATH=build/python build/bin/chorusrun -np 2 python3 bench/gpu_train_bench.py \
-        [--layers 4] [--width 2048] [--batch 256] [--steps 20] [--repeats 5] [--bucket-mb 25]
+        [--layers 4] [--width 2048] [--batch 256] [--steps 20] [--repeats 5] [--bucket-mb 25] \
+        [--zero 1 2 3] [--fsdp]
 
 The model: --layers Linear layers of --width units with ReLU between them, MSE loss, SGD, a batch of
 --batch rows per rank. Each configuration has its own copy of the model (the same initial values)
@@ -23,6 +25,7 @@ with NCCL the benchmark says it was skipped and exits 0.
 
 import argparse
 import cProfile
+import gc
 import pstats
 import statistics
 import sys
@@ -46,6 +49,10 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps per configuration")
     parser.add_argument("--repeats", type=int, default=5, help="rounds per configuration")
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="both DDPs' bucket size")
+    parser.add_argument("--zero", type=int, nargs="*", choices=(1, 2, 3), default=[],
+                        help="also chorus.torch.ZeroOptimizer at these stages (SGD)")
+    parser.add_argument("--fsdp", action="store_true",
+                        help="also torch's FullyShardedDataParallel (full shard: ZeRO-3)")
     parser.add_argument("--profile", action="store_true",
                         help="then time each configuration's host side per step, and profile "
                              "chorus DP's steps (cProfile, rank 0 prints the costliest functions)")
@@ -62,13 +69,15 @@ def make_model(args, device):
     return torch.nn.Sequential(*layers).to(device)
 
 
+LR = 1e-4
+
+
 class Config:
-    """One way of training the model: its wrapper, optimizer, step times and peak memory."""
+    """One way of training the model: its wrapper and optimizer, step times and peak memory."""
 
     def __init__(self, name, wrap, args, device):
         self.name, self.step_ms, self.peak_bytes = name, [], 0
-        self.model = wrap(make_model(args, device))
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-4)
+        self.model, self.optimizer = wrap(make_model(args, device))
 
     def step(self, x, y):
         self.optimizer.zero_grad()
@@ -76,19 +85,31 @@ class Config:
         self.optimizer.step()
 
 
+def with_sgd(model):
+    return model, torch.optim.SGD(model.parameters(), lr=LR)
+
+
 def wrappers(args, cfg, device):
-    """(name, wrap) of every configuration: wrap(model) gives what is trained."""
-    made = [("plain torch", lambda m: m)] if cfg.size == 1 else []
-    made.append(("chorus DP", lambda m: chorus_torch.DistributedDataParallel(
-        m, bucket_cap_mb=args.bucket_mb)))
-    made.append(("torch DDP (NCCL)", lambda m: torch.nn.parallel.DistributedDataParallel(
-        m, device_ids=[device], bucket_cap_mb=args.bucket_mb)))
+    """(name, wrap) of every configuration: wrap(model) gives (what is trained, its optimizer)."""
+    made = [("plain torch", with_sgd)] if cfg.size == 1 else []
+    made.append(("chorus DP", lambda m: with_sgd(chorus_torch.DistributedDataParallel(
+        m, bucket_cap_mb=args.bucket_mb))))
+    made.append(("torch DDP (NCCL)", lambda m: with_sgd(torch.nn.parallel.DistributedDataParallel(
+        m, device_ids=[device], bucket_cap_mb=args.bucket_mb))))
+    for stage in args.zero:
+        made.append((f"chorus ZeRO-{stage}", lambda m, stage=stage: (m, chorus_torch.ZeroOptimizer(
+            m, optim="sgd", stage=stage, lr=LR, bucket_cap_mb=args.bucket_mb))))
+    if args.fsdp:  # FSDP's full shard is ZeRO-3
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        made.append(("torch FSDP (NCCL)", lambda m: with_sgd(FullyShardedDataParallel(
+            m, device_id=device))))
     return made
 
 
 def peak_memory(name, wrap, args, device, x, y):
     """The configuration's own peak device bytes over its warm-up steps, alone on the device."""
     torch.cuda.synchronize(device)
+    gc.collect()  # a DDP is a reference cycle (its hooks): free the previous one's memory now
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)

@@ -162,15 +162,17 @@ torch.cuda.nccl.version(), list(n.__path__))'
 }
 
 # Issue 21 in one device call of SECS seconds: the build (with the torch backend), the GPU C++
-# tests, the CUDA Python tests (test_14, test_23: data parallel on CUDA) at 1, 2 and 3 ranks, the
-# digits example on CUDA, the torch backend on torch 2, the Python grid's GPU kinds at 2 ranks, and
-# bench/gpu_train_bench.py at 1 and 2 ranks.
+# tests, the CUDA Python tests (test_14, test_23: data parallel, test_24: ZeRO, on CUDA; their host
+# variants deselected) at 1, 2 and 3 ranks, the digits example on CUDA (data parallel and ZeRO-3),
+# the torch backend on torch 2, bench/gpu_train_bench.py at 1 and 2 ranks (with ZeRO and FSDP),
+# and the Python grid's GPU kinds at 2 ranks.
 run_training() {
   export CHORUS_TIMEOUT=30 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
   deadline=$((SECONDS + ${1:?seconds}))
   local py_env=(env PYTHONPATH="$build/python" CHORUS_TEST_SHARED_GPU=1)
-  local cuda_tests=(-m pytest -q -p no:cacheprovider --maxfail=8 tests/python/test_14_cuda.py
-    tests/python/test_23_cuda_data_parallel.py)
+  local cuda_tests=(-m pytest -q -p no:cacheprovider --maxfail=8 -k "cuda or not host"
+    tests/python/test_14_cuda.py tests/python/test_23_cuda_data_parallel.py
+    tests/python/test_24_zero_torch_engine.py)
   nvidia-smi >"$out/machine.txt" 2>&1
   budgeted configure 120 30 configure || return
   budgeted build 300 60 cmake --build "$build" -j"$(nproc)" --target chorus _chorus chorusrun \
@@ -181,12 +183,14 @@ run_training() {
   budgeted cuda_np3 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" "${cuda_tests[@]}"
   budgeted digits_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     examples/python/train_digits.py --device cuda
+  budgeted digits_zero3_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    examples/python/train_digits.py --device cuda --zero 3
   budgeted torch_backend_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
     -q -p no:cacheprovider --maxfail=8 tests/python/test_17_torch_backend.py
   budgeted train_bench_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" \
-    bench/gpu_train_bench.py --repeats 3 --profile
-  budgeted train_bench_np2 90 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
-    bench/gpu_train_bench.py --repeats 3 --profile
+    bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --fsdp
+  budgeted train_bench_np2 120 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --fsdp --profile
   budgeted python_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest -q \
     -p no:cacheprovider --maxfail=8 -k "cuda or cupy" tests/python
 }

@@ -89,6 +89,8 @@ def main():
     device = torch.device("cpu")
     if args.device == "cuda":
         gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise SystemExit("train_digits: --device cuda, but torch sees no CUDA device")
         if gpus < config.local_size:
             # More ranks than GPUs: NCCL takes two ranks on one GPU only as hosts of their own,
             # over loopback sockets (slow, but it runs; set before chorus starts NCCL).

@@ -8,6 +8,7 @@ NumPy arrays, and their results are NumPy arrays.
 """
 
 import sys
+import threading
 
 import numpy as np
 
@@ -98,6 +99,7 @@ class Buffer:
                 # The collective follows torch's current stream (chorus/stream.h): it reads what
                 # was queued there, and wait() orders that stream after it.
                 _chorus.set_current_stream(torch.cuda.current_stream(a.device).cuda_stream)
+                _issued.device = a.device
             # to_dlpack is __dlpack__ without its Python-level checks (the tensor is detached).
             return torch.utils.dlpack.to_dlpack(a.view(torch.uint8) if self.dtype == "bool" else a)
         return (a.view(np.uint8) if self.dtype == "bool" else a).__dlpack__()
@@ -137,14 +139,28 @@ class Buffer:
             np.copyto(self.original, result)
 
 
-def follow_current_stream():
-    """Tells chorus the calling thread's current CUDA stream (torch's), which a DeviceWork's wait()
-    orders after the collective; nothing when no GPU backend or CUDA was never initialized."""
+# The CUDA device of the last array this thread exported for a collective (take_cuda_device()).
+_issued = threading.local()
+
+
+def take_cuda_device():
+    """The CUDA device of the tensors of the call this thread just made (None for host arrays),
+    and forgets it: a Work keeps it, so that its wait() orders that device's current stream."""
+    device = getattr(_issued, "device", None)
+    _issued.device = None
+    return device
+
+
+def follow_current_stream(device=None):
+    """Tells chorus the calling thread's current CUDA stream (torch's) on `device` (None: the
+    current device), which a DeviceWork's wait() orders after the collective, as torch's
+    Work.wait() orders the current stream of the work's device; nothing when no GPU backend or
+    CUDA was never initialized."""
     if not _chorus.gpu_backend:
         return
     torch = _torch()
     if torch is not None and torch.cuda.is_initialized():
-        _chorus.set_current_stream(torch.cuda.current_stream().cuda_stream)
+        _chorus.set_current_stream(torch.cuda.current_stream(device).cuda_stream)
 
 
 def prepare(x, name="x", writable=False):

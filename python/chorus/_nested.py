@@ -116,8 +116,8 @@ class NestWork:
         self._result, self._done = None, False
 
     def wait(self, timeout=None):
+        results = [work.wait(timeout) for work in self._works]  # each orders this stream (CUDA)
         if not self._done:
-            results = [work.wait(timeout) for work in self._works]
             self._result, self._done = self._finish(results), True
         return self._result
 

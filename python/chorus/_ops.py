@@ -47,23 +47,25 @@ class Work:
     is_completed() never blocks (for CUDA tensors it asks the GPU).
     """
 
-    __slots__ = ("_pending", "_finish", "_result", "_done")
+    __slots__ = ("_pending", "_finish", "_result", "_done", "_device")
 
-    def __init__(self, pending, finish):
+    def __init__(self, pending, finish, device=None):
         self._pending = [p for p in pending if p is not None]
         self._finish = finish
         self._result = None
         self._done = False
+        self._device = device  # the CUDA device of its tensors, None for host arrays
 
     def wait(self, timeout=None):
         if self._done:
             if self._pending:  # CUDA: every wait orders the stream current here, as torch's does
-                _arrays.follow_current_stream()
+                _arrays.follow_current_stream(self._device)
                 for p in self._pending:
                     p.wait(None)
             return self._result
         if not self._done:
-            _arrays.follow_current_stream()  # wait() orders the stream current here and now
+            # wait() orders the current stream (of the tensors' device) here and now
+            _arrays.follow_current_stream(self._device)
             deadline = None if timeout is None else time.monotonic() + timeout
             for p in self._pending:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -99,13 +101,15 @@ def _complete(calls, finish, async_op, synchronize):
     the GPU (CUDA tensors); host operations are complete when a blocking call returns anyway."""
     _check_bool_flag(synchronize, "synchronize")
     if async_op:
-        return Work([call(True) for call in calls], finish)
+        pending = [call(True) for call in calls]
+        return Work(pending, finish, _arrays.take_cuda_device())
     if synchronize:
         for call in calls:
             call(True).synchronize()
-        return finish()
-    for call in calls:
-        call(False)
+    else:
+        for call in calls:
+            call(False)
+    _arrays.take_cuda_device()
     return finish()
 
 

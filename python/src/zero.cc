@@ -61,24 +61,41 @@ py::dict memoryReport(const ZeroEngine& engine) {
   return report;
 }
 
-py::list ownedPieces(const ZeroEngine& engine) {
+const parallel::ZeroLayout& layoutOf(const ZeroEngine& engine) { return engine.layout(); }
+const parallel::ZeroLayout& layoutOf(const parallel::ZeroLayout& layout) { return layout; }
+
+// (parameter, parameter_offset, numel) per owned run, and with shardOffset its start in this rank's
+// shard as a fourth field.
+template <typename Owner>
+py::list ownedPieces(const Owner& owner, bool withShardOffset) {
   py::list pieces;
-  for (const auto& piece : engine.layout().ownedPieces())
-    pieces.append(py::make_tuple(piece.parameter, piece.parameterOffset, piece.numel));
+  for (const auto& piece : layoutOf(owner).ownedPieces()) {
+    if (withShardOffset)
+      pieces.append(
+          py::make_tuple(piece.parameter, piece.parameterOffset, piece.numel, piece.shardOffset));
+    else
+      pieces.append(py::make_tuple(piece.parameter, piece.parameterOffset, piece.numel));
+  }
   return pieces;
 }
 
-void bindLayout(py::class_<ZeroEngine, std::shared_ptr<ZeroEngine>>& engine) {
-  engine.def_property_readonly("num_units", [](ZeroEngine& e) { return e.layout().numUnits(); })
-      .def("unit_parameters",
-           [](ZeroEngine& e, int unit) { return e.layout().unitParameters(unit); })
-      .def("unit_of", [](ZeroEngine& e, int parameter) { return e.layout().unitOf(parameter); })
-      .def("padded_numel",
-           [](ZeroEngine& e, int unit) { return e.layout().plan(unit).paddedNumel(); })
-      .def_property_readonly("total_numel", [](ZeroEngine& e) { return e.layout().totalNumel(); })
-      .def_property_readonly("shard_numel", [](ZeroEngine& e) { return e.layout().shardNumel(); })
-      .def_property_readonly("owned_numel", [](ZeroEngine& e) { return e.layout().ownedNumel(); })
-      .def("owned_pieces", &ownedPieces, "(parameter, parameter_offset, numel) per owned run.");
+// The layout's accessors, on the engine (its layout()) and on a standalone ZeroLayout alike.
+template <typename Owner, typename... Options>
+void bindLayout(py::class_<Owner, Options...>& owner) {
+  owner.def_property_readonly("num_units", [](Owner& o) { return layoutOf(o).numUnits(); })
+      .def("unit_parameters", [](Owner& o, int unit) { return layoutOf(o).unitParameters(unit); })
+      .def("unit_of", [](Owner& o, int parameter) { return layoutOf(o).unitOf(parameter); })
+      .def("padded_numel", [](Owner& o, int unit) { return layoutOf(o).plan(unit).paddedNumel(); })
+      .def("unit_shard_numel",
+           [](Owner& o, int unit) { return layoutOf(o).plan(unit).shardNumel(); })
+      .def("offset_in_unit",
+           [](Owner& o, int parameter) { return layoutOf(o).offsetInUnit(parameter); })
+      .def("shard_offset", [](Owner& o, int unit) { return layoutOf(o).shardOffset(unit); })
+      .def_property_readonly("total_numel", [](Owner& o) { return layoutOf(o).totalNumel(); })
+      .def_property_readonly("shard_numel", [](Owner& o) { return layoutOf(o).shardNumel(); })
+      .def_property_readonly("owned_numel", [](Owner& o) { return layoutOf(o).ownedNumel(); })
+      .def("owned_pieces", &ownedPieces<Owner>, py::arg("with_shard_offset") = false,
+           "(parameter, parameter_offset, numel[, shard_offset]) per owned run.");
 }
 
 void bindParametersAndGradients(py::class_<ZeroEngine, std::shared_ptr<ZeroEngine>>& engine) {
@@ -145,6 +162,14 @@ void bindZero(py::module_& module) {
       .def("memory", &memoryReport);
   bindLayout(engine);
   bindParametersAndGradients(engine);
+  py::class_<parallel::ZeroLayout> layout(
+      module, "ZeroLayout",
+      "Where every parameter element lives under ZeRO (chorus/zero_layout.h): for engines that "
+      "hold their memory elsewhere (chorus.torch's CUDA ZeRO).");
+  layout.def(py::init<std::vector<int64_t>, std::vector<std::vector<int>>, int, int, int64_t>(),
+             py::arg("numels"), py::arg("units"), py::arg("shard_count"), py::arg("rank"),
+             py::arg("align_elements") = parallel::ZeroOptions{}.alignElements);
+  bindLayout(layout);
   module.def(
       "plan_zero_units",
       [](const std::vector<int64_t>& numels, const std::string& dtype, size_t unitBytes,

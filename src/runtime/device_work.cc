@@ -29,18 +29,18 @@ std::exception_ptr DeviceWork::checkFailure() const {
 void DeviceWork::beforeWait() noexcept {
   // Every wait orders the waiting thread's current stream, also after an earlier wait completed
   // the Work (torch's Work.wait() does the same): a second stream that waits must be ordered too.
+  // A Work completes once: a check that fails after an earlier wait completed it is reported by
+  // the communicator's next call, not by this Work, but the stream is still ordered.
   if (completion_ == nullptr || exception() != nullptr)
     return;
-  if (std::exception_ptr failed = checkFailure()) {
-    finish(failed);
-    return;
-  }
+  std::exception_ptr failed = checkFailure();
   try {
     completion_->orderBefore(currentStream());
-    finish();
   } catch (...) {
-    finish(std::current_exception());
+    if (!failed)
+      failed = std::current_exception();
   }
+  finish(failed);  // a no-op once complete
 }
 
 bool DeviceWork::isCompleted() const {

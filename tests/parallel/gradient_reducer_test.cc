@@ -254,6 +254,26 @@ TEST(GradientReducerTest, WithTheCallersMemoryItKeepsThePlanAndTheBookkeepingOnl
   });
 }
 
+TEST(GradientReducerTest, WithTheCallersMemoryARebuildMovesTheLayoutOnly) {
+  runRanks(2, [&](Communicator& comm) {
+    GradientReducerOptions options = smallBuckets();
+    options.issueBuckets = false;
+    options.ownsMemory = false;
+    GradientReducer reducer(borrow(comm), fiveGradients(), options);
+    for (int i = 0; i < 5; ++i) reducer.markReady(i);  // registration order, on every rank
+    reducer.takeReadyBuckets();
+    reducer.finalize();
+    // As in BucketsFollowRankZerosReadyOrderAfterTheFirstIteration, with nothing to copy.
+    EXPECT_EQ(reducer.generation(), 1);
+    EXPECT_EQ(reducer.bucketGradients(0), std::vector<int>{0});
+    EXPECT_EQ(reducer.location(0).bucket, 0);
+    EXPECT_EQ(reducer.location(0).offset, 0);
+    EXPECT_EQ(reducer.location(3).bucket, 1);
+    EXPECT_EQ(reducer.location(3).offset, 304 + 512);  // after 1 (300 -> 304) and 2 (500 -> 512)
+    EXPECT_EQ(reducer.bucketNumel(1), 304 + 512 + 700);
+  });
+}
+
 TEST(GradientReducerTest, TheCallersMemoryNeedsTheCallerToReduceTheBuckets) {
   runRanks(1, [&](Communicator& comm) {
     GradientReducerOptions options;

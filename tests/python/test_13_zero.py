@@ -29,6 +29,8 @@ STEPS = 4
 IN, HIDDEN, OUT = 12, 24, 5
 FP32_TOLERANCE = 1e-5
 BF16_ABSOLUTE_TOLERANCE = 1e-2
+# Where the models and batches live: test_24 runs these tests again on its own device and engine.
+DEVICE = torch.device("cpu")
 
 
 class Net(torch.nn.Module):
@@ -64,13 +66,14 @@ OPTIMIZERS = {
 
 def make_model(seed):
     torch.manual_seed(seed)
-    return Net()
+    return Net().to(DEVICE)
 
 
 def global_batch(size, step, micro=1):
     generator = torch.Generator().manual_seed(2000 + step)
     n = size * micro * BATCH
-    return torch.randn(n, IN, generator=generator), torch.randn(n, OUT, generator=generator)
+    x, y = torch.randn(n, IN, generator=generator), torch.randn(n, OUT, generator=generator)
+    return x.to(DEVICE), y.to(DEVICE)
 
 
 def loss_of(model, x, y):
@@ -114,8 +117,9 @@ def train_zero(comm, optim, stage, micro=1, mixed_precision=None, bucket_cap_mb=
 
 
 def relative_error(actual, expected):
+    actual, expected = actual.float().cpu(), expected.float().cpu()
     scale = expected.abs().max().clamp_min(1e-12)
-    return float((actual.float() - expected.float()).abs().max() / scale)
+    return float((actual - expected).abs().max() / scale)
 
 
 def assert_matches(zero, reference, tolerance):
@@ -179,10 +183,10 @@ def test_bfloat16_mixed_precision(comm, stage, optim):
     gathered = zero.gathered_parameters()
     for name, p in model.named_parameters():
         assert p.dtype == torch.bfloat16
-        error = float((gathered[name] - reference[name].detach()).abs().max())
+        error = float((gathered[name] - reference[name].detach().cpu()).abs().max())
         assert error <= BF16_ABSOLUTE_TOLERANCE, f"{name}: error {error:.3g}"
         if stage < 3:  # the model holds the master weights rounded to bfloat16
-            assert torch.equal(p.detach(), gathered[name].to(torch.bfloat16)), name
+            assert torch.equal(p.detach().cpu(), gathered[name].to(torch.bfloat16)), name
 
 
 def assert_memory_matches_the_paper(report):
@@ -211,11 +215,11 @@ def test_memory_report_follows_the_formulas(comm, stage, optim, mixed, k):
 
 def test_stage_two_holds_gradient_shards_and_few_buckets(comm, multi_rank):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(8)])
+    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(8)]).to(DEVICE)
     zero = ct.ZeroOptimizer(model, stage=2, bucket_cap_mb=4 * 1056 / 2**20)  # a layer per unit
     engine = zero.engine
     assert engine.num_units == 8
-    x = torch.randn(4, 32)
+    x = torch.randn(4, 32).to(DEVICE)
     for _ in range(2):
         zero.zero_grad()
         model(x).square().mean().backward()
@@ -238,7 +242,7 @@ def test_stage_three_releases_parameters_between_uses(comm):
     seen = []
     hook = model.block.register_forward_pre_hook(lambda m, i: seen.append(m.weight.shape))
     with torch.no_grad():
-        model(torch.zeros(2, IN))
+        model(torch.zeros(2, IN, device=DEVICE))
     hook.remove()
     assert seen == [torch.Size([HIDDEN, HIDDEN])]
     assert model.block.weight.numel() == 0
@@ -254,7 +258,7 @@ def test_stage_three_prefetches_the_next_module(comm):
     hook = model.norm.register_forward_pre_hook(
         lambda m, i: during.append(engine.memory()["buffers"] - before))
     with torch.no_grad():
-        model(torch.zeros(2, IN))
+        model(torch.zeros(2, IN, device=DEVICE))
     hook.remove()
     # Inside norm's forward: norm's unit is gathered and block's (next) is already being gathered.
     assert during == [4 * (engine.padded_numel(norm) + engine.padded_numel(block))]
@@ -309,7 +313,7 @@ def test_compressed_gradients_train_close_to_float32(comm, stage, comm_dtype):
     assert all(p.dtype == torch.float32 for p in model.parameters())
     reference = dict(train_reference("sgd", comm.size).named_parameters())
     for name, values in zero.gathered_parameters().items():
-        error = float((values - reference[name].detach()).abs().max())
+        error = float((values - reference[name].detach().cpu()).abs().max())
         assert error <= BF16_ABSOLUTE_TOLERANCE, f"{name}: error {error:.3g}"
 
 

@@ -1,8 +1,11 @@
 """chorus.torch.DistributedDataParallel of a CUDA model (issue 21): the buckets live in device memory
-and each bucket's allreduce runs on NCCL while backward goes on. N ranks with per-rank batches end
-with the same parameters as one process trained on the concatenated batch on the same GPU (the
-reference of training_reference.py). The whole module skips on a machine without a GPU or with a
-chorus built without NCCL.
+(DeviceBuckets) and each bucket's allreduce runs on NCCL while backward goes on. N ranks with
+per-rank batches end with the same parameters as one process trained on the concatenated batch on
+the same device (the reference of training_reference.py).
+
+Each test runs on the GPU where there is one (and chorus has NCCL), and everywhere on host tensors
+that take the same path (DeviceBuckets, a hook per bucket) through
+chorus.torch._ddp._DEVICE_BUCKETS_ON_HOST. The overlap and the host/GPU mix need the GPU.
 
 Tolerances as in test_10: float32 within 1e-5 relative, bfloat16 within 2e-2 (one bfloat16 step is
 2**-8 = 0.4 %; the reference rounds the full-batch gradient once, data parallel each rank's and
@@ -14,17 +17,26 @@ import torch
 
 import chorus
 import chorus.torch as ct
+import chorus.torch._ddp as ddp_module
 import chorus.torch.hooks as hooks
 from helpers import CUDA, cuda_device
 from training_reference import (BATCH, STEPS, assert_same_parameters, global_batch, loss_of,
                                 make_model, train_data_parallel, train_reference)
 
-pytestmark = pytest.mark.skipif(not CUDA, reason="needs a CUDA device and chorus built with NCCL")
+needs_gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA device and chorus built with NCCL")
+
+
+@pytest.fixture(params=["host"] + (["cuda"] if CUDA else []))
+def device(request, monkeypatch):
+    """Where the model trains: this rank's GPU, or the host with the CUDA path forced."""
+    if request.param == "host":
+        monkeypatch.setattr(ddp_module, "_DEVICE_BUCKETS_ON_HOST", True)
+        return torch.device("cpu")
+    return cuda_device()
 
 
 @pytest.mark.parametrize("optimizer_name", ["sgd", "adam", "adamw"])
-def test_matches_one_process_on_the_concatenated_batch(comm, optimizer_name):
-    device = cuda_device()
+def test_matches_one_process_on_the_concatenated_batch(comm, optimizer_name, device):
     model, ddp = train_data_parallel(optimizer_name, comm, device=device)
     reference = train_reference(optimizer_name, comm.size, device=device)
     assert_same_parameters(model, reference, 1e-5)
@@ -32,20 +44,19 @@ def test_matches_one_process_on_the_concatenated_batch(comm, optimizer_name):
     assert model.unused.weight.grad is None
     assert torch.equal(model.unused.weight, make_model(0, device=device).unused.weight)
     # Every gradient is a view into a bucket in device memory, not a copy of it.
+    assert ddp._device_buckets is not None
     for index, p in enumerate(ddp.parameters()):
         if p.grad is not None:
-            assert p.grad.is_cuda and p.grad.data_ptr() == ddp._view(index).data_ptr()
+            assert p.grad.device == device and p.grad.data_ptr() == ddp._view(index).data_ptr()
 
 
-def test_gradient_accumulation_under_no_sync(comm):
-    device = cuda_device()
+def test_gradient_accumulation_under_no_sync(comm, device):
     model, _ = train_data_parallel("adam", comm, micro=3, device=device)
     reference = train_reference("adam", comm.size, micro=3, device=device)
     assert_same_parameters(model, reference, 1e-5)
 
 
-def test_many_small_buckets_are_rebuilt_in_rank_zeros_order(comm):
-    device = cuda_device()
+def test_many_small_buckets_are_rebuilt_in_rank_zeros_order(comm, device):
     model, ddp = train_data_parallel("adam", comm, set_to_none=True, bucket_cap_mb=0.001,
                                      device=device)
     reference = train_reference("adam", comm.size, set_to_none=True, device=device)
@@ -56,18 +67,16 @@ def test_many_small_buckets_are_rebuilt_in_rank_zeros_order(comm):
     assert ddp.reducer.generation == 1
 
 
-def test_bfloat16_parameters_and_gradients(comm):
-    device = cuda_device()
+def test_bfloat16_parameters_and_gradients(comm, device):
     model, _ = train_data_parallel("sgd", comm, dtype=torch.bfloat16, device=device)
     reference = train_reference("sgd", comm.size, dtype=torch.bfloat16, device=device)
     assert model.first.weight.grad.dtype == torch.bfloat16
     assert_same_parameters(model, reference, 2e-2)
 
 
-def test_a_compression_hook_runs_on_the_device_buckets(comm):
+def test_a_compression_hook_runs_on_the_device_buckets(comm, device):
     """bf16_compress_hook on CUDA buckets: the same training as without it, within bfloat16's
     rounding of each gradient (2e-2, as above)."""
-    device = cuda_device()
     model = make_model(comm.rank, device=device)
     ddp = ct.DistributedDataParallel(model)
     ddp.register_comm_hook(None, hooks.bf16_compress_hook)
@@ -98,6 +107,7 @@ class SlowBackward(torch.autograd.Function):
         return grad
 
 
+@needs_gpu
 def test_the_first_bucket_is_reduced_while_backward_goes_on(comm):
     """The last layer's bucket is allreduced before the slow part of backward (the first layer's
     side) ends, by the GPU's own clock: the CUDA events' timestamps, not the host's. Were buckets
@@ -137,14 +147,9 @@ def test_the_first_bucket_is_reduced_while_backward_goes_on(comm):
     assert marks["begin"].elapsed_time(reduced[1]) > slow_end
 
 
-def test_a_module_split_between_host_and_gpu_is_a_value_error(comm):
+@needs_gpu
+def test_a_module_split_between_the_cpu_and_a_gpu_is_refused(comm):
     module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).to(cuda_device()))
     with pytest.raises(ValueError, match="move the whole module to one device"):
         ct.DistributedDataParallel(module)
     chorus.barrier()  # nothing was communicated; the world still works
-
-
-def test_zero_on_cuda_is_a_clear_error_for_now(comm):
-    model = torch.nn.Linear(2, 2).to(cuda_device())
-    with pytest.raises(chorus.UnsupportedError, match="ZeroOptimizer trains host parameters only"):
-        ct.ZeroOptimizer(model, optim="adam", stage=1)

@@ -19,7 +19,7 @@ def check_parameters(named_parameters, who, cuda=False):
         seen.add(id(p))
         _check_device(name, p, who, cuda)
         if params and p.device != params[0][1].device:
-            raise ValueError(
+            raise _chorus.InvalidArgumentError(
                 f"{who}: parameter {params[0][0]} is on {params[0][1].device} and parameter "
                 f"{name} on {p.device}; move the whole module to one device")
         if p.layout != torch.strided:
@@ -33,16 +33,15 @@ def check_parameters(named_parameters, who, cuda=False):
 
 
 def _check_device(name, p, who, cuda):
-    if p.device.type == "cpu":
+    if p.device.type == "cpu" or (cuda and p.is_cuda and _chorus.gpu_backend):
         return
-    if not _chorus.gpu_backend:
+    if p.is_cuda and not _chorus.gpu_backend:
         raise _chorus.UnsupportedError(
             f"{who}: parameter {name} is on {p.device}; chorus was built without a GPU backend, "
             "move the module to the CPU")
-    if not cuda or not p.is_cuda:
-        raise _chorus.UnsupportedError(
-            f"{who}: parameter {name} is on {p.device}; {who} trains host parameters only "
-            "(DistributedDataParallel also trains CUDA ones), move the module to the CPU")
+    kinds = "host and CUDA parameters" if cuda else "host parameters"
+    raise _chorus.UnsupportedError(
+        f"{who}: parameter {name} is on {p.device}; {who} trains {kinds} only")
 
 
 _FIRST_BUCKET_BYTES = 1 << 20  # small, so that communication starts early in backward

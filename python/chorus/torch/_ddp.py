@@ -18,6 +18,10 @@ from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
                               check_parameters, hook_accumulators)
 from ._device_buckets import DeviceBuckets
 
+# Whether host models take the CUDA path too (DeviceBuckets and a hook per bucket): for tests.
+_DEVICE_BUCKETS_ON_HOST = False
+
+
 class DistributedDataParallel(torch.nn.Module):
     """Wraps `module` so that backward averages its gradients across every rank.
 
@@ -35,7 +39,8 @@ class DistributedDataParallel(torch.nn.Module):
     - no_sync(): backward inside it only accumulates local gradients; the first backward after it
       averages the accumulated sum.
     - Works with any torch optimizer: optimizer.step() reads the averaged .grad.
-    - float16 and bfloat16 gradients are averaged with float32 accumulation (on CUDA, NCCL's).
+    - float16 and bfloat16 gradients are averaged with float32 accumulation on the host; on CUDA
+      NCCL adds them in their own dtype.
     - CUDA models (chorus built with the GPU backend): the buckets live in device memory (torch's
       allocator) and each bucket's allreduce runs on NCCL, queued as soon as its gradients are
       ready, after an event on the stream that produced them, never a host wait; the end of
@@ -57,7 +62,10 @@ class DistributedDataParallel(torch.nn.Module):
         named = check_parameters(module.named_parameters(), "DistributedDataParallel", cuda=True)
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
-        self._cuda = bool(self._params) and self._params[0].is_cuda
+        # CUDA models hold their buckets in DeviceBuckets (the tests run that path on host
+        # tensors too, through _DEVICE_BUCKETS_ON_HOST).
+        self._held_buckets = bool(self._params) and (self._params[0].is_cuda
+                                                     or _DEVICE_BUCKETS_ON_HOST)
         self._broadcast_from_rank_zero([p.detach() for p in self._params])
         self._broadcast_from_rank_zero(self._buffers_to_sync())
         bucket_bytes, first_bucket_bytes = bucket_limits(bucket_cap_mb, "DistributedDataParallel")
@@ -67,8 +75,8 @@ class DistributedDataParallel(torch.nn.Module):
         self._make_reducer()
         # A CUDA model's buckets are device memory, each reduced by a hook: allreduce_hook unless
         # the user registers another.
-        self._default_hook = self._cuda
-        if self._cuda:
+        self._default_hook = self._held_buckets
+        if self._held_buckets:
             self._comm_hook = (None, _hooks.allreduce_hook)
         self._hook_futures = []  # (bucket index, future) of this backward
         self._backward_done = False
@@ -82,7 +90,7 @@ class DistributedDataParallel(torch.nn.Module):
     def _make_reducer(self, issue_buckets=True):
         """The C++ GradientReducer; for a CUDA model it keeps the plan only, and DeviceBuckets the
         memory (see _device_buckets.py)."""
-        if self._cuda:
+        if self._held_buckets:
             self._reducer = _chorus.GradientReducer(*self._reducer_arguments, issue_buckets=False,
                                                     owns_memory=False)
             self._device_buckets = DeviceBuckets(self._reducer, self._params)
@@ -205,9 +213,11 @@ class DistributedDataParallel(torch.nn.Module):
             self._wait_for_hooks()
         used = self._reducer.finalize()
         if self._device_buckets is not None:
-            self._device_buckets.follow_rebuild()
+            self._device_buckets.follow_rebuild()  # moves the values, if the buckets moved
         for index, p in enumerate(self._params):
-            if used[index]:
+            if used[index] and self._device_buckets is not None:
+                p.grad = self._device_buckets.view(index)
+            elif used[index]:
                 self._adopt(index)  # averaged, and possibly moved by the bucket rebuild
 
 

@@ -1,10 +1,11 @@
 """chorus.torch.ZeroOptimizer: ZeRO stages 1, 2 and 3 (arXiv 1910.02054) for a torch model.
 
-The C++ ZeroEngine (include/chorus/zero_engine.h) owns the memory and does the work: parameters
-and gradients live in its buffers, it reduces gradients in units as backward produces them, and
-its C++ optimizers update this rank's float32 shard. This file connects it to autograd (the hooks
-of _autograd_hooks, and for stage 3 the module hooks of _zero_stage3) and to the checkpoint files
-of _checkpoint.
+The engine owns the memory and does the work: parameters and gradients live in its buffers, it
+reduces gradients in units as backward produces them, and its optimizer updates this rank's
+float32 shard. Host parameters get the C++ ZeroEngine (include/chorus/zero_engine.h), CUDA ones
+DeviceZeroEngine (_zero_device.py: the same contract in torch, on the device). This file connects
+the engine to autograd (the hooks of _autograd_hooks, and for stage 3 the module hooks of
+_zero_stage3) and to the checkpoint files of _checkpoint.
 """
 
 import contextlib
@@ -16,9 +17,13 @@ from .. import _arrays, _chorus, _groups, _ops
 from . import _checkpoint
 from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
                               check_parameters, hook_accumulators)
+from ._zero_device import DeviceZeroEngine
 from ._zero_stage3 import ParameterLifecycle
 
 _WHO = "ZeroOptimizer"
+# Which engine trains host parameters: "c++" (ZeroEngine), or "torch" (DeviceZeroEngine, what CUDA
+# parameters always get; the tests run it on host tensors too).
+_HOST_ENGINE = "c++"
 _MIXED_PRECISION = {None: torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 _COMM_DTYPES = {None: None, "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16",
                 "float16": "float16"}
@@ -79,6 +84,9 @@ class ZeroOptimizer:
       the bytes; the shm backend accumulates the average in float32.
     - Gradients accumulate over backward passes until zero_grad(). A parameter that gets no
       gradient on any rank is updated with a zero gradient (torch.optim would skip it).
+    - CUDA models (chorus built with the GPU backend): every buffer is device memory from torch's
+      allocator, the reductions and gathers run on NCCL without host waits, and the update is
+      torch.optim's own on the float32 shard. comm_dtype is not supported there yet.
     """
 
     def __init__(self, params, optim="adam", stage=1, lr=None, betas=(0.9, 0.999), eps=1e-8,
@@ -99,7 +107,7 @@ class ZeroOptimizer:
         if stage == 3 and module is None:
             raise _invalid("stage 3 gathers each module's parameters around its forward and "
                            "backward: pass the module itself, not its parameters")
-        named = check_parameters(named, _WHO)
+        named = check_parameters(named, _WHO, cuda=True)
         if not named:
             raise _invalid("no parameters that require gradients")
         self.stage, self.optim, self.mixed_precision = stage, optim, mixed_precision
@@ -130,9 +138,18 @@ class ZeroOptimizer:
         else:
             units = _chorus.plan_zero_units(numels, dtype_name,
                                             *bucket_limits(bucket_cap_mb, _WHO))
-        self._engine = _chorus.ZeroEngine(self._comm._native, numels, units, self.stage,
-                                          dtype_name, self.optim, self.hyperparameters,
-                                          _COMM_DTYPES[self.comm_dtype])
+        device = self._params[0].device
+        if device.type == "cuda" or _HOST_ENGINE == "torch":
+            if self.comm_dtype is not None:
+                raise _chorus.UnsupportedError(
+                    f"{_WHO}: comm_dtype={self.comm_dtype!r} is not supported on {device} yet; "
+                    "leave it None (or use mixed_precision='bf16')")
+            self._engine = DeviceZeroEngine(self._comm, numels, units, self.stage, self._dtype,
+                                            self.optim, self.hyperparameters, device)
+        else:
+            self._engine = _chorus.ZeroEngine(self._comm._native, numels, units, self.stage,
+                                              dtype_name, self.optim, self.hyperparameters,
+                                              _COMM_DTYPES[self.comm_dtype])
         for index, p in enumerate(self._params):
             values = p.detach().to(torch.float32).contiguous().view(-1)
             self._engine.set_parameter(index, _dlpack.to_dlpack(values))

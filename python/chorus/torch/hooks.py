@@ -17,10 +17,11 @@ copies each result into its bucket.
 
 - allreduce_hook: the average, as chorus's DDP computes it without a hook.
 - fp16_compress_hook, bf16_compress_hook: cast the bucket to float16 / bfloat16, divide by the group
-  size, allreduce (sum), and cast back: half the bytes on the wire. chorus's reduction of half
-  precision accumulates in float32 (the shm backend's half-precision path), so compression costs
-  no accuracy beyond the casts. The arithmetic is torch's own hooks', step by step, so over the
-  same backend the results are bit for bit torch's (tested).
+  size, allreduce (sum), and cast back: half the bytes on the wire. On host tensors chorus's
+  reduction of half precision accumulates in float32 (the shm backend's half-precision path), so
+  compression costs no accuracy beyond the casts; on CUDA, NCCL adds in the half-precision dtype,
+  rounding at each step. The arithmetic is torch's own hooks', step by step, so over the same
+  backend the results are bit for bit torch's (tested).
 - PowerSGDState, powerSGD_hook: rank-r PowerSGD with error feedback and warm start
   (chorus/torch/_powersgd.py).
 """
@@ -33,17 +34,23 @@ from .. import _groups, _ops
 class WorkFuture:
     """A future over a chorus async Work: wait() and value() give `finish(result)`."""
 
-    __slots__ = ("_work", "_finish", "_value", "_done")
+    __slots__ = ("_work", "_finish", "_value", "_done", "_finished")
 
     def __init__(self, work, finish=lambda result: result):
         self._work, self._finish = work, finish
-        self._value, self._done = None, False
+        self._value, self._done, self._finished = None, False, None
 
     def wait(self):
-        # The Work's wait() each time: for CUDA tensors every wait orders the current stream.
+        # For CUDA tensors every wait orders the current stream: after the Work (its own wait())
+        # and after `finish`, which ran on the first waiter's stream (an event recorded there).
         result = self._work.wait()
         if not self._done:
             self._value, self._done = self._finish(result), True
+            if torch.is_tensor(self._value) and self._value.is_cuda:
+                self._finished = torch.cuda.Event()
+                self._finished.record(torch.cuda.current_stream(self._value.device))
+        elif self._finished is not None:
+            torch.cuda.current_stream(self._value.device).wait_event(self._finished)
         return self._value
 
     value = wait
@@ -81,6 +88,8 @@ def _compress_hook(state, bucket, dtype):
 
     def decompress(reduced):
         buffer.copy_(reduced)
+        if reduced.is_cuda:  # freed later, but read here, on this stream
+            reduced.record_stream(torch.cuda.current_stream(reduced.device))
         return buffer
 
     return WorkFuture(work, decompress)

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cctype>
 #include <stdexcept>
 #include <string>
 
@@ -123,8 +125,14 @@ std::string dtypeName(at::ScalarType type) {
       return "torch.complex64";
     case at::kComplexDouble:
       return "torch.complex128";
-    default:
-      return std::string("torch.") + c10::toString(type);  // the rest, by c10's name
+    case at::kComplexHalf:
+      return "torch.complex32";
+    default: {  // the rest by c10's name, lowercased as torch's are (float8_e4m3fn, uint16, ...)
+      std::string name = c10::toString(type);
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      return "torch." + name;
+    }
   }
 }
 

@@ -1,0 +1,447 @@
+"""DeviceZeroEngine: the contract of the C++ ZeroEngine (include/chorus/zero_engine.h) for a model on
+a GPU, in torch, so that ZeroOptimizer, its stage-3 hooks, its memory report and its checkpoints
+work unchanged on CUDA parameters (issue 21).
+
+The C++ engine's arithmetic (copies, casts, the optimizers) runs on host memory; here every buffer
+is a torch tensor on the parameters' device, from torch's caching allocator (so
+torch.cuda.memory_allocated() counts it), and the arithmetic is torch's: the optimizer is
+torch.optim's own SGD, Adam or AdamW over this rank's float32 shard (one tensor per unit). The
+layout is the C++ ZeroLayout's (_chorus.ZeroLayout), so shards, padding and checkpoint pieces are
+the same as the host engine's.
+
+Collectives are chorus's on device tensors: asynchronous, queued on the communicator's NCCL stream
+after an event on the current stream, and a wait() orders the current stream after them without a
+host wait. Units are reduced as backward completes them, in the issue order (the unit order, then
+rank 0's completion order from the second iteration on): stage 1 allreduces the unit's gradients
+(avg) in place; stages 2 and 3 copy them into a bucket and reduce-scatter it (avg), and at most
+two buckets are filling or in flight (a third waits, on the stream, for the oldest reduction, and
+adds its part to the gradient shard). Gradients that a unit did not get count as zero (stages 2 and 3) or keep what they
+accumulated (stage 1). Nothing here is CUDA-specific: the same code runs on host tensors, which is
+how the host tests check it.
+"""
+
+import numpy as np
+import torch
+
+from .. import _chorus, _ops
+
+_OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+_BUCKETS_IN_FLIGHT = 2
+
+
+def _invalid(message):
+    return _chorus.InvalidArgumentError(f"ZeroOptimizer: {message}")
+
+
+def _torch_optimizer(name, tensors, hyper):
+    """torch.optim's optimizer `name` over `tensors`; its refusal of a hyperparameter (a negative
+    momentum, say) is an InvalidArgumentError, as the C++ engine's is."""
+    try:
+        if name == "sgd":
+            return torch.optim.SGD(tensors, lr=hyper["lr"], momentum=hyper["momentum"],
+                                   dampening=hyper["dampening"],
+                                   weight_decay=hyper["weight_decay"],
+                                   nesterov=bool(hyper["nesterov"]))
+        return _OPTIMIZERS[name](tensors, lr=hyper["lr"], betas=(hyper["beta1"], hyper["beta2"]),
+                                 eps=hyper["eps"], weight_decay=hyper["weight_decay"])
+    except ValueError as error:
+        raise _invalid(str(error)) from error
+
+
+class DeviceZeroEngine:
+    """ZeroEngine's methods (see the module doc); `comm` is the chorus Group of the world."""
+
+    def __init__(self, comm, numels, units, stage, dtype, optim, hyper, device):
+        self.stage, self.optimizer_name, self._hyper = stage, optim, dict(hyper)
+        self._comm, self._dtype, self._device = comm, dtype, device
+        self._numels = list(numels)
+        self._layout = _chorus.ZeroLayout(self._numels, units, comm.size, comm.rank)
+        self._memory = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "buffers": 0,
+                        "peak_buffers": 0}
+        self._steps = 0
+        self._make_parameters()
+        self._make_gradients()
+        self._optimizer = _torch_optimizer(optim, self._master, self._hyper)
+        self._issue_order = list(range(self.num_units))
+        self._iterations = 0
+        self._start_iteration()
+
+    # ---- the layout (ZeroLayout's accessors) -----------------------------------------------------
+
+    @property
+    def num_units(self):
+        return self._layout.num_units
+
+    @property
+    def total_numel(self):
+        return self._layout.total_numel
+
+    @property
+    def shard_numel(self):
+        return self._layout.shard_numel
+
+    @property
+    def owned_numel(self):
+        return self._layout.owned_numel
+
+    def unit_parameters(self, unit):
+        return self._layout.unit_parameters(unit)
+
+    def unit_of(self, index):
+        return self._layout.unit_of(index)
+
+    def padded_numel(self, unit):
+        return self._layout.padded_numel(unit)
+
+    def owned_pieces(self):
+        return self._layout.owned_pieces()
+
+    def _zeros(self, numel, dtype, kind):
+        tensor = torch.zeros(numel, dtype=dtype, device=self._device)
+        self._memory[kind] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    def _unit_shard(self, unit):
+        """Where this rank's shard of `unit` lies in the unit's flat space: (start, numel)."""
+        numel = self._layout.unit_shard_numel(unit)
+        return self._comm.rank * numel, numel
+
+    def _shard_slice(self, unit):
+        start = self._layout.shard_offset(unit)
+        return slice(start, start + self._layout.unit_shard_numel(unit))
+
+    # ---- parameters ------------------------------------------------------------------------------
+
+    def _make_parameters(self):
+        """Stages 1 and 2: every unit whole; stage 3: this rank's shard of every unit. The float32
+        master shard is the parameters' own in float32 training, separate in mixed precision."""
+        layout, float32 = self._layout, self._dtype == torch.float32
+        if self.stage < 3:
+            self._units = [self._zeros(layout.padded_numel(u), self._dtype, "parameters")
+                           for u in range(layout.num_units)]
+            owned = [self._units[u][slice(*self._start_end(u))] for u in range(layout.num_units)]
+        else:
+            self._shard = self._zeros(layout.shard_numel, self._dtype, "parameters")
+            owned = [self._shard[self._shard_slice(u)] for u in range(layout.num_units)]
+            self._gathered, self._gathering = {}, {}
+        self._owned = owned
+        if float32:
+            self._master = owned
+        else:
+            flat = self._zeros(layout.shard_numel, torch.float32, "optimizer_state")
+            self._master = [flat[self._shard_slice(u)] for u in range(layout.num_units)]
+
+    def _start_end(self, unit):
+        start, numel = self._unit_shard(unit)
+        return start, start + numel
+
+    def _unit_view(self, unit_buffer, index):
+        offset = self._layout.offset_in_unit(index)
+        return unit_buffer[offset:offset + self._numels[index]]
+
+    def set_parameter(self, index, values):
+        """Loads parameter `index` (float32 values, the same on every rank)."""
+        values = torch.utils.dlpack.from_dlpack(values).reshape(-1).to(self._device)
+        unit = self._layout.unit_of(index)
+        if self.stage < 3:
+            self._unit_view(self._units[unit], index).copy_(values)
+        start, end = self._start_end(unit)
+        offset = self._layout.offset_in_unit(index)
+        low, high = max(start, offset), min(end, offset + self._numels[index])
+        if low < high:  # the part of the parameter in this rank's shard
+            part = values[low - offset:high - offset]
+            if self.stage == 3:
+                self._owned[unit][low - start:high - start].copy_(part)
+            if self._master is not self._owned:
+                self._master[unit][low - start:high - start].copy_(part)
+
+    def parameter(self, index):
+        """Parameter `index`, flat: a view into its unit (stage 3: while the unit is gathered)."""
+        unit = self._layout.unit_of(index)
+        if self.stage < 3:
+            return self._unit_view(self._units[unit], index)
+        if unit not in self._gathered:
+            raise _invalid(f"parameter {index} is in unit {unit}, which is not gathered")
+        return self._unit_view(self._gathered[unit], index)
+
+    def gather(self, unit):
+        """Stage 3: starts the allgather of `unit` (asynchronous)."""
+        if unit in self._gathered or unit in self._gathering:
+            return
+        buffer = torch.empty(self._layout.padded_numel(unit), dtype=self._dtype,
+                             device=self._device)
+        self._add_buffer(buffer)
+        work = _ops.allgather(self._owned[unit], out=buffer, async_op=True)
+        self._gathering[unit] = (buffer, work)
+
+    def wait_gathered(self, unit):
+        if unit in self._gathered:
+            return
+        if unit not in self._gathering:
+            self.gather(unit)
+        buffer, work = self._gathering.pop(unit)
+        work.wait()
+        self._gathered[unit] = buffer
+
+    def release(self, unit):
+        if unit in self._gathering:
+            self.wait_gathered(unit)
+        buffer = self._gathered.pop(unit, None)
+        if buffer is not None:
+            self._memory["buffers"] -= buffer.numel() * buffer.element_size()
+
+    def is_gathered(self, unit):
+        return unit in self._gathered
+
+    def _add_buffer(self, tensor):
+        memory = self._memory
+        memory["buffers"] += tensor.numel() * tensor.element_size()
+        memory["peak_buffers"] = max(memory["peak_buffers"], memory["buffers"])
+
+    # ---- gradients -------------------------------------------------------------------------------
+
+    def _make_gradients(self):
+        """Stage 1: every unit's gradients whole; stages 2 and 3: this rank's shard only."""
+        layout = self._layout
+        if self.stage == 1:
+            self._grad_units = [self._zeros(layout.padded_numel(u), self._dtype, "gradients")
+                                for u in range(layout.num_units)]
+        else:
+            self._grad_shard = self._zeros(layout.shard_numel, self._dtype, "gradients")
+
+    def _start_iteration(self):
+        layout = self._layout
+        self._ready = [False] * len(self._numels)
+        self._pending = [len(layout.unit_parameters(u)) for u in range(layout.num_units)]
+        self._next = 0             # the next position of the issue order to launch
+        self._completed = []       # units in the order backward completed them
+        self._buckets = {}         # stages 2 and 3: unit -> its bucket being filled
+        self._in_flight = []       # (unit, work, output or None, bucket or None), oldest first
+        self._in_backward = False
+
+    def gradient(self, index):
+        """Stage 1: gradient `index`, flat: a view into its unit's gradients."""
+        if self.stage != 1:
+            raise _invalid(f"stage {self.stage} keeps gradient shards only, not gradient {index}")
+        return self._unit_view(self._grad_units[self._layout.unit_of(index)], index)
+
+    def is_ready(self, index):
+        return self._ready[index]
+
+    def mark_ready(self, index, values=None):
+        """Gradient `index` is complete for this backward (stages 2 and 3: its `values`); returns
+        the unit this completed, or -1."""
+        if self._ready[index]:
+            raise _invalid(f"gradient {index} was marked ready twice in one iteration (run the "
+                           "earlier backward passes under no_sync())")
+        unit = self._layout.unit_of(index)
+        if values is not None:
+            values = torch.utils.dlpack.from_dlpack(values).reshape(-1)
+            target = (self.gradient(index) if self.stage == 1
+                      else self._unit_view(self._bucket(unit), index))
+            if target.data_ptr() != values.data_ptr():
+                target.copy_(values)
+        elif self.stage != 1:
+            raise _invalid(f"stage {self.stage} takes each gradient's values")
+        self._in_backward = True
+        self._ready[index] = True
+        self._pending[unit] -= 1
+        if self._pending[unit] > 0:
+            return -1
+        self._completed.append(unit)
+        self._launch_ready()
+        return unit
+
+    def _bucket(self, unit):
+        if unit not in self._buckets:  # zero: gradients the unit does not get count as zero
+            # At most two buckets at a time, filling or in flight: a third waits (on the stream)
+            # for the oldest reduction.
+            while self._in_flight and (len(self._in_flight) + len(self._buckets)
+                                       >= _BUCKETS_IN_FLIGHT):
+                self._retire_oldest()
+            bucket = torch.zeros(self._layout.padded_numel(unit), dtype=self._dtype,
+                                 device=self._device)
+            self._add_buffer(bucket)
+            self._buckets[unit] = bucket
+        return self._buckets[unit]
+
+    def _launch_ready(self):
+        order = self._issue_order
+        while self._next < len(order) and self._pending[order[self._next]] == 0:
+            self._launch(order[self._next])
+            self._next += 1
+
+    def _launch(self, unit):
+        if self.stage == 1:
+            work = _ops.allreduce(self._grad_units[unit], "avg", async_op=True, inplace=True)
+            self._in_flight.append((unit, work, None, None))
+            return
+        bucket = self._bucket(unit)
+        del self._buckets[unit]
+        output = torch.empty(self._layout.unit_shard_numel(unit), dtype=self._dtype,
+                             device=self._device)
+        self._add_buffer(output)
+        work = _ops.reduce_scatter(bucket, "avg", out=output, async_op=True)
+        self._in_flight.append((unit, work, output, bucket))
+
+    def _retire_oldest(self):
+        """Orders the current stream after the oldest reduction; stages 2 and 3 add its part to
+        the gradient shard (on that stream) and let its bucket go."""
+        unit, work, output, bucket = self._in_flight.pop(0)
+        work.wait()
+        if output is not None:
+            self._grad_shard[self._shard_slice(unit)] += output
+            for tensor in (output, bucket):
+                self._memory["buffers"] -= tensor.numel() * tensor.element_size()
+
+    def finalize(self):
+        """End of backward: units not complete are reduced as they are (stage 1) or with zeros for
+        the gradients they did not get (stages 2 and 3); the current stream is ordered after every
+        reduction. After the first iteration the issue order becomes rank 0's completion order."""
+        for unit in range(self._layout.num_units):
+            if self._pending[unit] > 0:
+                self._pending[unit] = 0
+        self._launch_ready()
+        while self._in_flight:
+            self._retire_oldest()
+        self._iterations += 1
+        if self._iterations == 1:
+            self._follow_rank_zeros_order()
+        self._start_iteration()
+
+    def _follow_rank_zeros_order(self):
+        order = self._completed + [u for u in self._issue_order if u not in self._completed]
+        if self._comm.size > 1:
+            order = _ops.broadcast(np.array(order, dtype=np.int32), root=self._comm.members[0])
+        self._issue_order = [int(u) for u in order]
+
+    def zero_gradients(self):
+        if self.stage == 1:
+            for gradients in self._grad_units:
+                gradients.zero_()
+        else:
+            self._grad_shard.zero_()
+
+    # ---- the step, the parameters' refresh -------------------------------------------------------
+
+    @property
+    def steps(self):
+        return self._steps
+
+    @steps.setter
+    def steps(self, steps):
+        self._steps = int(steps)
+        for tensor in self._master:
+            state = self._optimizer.state.get(tensor)
+            if state and "step" in state:
+                state["step"] = torch.tensor(float(self._steps))
+
+    def _shard_gradients(self, unit):
+        if self.stage == 1:
+            return self._grad_units[unit][slice(*self._start_end(unit))]
+        return self._grad_shard[self._shard_slice(unit)]
+
+    def step(self):
+        """torch.optim's update of this rank's float32 shard, then publish_parameters()."""
+        if self._in_backward:
+            raise _invalid("step() was called between backward's gradients and the end of "
+                           "backward")
+        for unit, master in enumerate(self._master):
+            master.grad = self._shard_gradients(unit).to(torch.float32)
+        self._optimizer.step()
+        for master in self._master:
+            master.grad = None
+        self._steps += 1
+        self.publish_parameters()
+
+    def publish_parameters(self):
+        """Makes the model's parameters match the master shard: stages 1 and 2 allgather every
+        unit, stage 3 writes its shard (the next gather reads it)."""
+        if self._master is not self._owned:
+            for owned, master in zip(self._owned, self._master):
+                owned.copy_(master)
+        if self.stage == 3:
+            return
+        works = []
+        for unit in range(self._layout.num_units):
+            staging = self._owned[unit].clone()
+            self._add_buffer(staging)
+            works.append((staging, _ops.allgather(staging, out=self._units[unit],
+                                                  async_op=True)))
+        for staging, work in works:
+            work.wait()
+            self._memory["buffers"] -= staging.numel() * staging.element_size()
+
+    def gather_parameters(self):
+        """Every parameter whole in float32, in registration order, as one NumPy array
+        (collective)."""
+        units = []
+        for unit in range(self._layout.num_units):
+            whole = torch.empty(self._layout.padded_numel(unit), dtype=torch.float32,
+                                device=self._device)
+            units.append(whole)
+            _ops.allgather(self._master[unit].clone(), out=whole)
+        pieces = [self._unit_view(units[self._layout.unit_of(i)], i)
+                  for i in range(len(self._numels))]
+        return torch.cat(pieces).cpu().numpy() if pieces else np.zeros(0, np.float32)
+
+    # ---- checkpoints: the owned pieces of the master weights and optimizer state ------------------
+
+    def state_names(self):
+        if self.optimizer_name == "sgd":
+            return ["param"] + (["momentum_buffer"] if self._hyper["momentum"] > 0 else [])
+        return ["param", "exp_avg", "exp_avg_sq"]
+
+    def _state_tensors(self, name, create):
+        """Per unit, this rank's float32 shard of state `name`. One the optimizer has not made yet
+        (before its first step) is zeros; `create` puts it into the optimizer's state, with step
+        = steps, as torch.optim would have it (for import_state: the next step continues it)."""
+        if name == "param":
+            return self._master
+        if name not in self.state_names():
+            raise _invalid(f"no optimizer state {name!r}; there are {self.state_names()}")
+        tensors = []
+        for master in self._master:
+            state = self._optimizer.state[master]
+            if name not in state:
+                if not create:
+                    tensors.append(torch.zeros_like(master))
+                    continue
+                state[name] = torch.zeros_like(master)
+                if self.optimizer_name != "sgd":
+                    state.setdefault("step", torch.tensor(float(self._steps)))
+            tensors.append(state[name])
+        return tensors
+
+    def export_state(self, name):
+        """State `name` over this rank's owned pieces (padding excluded), float32, NumPy."""
+        flat = torch.cat([t.reshape(-1) for t in self._state_tensors(name, create=False)])
+        pieces = [flat[offset:offset + numel]
+                  for _, _, numel, offset in self._layout.owned_pieces(with_shard_offset=True)]
+        return (torch.cat(pieces) if pieces else flat[:0]).float().cpu().numpy()
+
+    def import_state(self, name, values):
+        tensors = self._state_tensors(name, create=True)
+        values = torch.as_tensor(np.asarray(values, dtype=np.float32)).to(self._device)
+        if values.numel() != self._layout.owned_numel:
+            raise _invalid(f"state {name!r} has {values.numel()} values; this rank owns "
+                           f"{self._layout.owned_numel}")
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        taken = 0
+        for _, _, numel, offset in self._layout.owned_pieces(with_shard_offset=True):
+            flat[offset:offset + numel] = values[taken:taken + numel]
+            taken += numel
+        for unit, tensor in enumerate(tensors):
+            tensor.copy_(flat[self._shard_slice(unit)])
+
+    # ---- memory ----------------------------------------------------------------------------------
+
+    def memory(self):
+        """Bytes this rank holds by kind; optimizer_state counts the master shard (when separate)
+        and the optimizer's state tensors as they are now."""
+        memory = dict(self._memory)
+        for master in self._master:
+            for value in self._optimizer.state.get(master, {}).values():
+                if torch.is_tensor(value) and value.numel() == master.numel():
+                    memory["optimizer_state"] += value.numel() * value.element_size()
+        return memory

@@ -1,0 +1,106 @@
+"""ZeroOptimizer's torch engine (DeviceZeroEngine, chorus/torch/_zero_device.py), which CUDA models
+get (issue 21), through test_13's tests: here on host tensors (the engine forced for them), and on
+the GPU where there is one (test_13's models and batches moved there). The assertions are
+test_13's own: the same parameters as one process on the concatenated batch (SGD, Adam, AdamW;
+stages 1 to 3; micro-batches; bfloat16 mixed precision), the paper's memory formulas, stage 2's
+few buckets, stage 3's release and prefetch, and the checkpoint round trip.
+
+Not rerun: test_13's two comm_dtype tests (the torch engine refuses comm_dtype, tested below).
+Added: checkpoints cross between the engines (so between device and host), and on a GPU the
+engine's memory report agrees with torch.cuda.memory_allocated().
+"""
+
+import pytest
+import torch
+
+import chorus
+import chorus.torch as ct
+import chorus.torch._zero as zero_module
+import test_13_zero
+from helpers import CUDA, cuda_device
+
+# test_13's tests (and its shared_directory fixture), collected here again under the fixture below.
+RERUN = ["test_bad_arguments_are_refused", "test_bfloat16_mixed_precision",
+         "test_checkpoint_round_trip_continues_exactly", "test_distribute_follows_zero_opt_level",
+         "test_gradient_accumulation_over_micro_batches",
+         "test_matches_one_process_on_the_concatenated_batch",
+         "test_memory_report_follows_the_formulas", "test_stage_three_prefetches_the_next_module",
+         "test_stage_three_releases_parameters_between_uses",
+         "test_stage_two_holds_gradient_shards_and_few_buckets"]
+globals().update({name: getattr(test_13_zero, name) for name in RERUN + ["shared_directory"]})
+OPTIMIZERS = test_13_zero.OPTIMIZERS
+
+ENGINES = ["host"] + (["cuda"] if CUDA else [])
+
+
+@pytest.fixture(autouse=True, params=ENGINES)
+def torch_engine(request, monkeypatch):
+    """host: the torch engine on host tensors; cuda: test_13's models on this rank's GPU (which
+    get the torch engine by themselves)."""
+    if request.param == "host":
+        monkeypatch.setattr(zero_module, "_HOST_ENGINE", "torch")
+    else:
+        monkeypatch.setattr(test_13_zero, "DEVICE", cuda_device())
+    return request.param
+
+
+def test_the_engine_is_the_torch_one(comm):
+    zero = ct.ZeroOptimizer(test_13_zero.make_model(0), stage=2)
+    assert type(zero.engine).__name__ == "DeviceZeroEngine"
+
+
+def test_comm_dtype_is_refused_by_the_torch_engine(comm):
+    with pytest.raises(chorus.UnsupportedError, match="comm_dtype='bf16' is not supported"):
+        ct.ZeroOptimizer(test_13_zero.make_model(0), comm_dtype="bf16")
+
+
+def test_units_are_issued_in_rank_zeros_order_after_the_first_iteration(comm):
+    """Stage 3's units are the modules in module order; backward completes them last first, so
+    from the second iteration on they are reduced in that order (the same on every rank)."""
+    _, zero = test_13_zero.train_zero(comm, "sgd", 3, steps=1)
+    units = zero.engine.num_units
+    assert units == 4
+    assert zero.engine._issue_order == list(reversed(range(units)))
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_a_checkpoint_crosses_to_the_host_engine(comm, shared_directory, monkeypatch, stage):
+    """Saved by the torch engine (on the GPU, or on the host here), loaded by the C++ engine on
+    host parameters: the same master weights, and training goes on identically in both."""
+    model, zero = test_13_zero.train_zero(comm, "adam", stage, steps=2)
+    zero.save_checkpoint(shared_directory)
+    saved = zero.gathered_parameters()
+    monkeypatch.setattr(zero_module, "_HOST_ENGINE", "c++")
+    monkeypatch.setattr(test_13_zero, "DEVICE", torch.device("cpu"))
+    host_model = test_13_zero.make_model(comm.rank + 7)
+    host = ct.ZeroOptimizer(host_model, stage=stage, **OPTIMIZERS["adam"][0])
+    host.load_checkpoint(shared_directory)
+    assert type(host.engine).__name__ == "ZeroEngine" and host.steps == 2
+    loaded = host.gathered_parameters()
+    for name in saved:
+        assert torch.equal(saved[name], loaded[name]), name
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device and chorus built with NCCL")
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_the_memory_report_agrees_with_torch_cuda(comm, stage, torch_engine):
+    """What the engine counts is what torch's allocator holds for it: the device bytes allocated
+    from before the model to after a step (gradients zeroed), within 1 % (the allocator rounds
+    each block up to 512 bytes)."""
+    if torch_engine != "cuda":
+        pytest.skip("the GPU run checks this")
+    device = cuda_device()
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(3)]).to(device)
+    zero = ct.ZeroOptimizer(model, optim="adam", stage=stage, lr=1e-3)
+    x = torch.randn(8, 256, device=device)
+    model(x).square().mean().backward()
+    zero.step()
+    zero.zero_grad()
+    del x
+    torch.cuda.synchronize(device)
+    allocated = torch.cuda.memory_allocated(device) - before
+    measured = zero.memory_report()["measured"]["total"]
+    assert abs(allocated - measured) <= 0.01 * measured, (allocated, measured)
