@@ -4,7 +4,7 @@ also chorus's ZeroOptimizer at those stages, with --fsdp torch's FullyShardedDat
 
     PYTHONPATH=build/python build/bin/chorusrun -np 2 python3 bench/gpu_train_bench.py \
         [--layers 4] [--width 2048] [--batch 256] [--steps 20] [--repeats 5] [--bucket-mb 25] \
-        [--zero 1 2 3] [--fsdp]
+        [--zero 1 2 3] [--zero-fused] [--fsdp]
 
 The model: --layers Linear layers of --width units with ReLU between them, MSE loss, SGD, a batch of
 --batch rows per rank. Each configuration has its own copy of the model (the same initial values)
@@ -51,6 +51,8 @@ def parse_args():
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="both DDPs' bucket size")
     parser.add_argument("--zero", type=int, nargs="*", choices=(1, 2, 3), default=[],
                         help="also chorus.torch.ZeroOptimizer at these stages (SGD)")
+    parser.add_argument("--zero-fused", action="store_true",
+                        help="also the --zero stages with torch.optim's fused update kernels")
     parser.add_argument("--fsdp", action="store_true",
                         help="also torch's FullyShardedDataParallel (full shard: ZeRO-3)")
     parser.add_argument("--profile", action="store_true",
@@ -99,11 +101,26 @@ def wrappers(args, cfg, device):
     for stage in args.zero:
         made.append((f"chorus ZeRO-{stage}", lambda m, stage=stage: (m, chorus_torch.ZeroOptimizer(
             m, optim="sgd", stage=stage, lr=LR, bucket_cap_mb=args.bucket_mb))))
+    if args.zero_fused:  # the same stages with torch.optim's fused kernels for the update
+        for stage in args.zero:
+            made.append((f"chorus ZeRO-{stage} fused", lambda m, stage=stage: fused_zero(
+                m, stage, args)))
     if args.fsdp:  # FSDP's full shard is ZeRO-3
         from torch.distributed.fsdp import FullyShardedDataParallel
         made.append(("torch FSDP (NCCL)", lambda m: with_sgd(FullyShardedDataParallel(
             m, device_id=device))))
     return made
+
+
+def fused_zero(model, stage, args):
+    """ZeroOptimizer (SGD) whose update runs torch.optim's fused kernel (made with it set)."""
+    import chorus.torch._zero_device as engine
+    engine.OPTIMIZER_KERNELS = "fused"
+    try:
+        return model, chorus_torch.ZeroOptimizer(model, optim="sgd", stage=stage, lr=LR,
+                                                 bucket_cap_mb=args.bucket_mb)
+    finally:
+        engine.OPTIMIZER_KERNELS = None
 
 
 def peak_memory(name, wrap, args, device, x, y):

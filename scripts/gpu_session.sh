@@ -190,9 +190,14 @@ run_training() {
   budgeted train_bench_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" \
     bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --fsdp
   budgeted train_bench_np2 120 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
-    bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --fsdp --profile
+    bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --zero-fused --fsdp --profile
   budgeted python_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest -q \
     -p no:cacheprovider --maxfail=8 -k "cuda or cupy" tests/python
+  local stage
+  for stage in 1 2; do
+    budgeted "digits_zero${stage}_np2" 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+      examples/python/train_digits.py --device cuda --zero "$stage"
+  done
 }
 
 case ${1:-} in

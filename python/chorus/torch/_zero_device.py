@@ -27,6 +27,9 @@ from .. import _chorus, _ops
 
 _OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 _BUCKETS_IN_FLIGHT = 2
+# torch.optim's kernels for the update: None (torch's default, foreach on CUDA), or "fused" (one
+# kernel per step, CUDA only; bench/gpu_train_bench.py --zero-fused compares the two).
+OPTIMIZER_KERNELS = None
 
 
 def _invalid(message):
@@ -36,14 +39,15 @@ def _invalid(message):
 def _torch_optimizer(name, tensors, hyper):
     """torch.optim's optimizer `name` over `tensors`; its refusal of a hyperparameter (a negative
     momentum, say) is an InvalidArgumentError, as the C++ engine's is."""
+    kernels = {"fused": True} if OPTIMIZER_KERNELS == "fused" else {}
     try:
         if name == "sgd":
             return torch.optim.SGD(tensors, lr=hyper["lr"], momentum=hyper["momentum"],
                                    dampening=hyper["dampening"],
                                    weight_decay=hyper["weight_decay"],
-                                   nesterov=bool(hyper["nesterov"]))
+                                   nesterov=bool(hyper["nesterov"]), **kernels)
         return _OPTIMIZERS[name](tensors, lr=hyper["lr"], betas=(hyper["beta1"], hyper["beta2"]),
-                                 eps=hyper["eps"], weight_decay=hyper["weight_decay"])
+                                 eps=hyper["eps"], weight_decay=hyper["weight_decay"], **kernels)
     except ValueError as error:
         raise _invalid(str(error)) from error
 
