@@ -111,7 +111,43 @@ void DeviceWatchdog::run() {
   }
 }
 
+void DeviceWatchdog::popEndedPrefix() {
+  // The communicator runs its device work on one stream, so its completions end in the order they
+  // were watched: the ended ones are a prefix of watched_. A binary search finds its end with
+  // O(log n) queries, where asking each would make one CUDA call per collective, each contending
+  // for the driver's lock with the thread that enqueues. Only this thread removes entries, so
+  // indices below the size read here stay valid while watch() appends. A query that throws stops
+  // the search: inspect() then meets that failure in order and explains it.
+  size_t ended = 0;
+  size_t unknown = 0;
+  {
+    std::lock_guard lock(mutex_);
+    unknown = watched_.size();
+  }
+  try {
+    while (ended < unknown) {
+      const size_t middle = ended + (unknown - ended) / 2;
+      std::shared_ptr<backend::DeviceCompletion> completion;
+      {
+        std::lock_guard lock(mutex_);
+        completion = watched_[middle].completion;
+      }
+      if (completion->isCompleted())
+        ended = middle + 1;
+      else
+        unknown = middle;
+    }
+  } catch (...) {
+  }
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < ended && !watched_.empty(); ++i) {
+    trace::end(watched_.front().ticket, /*failed=*/false);
+    watched_.pop_front();
+  }
+}
+
 std::exception_ptr DeviceWatchdog::inspect(bool readStore) {
+  popEndedPrefix();
   for (;;) {
     Watched oldest;
     {

@@ -88,6 +88,8 @@ class DeviceWatchdog {
   void run();
   // One round: drops what ended; the failure found, if any.
   std::exception_ptr inspect(bool readStore);
+  // Pops the completions that ended, found with O(log n) queries: see the definition.
+  void popEndedPrefix();
   std::exception_ptr timedOut(const Watched& oldest) const;
 
   const int worldRank_;

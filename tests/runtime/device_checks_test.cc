@@ -218,6 +218,33 @@ TEST_F(DeviceChecks, TheWatchdogEndsDeviceWorkThatNeverFinishes) {
       options);
 }
 
+TEST_F(DeviceChecks, TheWatchdogNamesTheFirstStuckWorkBehindManyThatEnded) {
+  // Forty collectives end (nobody waits for them), then one never does. The watchdog finds where
+  // the ended ones stop without asking each (popEndedPrefix), and still times out the stuck one,
+  // by name. The fake's work ends in order, as a stream's does.
+  RankOptions options;
+  options.timeout = std::chrono::milliseconds(1000);
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        std::vector<float> values(4, 1.0f);
+        for (int i = 0; i < 40; ++i) comm.allreduce(onFakeGpu(values));  // #1 to #40
+        comm.barrier()->wait();                                          // #41
+        if (comm.rank() == 0)
+          testing::setFakeDeviceHangs(true);
+        comm.barrier()->wait();                         // #42: both ranks see it
+        auto work = comm.allreduce(onFakeGpu(values));  // #43
+        try {
+          dynamic_cast<detail::DeviceWork&>(*work).synchronize(
+              Deadline::after(std::chrono::seconds(20)));
+          ADD_FAILURE() << "device work that never ends was reported done";
+        } catch (const TimeoutError& e) {
+          EXPECT_TRUE(mentions(e, "allreduce #43")) << e.what();
+        }
+      },
+      options);
+}
+
 TEST_F(DeviceChecks, MatchingCallsPassTheirChecks) {
   runRanks(3, [](Communicator& comm) {
     std::vector<float> values(6, 1.0f);

@@ -24,10 +24,13 @@ std::atomic<int> calls{0};
 std::atomic<int> made{0};
 std::atomic<int> splits{0};
 
-// Shared by a backend and its completions: the abort reason, once aborted.
+// Shared by a backend and its completions: the abort reason, once aborted, and whether its
+// stream is stuck.
 struct FakeState {
   std::mutex mutex;
   std::exception_ptr failure;
+  // Like a CUDA stream, work ends in order: once some never ends, neither does any after it.
+  std::atomic<bool> stuck{false};
   void throwIfFailed() {
     std::lock_guard lock(mutex);
     if (failure)
@@ -130,7 +133,9 @@ class FakeDeviceBackend final : public backend::Backend, public backend::DeviceB
   }
   std::shared_ptr<backend::DeviceCompletion> recordEnd() override {
     state_->throwIfFailed();
-    return std::make_shared<FakeCompletion>(state_, !hangs.load());
+    if (hangs.load())
+      state_->stuck.store(true);
+    return std::make_shared<FakeCompletion>(state_, !state_->stuck.load());
   }
   std::unique_ptr<backend::Backend> split(int color,
                                           int,

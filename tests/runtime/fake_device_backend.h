@@ -13,7 +13,8 @@
 namespace chorus::testing {
 
 void installFakeDeviceBackend();
-// Whether the work of later calls never ends on its own (until an abort); per process.
+// Whether the work of later calls never ends on its own (until an abort); per process. As on a
+// stream, once some work never ends, no later work of that backend ends either.
 void setFakeDeviceHangs(bool hangs);
 // Whether every completion now fails as NCCL's does once a peer's socket closes: a PeerError that
 // names no rank. Per process.
