@@ -598,6 +598,10 @@ void ZeroEngine::Impl::zeroGradients() {
 void ZeroEngine::Impl::step() {
   checkIdle("step");
   trace::Span mark("zero step");  // Note [Timeline]
+  // Stage 3: a gather still running (a prefetch that no forward used) reads the shard that the
+  // update writes; it ends first, and its unit, stale after the update, goes.
+  if (options_.stage == 3)
+    dropGathered();
   optimizer_->beginStep();
   for (int u = 0; u < layout_.numUnits(); ++u) updateShard(u);
   publishParameters();

@@ -111,6 +111,22 @@ void DeviceWatchdog::run() {
   }
 }
 
+size_t DeviceWatchdog::endedPrefix(size_t count, const std::function<bool(size_t)>& ended) {
+  size_t known = 0;        // [0, known) ended
+  size_t unknown = count;  // [unknown, count) did not
+  try {
+    while (known < unknown) {
+      const size_t middle = known + (unknown - known) / 2;
+      if (ended(middle))
+        known = middle + 1;
+      else
+        unknown = middle;
+    }
+  } catch (...) {
+  }
+  return known;
+}
+
 void DeviceWatchdog::popEndedPrefix() {
   // The communicator runs its device work on one stream, so its completions end in the order they
   // were watched: the ended ones are a prefix of watched_. A binary search finds its end with
@@ -118,27 +134,19 @@ void DeviceWatchdog::popEndedPrefix() {
   // for the driver's lock with the thread that enqueues. Only this thread removes entries, so
   // indices below the size read here stay valid while watch() appends. A query that throws stops
   // the search: inspect() then meets that failure in order and explains it.
-  size_t ended = 0;
-  size_t unknown = 0;
+  size_t count = 0;
   {
     std::lock_guard lock(mutex_);
-    unknown = watched_.size();
+    count = watched_.size();
   }
-  try {
-    while (ended < unknown) {
-      const size_t middle = ended + (unknown - ended) / 2;
-      std::shared_ptr<backend::DeviceCompletion> completion;
-      {
-        std::lock_guard lock(mutex_);
-        completion = watched_[middle].completion;
-      }
-      if (completion->isCompleted())
-        ended = middle + 1;
-      else
-        unknown = middle;
+  const size_t ended = endedPrefix(count, [this](size_t i) {
+    std::shared_ptr<backend::DeviceCompletion> completion;
+    {
+      std::lock_guard lock(mutex_);
+      completion = watched_[i].completion;
     }
-  } catch (...) {
-  }
+    return completion->isCompleted();
+  });
   std::lock_guard lock(mutex_);
   for (size_t i = 0; i < ended && !watched_.empty(); ++i) {
     trace::end(watched_.front().ticket, /*failed=*/false);

@@ -60,16 +60,22 @@ class DeviceWatchdog {
 
   using Fail = std::function<void(std::exception_ptr)>;
 
+  // How many of `count` entries, which end in order (a prefix of them has ended), have ended, by
+  // binary search: at most about log2(count) + 1 calls of ended(i). An ended(i) that throws stops
+  // the search at what was found before it.
+  static size_t endedPrefix(size_t count, const std::function<bool(size_t)>& ended);
+
   // `jobStore`: the job's unscoped store (null when there is none, e.g. under mpirun).
   DeviceWatchdog(int worldRank, std::shared_ptr<store::Store> jobStore, Fail fail);
   ~DeviceWatchdog();
   DeviceWatchdog(const DeviceWatchdog&) = delete;
   DeviceWatchdog& operator=(const DeviceWatchdog&) = delete;
 
-  // Watches one call's completion until it ends. `check`: the call's host check (null when it
-  // has none: point-to-point, one rank). `ticket`: the call's flight record, begun at its enqueue
-  // and ended here when the watchdog sees it complete (within kPollInterval) or fail (Note
-  // [Flight recorder]).
+  // Watches one call's completion until it ends. Calls come in their enqueue order (the caller
+  // holds its device lock across enqueue and watch), so completions end in the order watched.
+  // `check`: the call's host check (null when it has none: point-to-point, one rank). `ticket`: the
+  // call's flight record, begun at its enqueue and ended here when the watchdog sees it complete
+  // (within kPollInterval) or fail (Note [Flight recorder]).
   void watch(std::shared_ptr<backend::DeviceCompletion> completion,
              std::shared_ptr<Work> check,
              const Fingerprint& fingerprint,

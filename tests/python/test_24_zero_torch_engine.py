@@ -6,8 +6,9 @@ stages 1 to 3; micro-batches; bfloat16 mixed precision), the paper's memory form
 few buckets, stage 3's release and prefetch, and the checkpoint round trip.
 
 Not rerun: test_13's two comm_dtype tests (the torch engine refuses comm_dtype, tested below).
-Added: checkpoints cross between the engines (so between device and host), and on a GPU the
-engine's memory report agrees with torch.cuda.memory_allocated().
+Added: checkpoints cross between the engines both ways (so between device and host) and training
+goes on as it would have, a prefetch left open does not outlive new parameters, the issue order
+follows rank 0's, and on a GPU the engine's memory report agrees with torch.cuda.memory_allocated().
 """
 
 import pytest
@@ -63,22 +64,67 @@ def test_units_are_issued_in_rank_zeros_order_after_the_first_iteration(comm):
     assert zero.engine._issue_order == list(reversed(range(units)))
 
 
-@pytest.mark.parametrize("stage", [1, 3])
-def test_a_checkpoint_crosses_to_the_host_engine(comm, shared_directory, monkeypatch, stage):
-    """Saved by the torch engine (on the GPU, or on the host here), loaded by the C++ engine on
-    host parameters: the same master weights, and training goes on identically in both."""
-    model, zero = test_13_zero.train_zero(comm, "adam", stage, steps=2)
+def test_a_prefetch_left_open_does_not_outlive_new_parameters(comm, shared_directory):
+    """Stage 3: a module run alone leaves the next unit's gather open (the prefetch). Loading a
+    checkpoint writes new parameters; the next forward must use them, not the gathered unit."""
+    model, zero = test_13_zero.train_zero(comm, "sgd", 3, steps=1)
     zero.save_checkpoint(shared_directory)
-    saved = zero.gathered_parameters()
-    monkeypatch.setattr(zero_module, "_HOST_ENGINE", "c++")
-    monkeypatch.setattr(test_13_zero, "DEVICE", torch.device("cpu"))
-    host_model = test_13_zero.make_model(comm.rank + 7)
-    host = ct.ZeroOptimizer(host_model, stage=stage, **OPTIMIZERS["adam"][0])
-    host.load_checkpoint(shared_directory)
-    assert type(host.engine).__name__ == "ZeroEngine" and host.steps == 2
-    loaded = host.gathered_parameters()
-    for name in saved:
-        assert torch.equal(saved[name], loaded[name]), name
+    probe = torch.ones(2, test_13_zero.IN, device=test_13_zero.DEVICE)
+    with torch.no_grad():
+        at_save = model(probe).clone()
+    x, y = test_13_zero.global_batch(comm.size, 5)
+    zero.zero_grad()
+    test_13_zero.loss_of(model, x, y).backward()
+    zero.step()
+    with torch.no_grad():
+        model.first(torch.zeros(2, test_13_zero.IN, device=test_13_zero.DEVICE))  # prefetches
+    zero.load_checkpoint(shared_directory)
+    with torch.no_grad():
+        assert torch.equal(model(probe), at_save)
+
+
+def use_engine(kind, monkeypatch, torch_engine):
+    """Makes test_13's helpers build for `kind`: "c++" (host parameters), or "torch" (on the GPU
+    in the cuda run, on the host, forced, in the host run)."""
+    torch_device = cuda_device() if torch_engine == "cuda" else torch.device("cpu")
+    monkeypatch.setattr(zero_module, "_HOST_ENGINE", "torch" if kind == "torch" else "c++")
+    monkeypatch.setattr(test_13_zero, "DEVICE", torch_device if kind == "torch" else
+                        torch.device("cpu"))
+
+
+def two_more_steps(comm, model, zero):
+    for step in range(2, 4):
+        x, y = test_13_zero.global_batch(comm.size, step)
+        rows = slice(comm.rank * test_13_zero.BATCH, (comm.rank + 1) * test_13_zero.BATCH)
+        zero.zero_grad()
+        test_13_zero.loss_of(model, x[rows], y[rows]).backward()
+        zero.step()
+    return zero.gathered_parameters()
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+@pytest.mark.parametrize("optim", ["adam", "sgd"])
+@pytest.mark.parametrize("saver,loader", [("torch", "c++"), ("c++", "torch")])
+def test_a_checkpoint_crosses_between_the_engines(comm, shared_directory, monkeypatch,
+                                                  torch_engine, stage, optim, saver, loader):
+    """Saved by one engine after two steps, loaded by the other (so from the GPU to the host and
+    back, in the cuda run): two more steps there give what two more steps give in the saver, so
+    the master weights, the optimizer state (Adam's moments, SGD's momentum) and the step count
+    all crossed. The engines' arithmetic differs in order only: 1e-5 relative."""
+    use_engine(saver, monkeypatch, torch_engine)
+    model, zero = test_13_zero.train_zero(comm, optim, stage, steps=2)
+    zero.save_checkpoint(shared_directory)
+    expected = two_more_steps(comm, model, zero)
+    use_engine(loader, monkeypatch, torch_engine)
+    model = test_13_zero.make_model(comm.rank + 7)
+    zero = ct.ZeroOptimizer(model, stage=stage, **OPTIMIZERS[optim][0])
+    zero.load_checkpoint(shared_directory)
+    assert zero.steps == 2
+    assert ("Device" in type(zero.engine).__name__) == (loader == "torch")
+    continued = two_more_steps(comm, model, zero)
+    for name in expected:
+        error = test_13_zero.relative_error(continued[name], expected[name])
+        assert error <= test_13_zero.FP32_TOLERANCE, f"{name}: relative error {error:.3g}"
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device and chorus built with NCCL")

@@ -17,6 +17,7 @@
 #include "chorus/chorus.h"
 #include "fake_device_backend.h"
 #include "harness/run_ranks.h"
+#include "runtime/device_watchdog.h"
 #include "runtime/device_work.h"
 
 namespace chorus {
@@ -243,6 +244,29 @@ TEST_F(DeviceChecks, TheWatchdogNamesTheFirstStuckWorkBehindManyThatEnded) {
         }
       },
       options);
+}
+
+// The watchdog's search for the ended prefix of its completions: a few queries, not one each.
+TEST(DeviceWatchdogPrefix, FindsTheEndedPrefixWithLogarithmicallyManyQueries) {
+  for (size_t endedCount : {size_t{0}, size_t{1}, size_t{700}, size_t{999}, size_t{1000}}) {
+    int queries = 0;
+    const size_t found = detail::DeviceWatchdog::endedPrefix(1000, [&](size_t i) {
+      ++queries;
+      return i < endedCount;
+    });
+    EXPECT_EQ(found, endedCount);
+    EXPECT_LE(queries, 11) << endedCount << " ended of 1000";  // log2(1000) ~ 10, plus one
+  }
+  int queries = 0;
+  EXPECT_EQ(detail::DeviceWatchdog::endedPrefix(0, [&](size_t) { return ++queries > 0; }), 0u);
+  EXPECT_EQ(queries, 0);
+  // A query that fails (the collective did) stops the search at what is known to have ended.
+  const size_t found = detail::DeviceWatchdog::endedPrefix(1000, [](size_t i) {
+    if (i >= 600)
+      throw PeerError("the collective failed", 1);
+    return i < 700;
+  });
+  EXPECT_LE(found, 600u);
 }
 
 TEST_F(DeviceChecks, MatchingCallsPassTheirChecks) {

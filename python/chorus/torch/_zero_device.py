@@ -159,8 +159,17 @@ class DeviceZeroEngine:
             if self._master is not self._owned:
                 self._master[unit][low - start:high - start].copy_(part)
 
+    def _check_index(self, index, what):
+        if not 0 <= index < len(self._numels):
+            raise _invalid(f"{what} of parameter {index}, but there are {len(self._numels)}")
+
+    def _check_stage_three(self, what):
+        if self.stage != 3:
+            raise _invalid(f"{what}: stage {self.stage} keeps every parameter whole")
+
     def parameter(self, index):
         """Parameter `index`, flat: a view into its unit (stage 3: while the unit is gathered)."""
+        self._check_index(index, "a view")
         unit = self._layout.unit_of(index)
         if self.stage < 3:
             return self._unit_view(self._units[unit], index)
@@ -170,6 +179,7 @@ class DeviceZeroEngine:
 
     def gather(self, unit):
         """Stage 3: starts the allgather of `unit` (asynchronous)."""
+        self._check_stage_three("gather")
         if unit in self._gathered or unit in self._gathering:
             return
         buffer = torch.empty(self._layout.padded_numel(unit), dtype=self._dtype,
@@ -183,11 +193,13 @@ class DeviceZeroEngine:
             return
         if unit not in self._gathering:
             self.gather(unit)
-        buffer, work = self._gathering.pop(unit)
+        buffer, work = self._gathering[unit]
         work.wait()
+        del self._gathering[unit]
         self._gathered[unit] = buffer
 
     def release(self, unit):
+        self._check_stage_three("release")
         if unit in self._gathering:
             self.wait_gathered(unit)
         buffer = self._gathered.pop(unit, None)
@@ -225,22 +237,28 @@ class DeviceZeroEngine:
 
     def gradient(self, index):
         """Stage 1: gradient `index`, flat: a view into its unit's gradients."""
+        self._check_index(index, "a gradient view")
         if self.stage != 1:
             raise _invalid(f"stage {self.stage} keeps gradient shards only, not gradient {index}")
         return self._unit_view(self._grad_units[self._layout.unit_of(index)], index)
 
     def is_ready(self, index):
+        self._check_index(index, "readiness")
         return self._ready[index]
 
     def mark_ready(self, index, values=None):
         """Gradient `index` is complete for this backward (stages 2 and 3: its `values`); returns
         the unit this completed, or -1."""
+        self._check_index(index, "markReady")
         if self._ready[index]:
             raise _invalid(f"gradient {index} was marked ready twice in one iteration (run the "
                            "earlier backward passes under no_sync())")
         unit = self._layout.unit_of(index)
         if values is not None:
             values = torch.utils.dlpack.from_dlpack(values).reshape(-1)
+            if values.dtype != self._dtype or values.numel() != self._numels[index]:
+                raise _invalid(f"gradient {index} is {values.dtype} x {values.numel()}, but was "
+                               f"registered as {self._dtype} x {self._numels[index]}")
             target = (self.gradient(index) if self.stage == 1
                       else self._unit_view(self._bucket(unit), index))
             if target.data_ptr() != values.data_ptr():
@@ -320,6 +338,7 @@ class DeviceZeroEngine:
         self._issue_order = [int(u) for u in order]
 
     def zero_gradients(self):
+        self._check_idle("zero_grad()")
         if self.stage == 1:
             for gradients in self._grad_units:
                 gradients.zero_()
@@ -337,19 +356,30 @@ class DeviceZeroEngine:
         self._steps = int(steps)
         for tensor in self._master:
             state = self._optimizer.state.get(tensor)
-            if state and "step" in state:
-                state["step"] = torch.tensor(float(self._steps))
+            if state and "step" in state:  # in place: torch.optim chose its dtype and device
+                state["step"].fill_(float(self._steps))
 
     def _shard_gradients(self, unit):
         if self.stage == 1:
             return self._grad_units[unit][slice(*self._start_end(unit))]
         return self._grad_shard[self._shard_slice(unit)]
 
+    def _check_idle(self, what):
+        if self._in_backward:
+            raise _invalid(f"{what} was called between backward's gradients and the end of "
+                           "backward (finalize)")
+
+    def _drop_gathered(self):
+        """Stage 3: every gathered unit goes, and a gather still running ends first (it reads the
+        shard that an update or a publish writes; on a GPU the current stream waits for it)."""
+        for unit in list(self._gathering) + list(self._gathered):
+            self.release(unit)
+
     def step(self):
         """torch.optim's update of this rank's float32 shard, then publish_parameters()."""
-        if self._in_backward:
-            raise _invalid("step() was called between backward's gradients and the end of "
-                           "backward")
+        self._check_idle("step()")
+        if self.stage == 3:
+            self._drop_gathered()
         for unit, master in enumerate(self._master):
             master.grad = self._shard_gradients(unit).to(torch.float32)
         self._optimizer.step()
@@ -361,6 +391,9 @@ class DeviceZeroEngine:
     def publish_parameters(self):
         """Makes the model's parameters match the master shard: stages 1 and 2 allgather every
         unit, stage 3 writes its shard (the next gather reads it)."""
+        self._check_idle("publish_parameters()")
+        if self.stage == 3:
+            self._drop_gathered()  # stale now; the next use gathers the new values
         if self._master is not self._owned:
             for owned, master in zip(self._owned, self._master):
                 owned.copy_(master)
@@ -379,6 +412,7 @@ class DeviceZeroEngine:
     def gather_parameters(self):
         """Every parameter whole in float32, in registration order, as one NumPy array
         (collective)."""
+        self._check_idle("gather_parameters()")
         units = []
         for unit in range(self._layout.num_units):
             whole = torch.empty(self._layout.padded_numel(unit), dtype=torch.float32,
@@ -412,8 +446,11 @@ class DeviceZeroEngine:
                     tensors.append(torch.zeros_like(master))
                     continue
                 state[name] = torch.zeros_like(master)
-                if self.optimizer_name != "sgd":
-                    state.setdefault("step", torch.tensor(float(self._steps)))
+                if self.optimizer_name != "sgd" and "step" not in state:
+                    # Where torch.optim keeps it: on the device for its fused kernels.
+                    on = master.device if OPTIMIZER_KERNELS == "fused" else "cpu"
+                    state["step"] = torch.tensor(float(self._steps), dtype=torch.float32,
+                                                 device=on)
             tensors.append(state[name])
         return tensors
 
