@@ -1,11 +1,11 @@
 """ZeroOptimizer's torch engine (DeviceZeroEngine, chorus/torch/_zero_device.py), which CUDA models
 get (issue 21), through test_13's tests: here on host tensors (the engine forced for them), and on
 the GPU where there is one (test_13's models and batches moved there). The assertions are
-test_13's own: the same parameters as one process on the concatenated batch (SGD, Adam, AdamW;
-stages 1 to 3; micro-batches; bfloat16 mixed precision), the paper's memory formulas, stage 2's
-few buckets, stage 3's release and prefetch, and the checkpoint round trip.
+test_13's own, every one of its tests: the same parameters as one process on the concatenated
+batch (SGD, Adam, AdamW; stages 1 to 3; micro-batches; bfloat16 mixed precision; compressed
+gradients), the paper's memory formulas, stage 2's few buckets, stage 3's release and prefetch,
+and the checkpoint round trip.
 
-Not rerun: test_13's two comm_dtype tests (the torch engine refuses comm_dtype, tested below).
 Added: checkpoints cross between the engines both ways (so between device and host) and training
 goes on as it would have, a prefetch left open does not outlive new parameters, the issue order
 follows rank 0's, and on a GPU the engine's memory report agrees with torch.cuda.memory_allocated().
@@ -14,7 +14,6 @@ follows rank 0's, and on a GPU the engine's memory report agrees with torch.cuda
 import pytest
 import torch
 
-import chorus
 import chorus.torch as ct
 import chorus.torch._zero as zero_module
 import test_13_zero
@@ -22,7 +21,10 @@ from helpers import CUDA, cuda_device
 
 # test_13's tests (and its shared_directory fixture), collected here again under the fixture below.
 RERUN = ["test_bad_arguments_are_refused", "test_bfloat16_mixed_precision",
-         "test_checkpoint_round_trip_continues_exactly", "test_distribute_follows_zero_opt_level",
+         "test_checkpoint_round_trip_continues_exactly",
+         "test_compressed_gradients_train_close_to_float32",
+         "test_distribute_follows_zero_opt_level", "test_distribute_refuses_what_zero_cannot_shard",
+         "test_stage_one_gradients_are_averages_that_travelled_in_half_precision",
          "test_gradient_accumulation_over_micro_batches",
          "test_matches_one_process_on_the_concatenated_batch",
          "test_memory_report_follows_the_formulas", "test_stage_three_prefetches_the_next_module",
@@ -48,11 +50,6 @@ def torch_engine(request, monkeypatch):
 def test_the_engine_is_the_torch_one(comm):
     zero = ct.ZeroOptimizer(test_13_zero.make_model(0), stage=2)
     assert type(zero.engine).__name__ == "DeviceZeroEngine"
-
-
-def test_comm_dtype_is_refused_by_the_torch_engine(comm):
-    with pytest.raises(chorus.UnsupportedError, match="comm_dtype='bf16' is not supported"):
-        ct.ZeroOptimizer(test_13_zero.make_model(0), comm_dtype="bf16")
 
 
 def test_units_are_issued_in_rank_zeros_order_after_the_first_iteration(comm):

@@ -86,7 +86,7 @@ class ZeroOptimizer:
       gradient on any rank is updated with a zero gradient (torch.optim would skip it).
     - CUDA models (chorus built with the GPU backend): every buffer is device memory from torch's
       allocator, the reductions and gathers run on NCCL without host waits, and the update is
-      torch.optim's own on the float32 shard. comm_dtype is not supported there yet.
+      torch.optim's own on the float32 shard.
     """
 
     def __init__(self, params, optim="adam", stage=1, lr=None, betas=(0.9, 0.999), eps=1e-8,
@@ -140,12 +140,10 @@ class ZeroOptimizer:
                                             *bucket_limits(bucket_cap_mb, _WHO))
         device = self._params[0].device
         if device.type == "cuda" or _HOST_ENGINE == "torch":
-            if self.comm_dtype is not None:
-                raise _chorus.UnsupportedError(
-                    f"{_WHO}: comm_dtype={self.comm_dtype!r} is not supported on {device} yet; "
-                    "leave it None (or use mixed_precision='bf16')")
+            wire = _COMM_DTYPES[self.comm_dtype]
             self._engine = DeviceZeroEngine(self._comm, numels, units, self.stage, self._dtype,
-                                            self.optim, self.hyperparameters, device)
+                                            self.optim, self.hyperparameters, device,
+                                            None if wire is None else getattr(torch, wire))
         else:
             self._engine = _chorus.ZeroEngine(self._comm._native, numels, units, self.stage,
                                               dtype_name, self.optim, self.hyperparameters,

@@ -16,7 +16,9 @@ rank 0's completion order from the second iteration on): stage 1 allreduces the 
 (avg) in place; stages 2 and 3 copy them into a bucket and reduce-scatter it (avg), and at most
 two buckets are filling or in flight (a third waits, on the stream, for the oldest reduction, and
 adds its part to the gradient shard). Gradients that a unit did not get count as zero (stages 2 and 3) or keep what they
-accumulated (stage 1). Nothing here is CUDA-specific: the same code runs on host tensors, which is
+accumulated (stage 1). With compression (comm_dtype) each unit's gradients are divided by the rank
+count and narrowed to bfloat16 or float16 before a reduction (a sum) and widened after it, as the
+C++ engine does. Nothing here is CUDA-specific: the same code runs on host tensors, which is
 how the host tests check it.
 """
 
@@ -55,9 +57,10 @@ def _torch_optimizer(name, tensors, hyper):
 class DeviceZeroEngine:
     """ZeroEngine's methods (see the module doc); `comm` is the chorus Group of the world."""
 
-    def __init__(self, comm, numels, units, stage, dtype, optim, hyper, device):
+    def __init__(self, comm, numels, units, stage, dtype, optim, hyper, device, comm_dtype=None):
         self.stage, self.optimizer_name, self._hyper = stage, optim, dict(hyper)
         self._comm, self._dtype, self._device = comm, dtype, device
+        self._wire = comm_dtype  # compression: the dtype gradients travel in (float32 models)
         self._numels = list(numels)
         self._layout = _chorus.ZeroLayout(self._numels, units, comm.size, comm.rank)
         self._memory = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "buffers": 0,
@@ -293,28 +296,52 @@ class DeviceZeroEngine:
             self._launch(order[self._next])
             self._next += 1
 
+    def _narrow(self, gradients):
+        """Compression: the gradients divided by the rank count (in float32), then narrowed to
+        the wire dtype, as the C++ engine's gradient_wire does; the ranks then sum them."""
+        wire = (gradients / self._comm.size).to(self._wire)
+        self._add_buffer(wire)
+        return wire
+
+    def _drop_buffer(self, tensor):
+        self._memory["buffers"] -= tensor.numel() * tensor.element_size()
+
     def _launch(self, unit):
+        """Issues unit's reduction: stage 1 allreduces its gradients in place (or their wire copy),
+        stages 2 and 3 reduce-scatter its bucket (or the bucket's wire copy) into an output."""
         if self.stage == 1:
-            work = _ops.allreduce(self._grad_units[unit], "avg", async_op=True, inplace=True)
-            self._in_flight.append((unit, work, None, None))
+            gradients = self._grad_units[unit]
+            sent = gradients if self._wire is None else self._narrow(gradients)
+            work = _ops.allreduce(sent, "avg" if self._wire is None else "sum", async_op=True,
+                                  inplace=True)
+            self._in_flight.append((unit, work, None, None if sent is gradients else sent))
             return
         bucket = self._bucket(unit)
         del self._buckets[unit]
-        output = torch.empty(self._layout.unit_shard_numel(unit), dtype=self._dtype,
+        sent = bucket
+        if self._wire is not None:
+            sent = self._narrow(bucket)
+            self._drop_buffer(bucket)  # the wire copy is what the reduction reads
+        output = torch.empty(self._layout.unit_shard_numel(unit), dtype=sent.dtype,
                              device=self._device)
         self._add_buffer(output)
-        work = _ops.reduce_scatter(bucket, "avg", out=output, async_op=True)
-        self._in_flight.append((unit, work, output, bucket))
+        work = _ops.reduce_scatter(sent, "avg" if self._wire is None else "sum", out=output,
+                                   async_op=True)
+        self._in_flight.append((unit, work, output, sent))
 
     def _retire_oldest(self):
-        """Orders the current stream after the oldest reduction; stages 2 and 3 add its part to
-        the gradient shard (on that stream) and let its bucket go."""
-        unit, work, output, bucket = self._in_flight.pop(0)
+        """Orders the current stream after the oldest reduction, then, on that stream: stages 2
+        and 3 add its part (widened, with compression) to the gradient shard; stage 1 with
+        compression makes the unit's gradients the widened sum. Its buffers go."""
+        unit, work, output, sent = self._in_flight.pop(0)
         work.wait()
         if output is not None:
-            self._grad_shard[self._shard_slice(unit)] += output
-            for tensor in (output, bucket):
-                self._memory["buffers"] -= tensor.numel() * tensor.element_size()
+            self._grad_shard[self._shard_slice(unit)] += output.to(self._dtype)
+            self._drop_buffer(output)
+        elif sent is not None:
+            self._grad_units[unit].copy_(sent)
+        if sent is not None:
+            self._drop_buffer(sent)
 
     def finalize(self):
         """End of backward: units not complete are reduced as they are (stage 1) or with zeros for
