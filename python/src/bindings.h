@@ -67,6 +67,8 @@ py::object finishOperation(std::shared_ptr<Work> work, py::object keepAlive, boo
 // Drops the Python references held for async operations that completed after their handle was
 // discarded. Call with the GIL held.
 void sweepAbandonedWork();
+// Keeps `keepAlive` until `work` is complete (sweepAbandonedWork drops it then). GIL held.
+void abandon(std::shared_ptr<Work> work, py::object keepAlive);
 
 // Runs one operation for Python, GIL held on entry: `issue()` issues it (returning its Work) with
 // the GIL released, under BlockingCalls unless `async` (so a blocking call on an idle communicator
@@ -87,8 +89,13 @@ py::object runOperation(bool async, Issue&& issue, KeepAlive&& keepAlive) {
     work = issue();
     done = !async && work->waitFor(std::chrono::milliseconds::zero());  // rethrows its failure
   }
-  if (done)
+  if (done) {
+    // A collective on CUDA tensors is done for the caller once its stream is ordered after it,
+    // while the GPU may still be running it: its memory lives on until the GPU has finished.
+    if (!work->isCompleted())
+      abandon(std::move(work), keepAlive());
     return py::none();
+  }
   return finishOperation(std::move(work), keepAlive(), async);  // waits in slices if blocking
 }
 // Waits (GIL released) for every abandoned operation, then drops their references.

@@ -35,10 +35,6 @@ std::vector<Abandoned>& abandonedList() {
   return *list;
 }
 
-void abandon(std::shared_ptr<Work> work, py::object keepAlive) {
-  abandonedList().push_back({std::move(work), std::move(keepAlive)});
-}
-
 // Waits for `work` (GIL held on entry and exit). `timeout` < 0 means until the operation ends
 // (which its own deadline bounds). Returns false if `timeout` expired first; rethrows the
 // operation's failure. The wait goes in slices of at most kSlice (Work::waitFor, GIL released),
@@ -90,8 +86,13 @@ class PendingWork {
     if (timeoutSeconds)
       timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeoutSeconds * 1000.0));
     bool done = waitReleasingGil(work_, timeout, keepAlive_);
-    if (done)
+    if (done && !keepAlive_.is_none()) {
+      // CUDA: the wait ordered the caller's stream, and the GPU may still run the collective:
+      // its memory lives on (with the abandoned) until the GPU has finished.
+      if (!work_->isCompleted())
+        abandon(work_, std::move(keepAlive_));
       keepAlive_ = py::none();
+    }
     return done;
   }
   // Blocks (GIL released) until the operation's effects are complete where they happen: on the
@@ -112,6 +113,10 @@ class PendingWork {
 };
 
 }  // namespace
+
+void abandon(std::shared_ptr<Work> work, py::object keepAlive) {
+  abandonedList().push_back({std::move(work), std::move(keepAlive)});
+}
 
 void sweepAbandonedWork() {
   auto& list = abandonedList();
