@@ -324,13 +324,16 @@ def test_stage_one_gradients_are_averages_that_travelled_in_half_precision(comm,
     wire = HALF_TYPES[comm_dtype]
     for compressed in (comm_dtype, None):
         model = make_model(0)
-        ct.ZeroOptimizer(model, stage=1, optim="sgd", comm_dtype=compressed)
+        # Kept: an optimizer nothing refers to may be collected (the cycle through its autograd
+        # hooks) before backward, at a different moment on each rank.
+        zero = ct.ZeroOptimizer(model, stage=1, optim="sgd", comm_dtype=compressed)
         x, y = global_batch(comm.size, 0)
         rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
         loss_of(model, x[rows], y[rows]).backward()
         gradients = torch.cat([p.grad.view(-1) for p in model.parameters()])
         representable = bool(torch.equal(gradients, gradients.to(wire).float()))
         assert representable == (compressed is not None), (compressed, representable)
+        del zero
 
 
 def test_bad_arguments_are_refused(comm):
