@@ -161,11 +161,11 @@ torch.cuda.nccl.version(), list(n.__path__))'
     --compare nccl --op all --max 64M --check --repeats 3 --csv "$out/bench_np2.csv"
 }
 
-# Issue 21 in one device call of SECS seconds: the build (with the torch backend), the GPU C++
-# tests, the CUDA Python tests (test_14, test_23: data parallel, test_24: ZeRO, on CUDA; their host
-# variants deselected) at 1, 2 and 3 ranks, the digits example on CUDA (data parallel and ZeRO-3),
-# the torch backend on torch 2, bench/gpu_train_bench.py at 1 and 2 ranks (with ZeRO and FSDP),
-# and the Python grid's GPU kinds at 2 ranks.
+# Issue 21 in one device call of SECS seconds: the build (with the torch backend), the CUDA Python
+# tests (test_14, test_23: data parallel, test_24: ZeRO, on CUDA; their host variants deselected)
+# at 1, 2 and 3 ranks, chorus-device-call-cost, the digits example on CUDA (ZeRO 1 to 3 and data
+# parallel), bench/gpu_train_bench.py at 2 and 1 ranks (with ZeRO, fused updates and FSDP), the GPU
+# C++ tests, the torch backend on torch 2, and the Python grid's GPU kinds at 2 ranks.
 run_training() {
   export CHORUS_TIMEOUT=30 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
   deadline=$((SECONDS + ${1:?seconds}))
@@ -173,31 +173,34 @@ run_training() {
   local cuda_tests=(-m pytest -q -p no:cacheprovider --maxfail=8 -k "cuda or not host"
     tests/python/test_14_cuda.py tests/python/test_23_cuda_data_parallel.py
     tests/python/test_24_zero_torch_engine.py)
+  local stage
   nvidia-smi >"$out/machine.txt" 2>&1
   budgeted configure 120 30 configure || return
   budgeted build 300 60 cmake --build "$build" -j"$(nproc)" --target chorus _chorus chorusrun \
-    nccl_tests _c10d -- -k 0
-  budgeted nccl_tests 120 20 bash -c "$(gpu_cpp_tests)"
-  budgeted cuda_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${cuda_tests[@]}"
-  budgeted cuda_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" "${cuda_tests[@]}"
-  budgeted cuda_np3 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" "${cuda_tests[@]}"
-  budgeted digits_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
-    examples/python/train_digits.py --device cuda
+    nccl_tests _c10d chorus-device-call-cost -- -k 0
+  # What has not yet run on a GPU first (ZeRO on CUDA, the watchdog's search), then the rest.
+  budgeted cuda_np2 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${cuda_tests[@]}"
+  budgeted device_call_cost 30 10 "$build/bin/chorusrun" -np 1 \
+    "$build/bin/chorus-device-call-cost" 2000
   budgeted digits_zero3_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     examples/python/train_digits.py --device cuda --zero 3
-  budgeted torch_backend_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
-    -q -p no:cacheprovider --maxfail=8 tests/python/test_17_torch_backend.py
-  budgeted train_bench_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" \
-    bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --fsdp
   budgeted train_bench_np2 120 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --zero-fused --fsdp --profile
-  budgeted python_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest -q \
-    -p no:cacheprovider --maxfail=8 -k "cuda or cupy" tests/python
-  local stage
+  budgeted nccl_tests 120 20 bash -c "$(gpu_cpp_tests)"
+  budgeted cuda_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" "${cuda_tests[@]}"
+  budgeted cuda_np3 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" "${cuda_tests[@]}"
+  budgeted train_bench_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" \
+    bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --fsdp
   for stage in 1 2; do
     budgeted "digits_zero${stage}_np2" 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
       examples/python/train_digits.py --device cuda --zero "$stage"
   done
+  budgeted digits_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    examples/python/train_digits.py --device cuda
+  budgeted torch_backend_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
+    -q -p no:cacheprovider --maxfail=8 tests/python/test_17_torch_backend.py
+  budgeted python_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest -q \
+    -p no:cacheprovider --maxfail=8 -k "cuda or cupy" tests/python
 }
 
 case ${1:-} in
