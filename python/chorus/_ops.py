@@ -63,22 +63,21 @@ class Work:
                 for p in self._pending:
                     p.wait(None)
             return self._result
-        if not self._done:
-            # wait() orders the current stream (of the tensors' device) here and now
-            _arrays.follow_current_stream(self._device)
-            deadline = None if timeout is None else time.monotonic() + timeout
-            for p in self._pending:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not p.wait(left):
-                    error = _chorus.TimeoutError(
-                        f"{p.description} did not complete within {timeout} s; it keeps running, "
-                        "call wait() again")
-                    error.missing_ranks = []  # unknown here: the operation has not failed
-                    raise error
-            self._result = self._finish()
-            self._done = True
-            if not _chorus.gpu_backend:  # kept on a GPU build: each later wait orders its stream
-                self._pending = []
+        # wait() orders the current stream (of the tensors' device) here and now
+        _arrays.follow_current_stream(self._device)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for p in self._pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not p.wait(left):
+                error = _chorus.TimeoutError(
+                    f"{p.description} did not complete within {timeout} s; it keeps running, "
+                    "call wait() again")
+                error.missing_ranks = []  # unknown here: the operation has not failed
+                raise error
+        self._result = self._finish()
+        self._done = True
+        if not _chorus.gpu_backend:  # kept on a GPU build: each later wait orders its stream
+            self._pending = []
         return self._result
 
     def synchronize(self):
