@@ -58,6 +58,9 @@ class Work {
   // own deadline (CHORUS_TIMEOUT), which the communicator enforces.
   virtual void synchronize();
   std::exception_ptr exception() const;
+  // For a recv: the rank (of its communicator) that sent the message, once completed successfully
+  // (a recv from Communicator::kAnySource learns it then). -1 for other operations.
+  int sourceRank() const { return sourceRank_; }
   // What this operation is, e.g. "rank 0: allreduce #12 (float32 x 1024, sum)"; built when asked.
   std::string description() const { return describe(); }
 
@@ -92,6 +95,7 @@ class Work {
   std::atomic<uint32_t> completed_{0};
   std::atomic<uint32_t> waiters_{0};
   std::exception_ptr error_;  // written before completed_, read after it
+  int sourceRank_ = -1;       // written before completed_ (or before the Work is handed out)
 };
 
 }  // namespace chorus

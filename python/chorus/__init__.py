@@ -15,8 +15,8 @@ import sys as _sys
 from . import _chorus
 from ._chorus import (Error, InternalError, InvalidArgumentError, MismatchError, PeerError,
                       TimeoutError, UnsupportedError)
-from ._ops import (REDUCE_OPS, Work, all_to_all, allgather, allreduce, barrier, broadcast,
-                   gather, recv, reduce, reduce_scatter, scatter, send)
+from ._ops import (ANY_SOURCE, REDUCE_OPS, Status, Work, all_to_all, allgather, allreduce,
+                   barrier, broadcast, gather, recv, reduce, reduce_scatter, scatter, send)
 from ._pmap import pmap
 from . import distributed
 
@@ -57,7 +57,7 @@ _sys.excepthook = _abort_on_uncaught_exception
 
 __all__ = [
     "Error", "InternalError", "InvalidArgumentError", "MismatchError", "PeerError",
-    "TimeoutError", "UnsupportedError", "REDUCE_OPS", "Work", "all_to_all", "allgather",
-    "allreduce", "barrier", "broadcast", "gather", "recv", "reduce", "reduce_scatter", "scatter",
-    "send", "pmap", "distributed", "shutdown",
+    "TimeoutError", "UnsupportedError", "ANY_SOURCE", "REDUCE_OPS", "Status", "Work",
+    "all_to_all", "allgather", "allreduce", "barrier", "broadcast", "gather", "recv", "reduce",
+    "reduce_scatter", "scatter", "send", "pmap", "distributed", "shutdown",
 ]

@@ -575,22 +575,44 @@ def _send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False):
     return _complete([call], lambda: None, async_op, synchronize)
 
 
+ANY_SOURCE = -1  # recv's peer: whichever rank sends first (as MPI.ANY_SOURCE)
+
+
+class Status:
+    """What a recv learned: `source`, the rank that sent the message (a world rank, or with group=
+    a group rank), set when the recv completes (pass `status=` to recv, as with mpi4py)."""
+
+    __slots__ = ("source",)
+
+    def __init__(self):
+        self.source = None
+
+    def __repr__(self):
+        return f"chorus.Status(source={self.source})"
+
+
 def recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, async_op=False,
-         synchronize=False, group=None):
+         synchronize=False, group=None, status=None):
     """Receives from world rank `peer` (with group=, a group rank) into a new array of `shape` and
     `dtype` (a name, NumPy dtype, or torch dtype, which gives a torch tensor), or into `out`
-    (returned)."""
+    (returned). `peer` ANY_SOURCE takes the first message with `tag` from whichever rank (host
+    arrays only; one rank's messages still arrive in order); a chorus.Status given as `status`
+    learns the sender."""
     rank_list = _groups.resolve(group, rank_list, "recv")
-    peer = _groups.world_rank_of(group, peer, "peer")
+    if status is not None and not isinstance(status, Status):
+        raise _chorus.InvalidArgumentError(
+            f"status must be a chorus.Status, not {type(status).__name__}")
+    if not (isinstance(peer, int) and not isinstance(peer, bool) and peer == ANY_SOURCE):
+        peer = _groups.world_rank_of(group, peer, "peer")
     return _recv(peer, shape, dtype, tag, out=out, rank_list=rank_list, async_op=async_op,
-                 synchronize=synchronize)
+                 synchronize=synchronize, status=status, group=group)
 
 
 @accepts_foreign
 def _recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, async_op=False,
-          synchronize=False):
+          synchronize=False, status=None, group=None):
     comm = _groups.get(rank_list)
-    group_peer = comm.group_rank(peer, "peer")
+    group_peer = ANY_SOURCE if peer == ANY_SOURCE else comm.group_rank(peer, "peer")
     if out is not None:
         b = _arrays.prepare(out, "out", writable=True)
     else:
@@ -607,11 +629,24 @@ def _recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, as
         b = _arrays.Buffer(array, array, kind == "torch", name)
     tag = _tag(tag)
     cap = b.capsule()
+    issued = []  # a recv from any rank: its PendingWork, which learns the sender
 
     def call(is_async):
-        return _chorus.recv(comm._native, cap, group_peer, tag, b.export_dtype, is_async)
+        if group_peer != ANY_SOURCE:
+            return _chorus.recv(comm._native, cap, group_peer, tag, b.export_dtype, is_async)
+        pending = _chorus.recv(comm._native, cap, group_peer, tag, b.export_dtype, True)
+        issued.append(pending)
+        if not is_async:
+            pending.wait(None)
+        return pending
 
-    return _complete([call], lambda: _inplace_result(b), async_op, synchronize)
+    def finish():
+        if status is not None:
+            source = peer if not issued else comm.members[issued[0].source_rank]
+            status.source = source if group is None else group.group_rank(source)
+        return _inplace_result(b)
+
+    return _complete([call], finish, async_op, synchronize)
 
 
 def _tag(tag):

@@ -106,6 +106,7 @@ class PendingWork {
   }
   bool isCompleted() const { return work_->isCompleted(); }
   std::string description() const { return work_->description(); }
+  int sourceRank() const { return work_->sourceRank(); }
 
  private:
   std::shared_ptr<Work> work_;
@@ -154,7 +155,10 @@ void bindWork(py::module_& module) {
            "Blocks (GIL released) until the operation is complete on the device that runs it "
            "(the GPU for CUDA tensors); rethrows its failure.")
       .def("is_completed", &PendingWork::isCompleted)
-      .def_property_readonly("description", &PendingWork::description);
+      .def_property_readonly("description", &PendingWork::description)
+      .def_property_readonly("source_rank", &PendingWork::sourceRank,
+                             "For a recv: the rank of its communicator that sent the message, once "
+                             "completed; -1 for other operations.");
 }
 
 }  // namespace chorus::python

@@ -21,7 +21,9 @@
 // overlap], runtime/communicator_state.h): postSend/postRecv start a transfer and return at once;
 // waitSome() waits until one of the given transfers is done (true) or interruptWait() was called
 // (false); the semantics and failures are Transport::waitSome's (transport.h). Transfers of one
-// (peer, tag) match in the order they were posted.
+// (peer, tag) match in the order they were posted. postRecv's peer may be transport::kAnyPeer (a
+// receive from any rank, as the transport contract says): once done, the Transfer's request.peer
+// names the sender. send/recv, and postSend, always name their peer.
 #pragma once
 
 #include <exception>

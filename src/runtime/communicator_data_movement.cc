@@ -208,11 +208,21 @@ Communicator::WorkPtr Communicator::send(Tensor tensor, int peer, int tag) {
 
 Communicator::WorkPtr Communicator::recv(Tensor tensor, int peer, int tag) {
   detail::checkTensor(tensor, "tensor", "recv", worldRank());
-  checkPeer(peer, tag, rank(), worldRank(), size(), "recv");
+  const bool anySource = peer == kAnySource;
+  CHORUS_CHECK_ARG(!anySource || size() > 1, "rank ", worldRank(),
+                   " (this process): recv from any rank on a communicator of one rank, where no "
+                   "other rank could send");
+  checkPeer(anySource ? (rank() + 1) % size() : peer, tag, rank(), worldRank(), size(), "recv");
   auto fingerprint = detail::makeFingerprint(Collective::kPointToPoint, tensor.numel(),
                                              tensor.dtype(), std::nullopt, -1);
-  if (const int device = detail::deviceOf({&tensor}, "recv", worldRank()); device >= 0)
+  if (const int device = detail::deviceOf({&tensor}, "recv", worldRank()); device >= 0) {
+    if (anySource) {
+      throw UnsupportedError(detail::concat("rank ", worldRank(),
+                                            " (this process): recv from any rank of a CUDA tensor; "
+                                            "NCCL receives only from a named rank"));
+    }
     return detail::devicePointToPoint(*state_, fingerprint, device, tensor, peer, tag, false);
+  }
   return state_->submitPointToPoint(fingerprint, {false, tensor, peer, tag});
 }
 

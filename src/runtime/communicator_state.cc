@@ -285,8 +285,10 @@ struct CommunicatorState::PendingTransfer {
   backend::Transfer transfer;
   Deadline deadline = Deadline::never();
   trace::Ticket ticket;  // from its start
-  // Ends its record and completes its Work.
+  // Ends its record and completes its Work (which learns the sender of a recv from any rank).
   void finish(std::exception_ptr error) {
+    if (!error && call.peer == Communicator::kAnySource)
+      work->sourceRank_ = transfer.request.peer;
     trace::end(ticket, error != nullptr);
     work->finish(error);
   }
@@ -294,7 +296,9 @@ struct CommunicatorState::PendingTransfer {
 
 trace::Ticket CommunicatorState::recordTransfer(const Fingerprint& fingerprint,
                                                 const PointToPointCall& call) const {
-  const int64_t peer = info_.worldRanks.empty() ? call.peer : info_.worldRanks[call.peer];
+  const int64_t peer = call.peer == Communicator::kAnySource ? trace::kAnyRank
+                       : info_.worldRanks.empty()            ? call.peer
+                                                             : info_.worldRanks[call.peer];
   return trace::beginOperation(traceGroup_, fingerprint, call.tensor.nbytes(),
                                nanoseconds(coarseNow()),
                                peer | (call.isSend ? trace::kSendBit : 0));
@@ -302,7 +306,14 @@ trace::Ticket CommunicatorState::recordTransfer(const Fingerprint& fingerprint,
 
 std::shared_ptr<Work> CommunicatorState::submitPointToPoint(const Fingerprint& fingerprint,
                                                             PointToPointCall call) {
-  if (!backend_->postsPointToPoint() || BlockingCalls::active()) {
+  const bool anySource = call.peer == Communicator::kAnySource;
+  if (anySource && !backend_->postsPointToPoint()) {
+    throw UnsupportedError(concat("rank ", info_.worldRank, " (this process): recv from any rank ",
+                                  "on backend ", backend_->name(), ", which does not offer it"));
+  }
+  // A recv from any rank is always posted: its sender is known only from its transfer.
+  if (!anySource && (!backend_->postsPointToPoint() || BlockingCalls::active())) {
+    const int source = call.isSend ? -1 : call.peer;
     auto whole = [this, call](const backend::CallContext& context) {
       const trace::Ticket ticket = recordTransfer(context.fingerprint, call);
       try {
@@ -319,15 +330,20 @@ std::shared_ptr<Work> CommunicatorState::submitPointToPoint(const Fingerprint& f
       }
       trace::end(ticket, /*failed=*/false);
     };
-    if (!backend_->postsPointToPoint())
-      return submit(fingerprint, whole);
-    if (std::shared_ptr<Work> work = runHereIfIdle(fingerprint, BodyRef(whole)))
+    std::shared_ptr<Work> work = backend_->postsPointToPoint()
+                                     ? runHereIfIdle(fingerprint, BodyRef(whole))
+                                     : submit(fingerprint, whole);
+    if (work != nullptr) {
+      work->sourceRank_ = source;  // not yet handed out; finish() never reads it
       return work;
+    }
   }
   auto pending = std::make_shared<PendingTransfer>();
   pending->work = makeWork(info_.worldRank, fingerprint, weak_from_this());
   pending->fingerprint = fingerprint;
   pending->call = std::move(call);
+  if (!pending->call.isSend && !anySource)
+    pending->work->sourceRank_ = pending->call.peer;
   std::shared_ptr<Work> work = pending->work;
   auto operation = std::make_shared<std::function<void()>>([this, pending] {
     if (joining_ != nullptr)

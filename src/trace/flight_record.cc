@@ -38,8 +38,10 @@ std::string describe(const Record& record) {
     text = "send/recv (" + humanBytes(record.bytes) + ")";
   } else if (f.collective == Collective::kPointToPoint) {
     const bool send = (record.detail & kSendBit) != 0;
-    text = std::string(send ? "send to rank " : "recv from rank ") +
-           std::to_string(record.detail & (kSendBit - 1)) + " (" + humanBytes(record.bytes) + ")";
+    const int64_t peer = record.detail & (kSendBit - 1);
+    text = std::string(send ? "send to rank " : "recv from ") +
+           (peer == kAnyRank ? "any rank" : (send ? "" : "rank ") + std::to_string(peer)) + " (" +
+           humanBytes(record.bytes) + ")";
   } else {
     text = f.describe();  // "allreduce #7 (float32 x 1024, sum)" or "barrier #3"
     if (text.back() == ')') {

@@ -33,7 +33,8 @@ struct Record {
   uint32_t group = 0;       // registerGroup()'s index (operations), 0 for marks
   Fingerprint fingerprint;  // operations only
   uint64_t bytes = 0;
-  // send/recv: the peer's world rank (+ kSendBit for a send); an operation on CUDA tensors:
+  // send/recv: the peer's world rank (+ kSendBit for a send; kAnyRank for a recv from any rank,
+  // which is what it stays in the record once the sender is known); an operation on CUDA tensors:
   // kDeviceBit (its peer unknown); marks: the caller's index (a bucket number), or -1.
   int64_t detail = -1;
   const char* label = nullptr;  // marks: a string with static storage
@@ -46,6 +47,7 @@ struct Record {
 };
 
 inline constexpr int64_t kSendBit = int64_t{1} << 40;
+inline constexpr int64_t kAnyRank = kSendBit - 1;
 inline constexpr int64_t kDeviceBit = int64_t{1} << 41;
 
 class OperationRing {

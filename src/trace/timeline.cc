@@ -51,7 +51,8 @@ std::string eventName(const Record& record) {
   if (f.collective == Collective::kPointToPoint) {
     const bool send = (record.detail & kSendBit) != 0;
     const int64_t peer = record.detail & (kSendBit - 1);
-    return std::string(send ? "send to " : "recv from ") + std::to_string(peer);
+    return std::string(send ? "send to " : "recv from ") +
+           (peer == kAnyRank ? "any" : std::to_string(peer));
   }
   return std::string(toString(f.collective)) + " #" + std::to_string(f.sequence);
 }

@@ -8,7 +8,10 @@
 // How the core drives the hooks:
 //  - postSend/postRecv: with the lock held, throw the failure if failed, checkTag(), register the
 //    op (checkPost's argument checks), then startSend(op) / startRecv(op). An error there fails the
-//    transport (peers are told) and is thrown.
+//    transport (peers are told) and is thrown. A receive from kAnyPeer is bound to the peer that
+//    hasMessageFrom() finds (asked in turn, from the peer after the last one found) and started as
+//    that peer's; else it waits in anyPeerReceives(), which the transport shares with its
+//    PeerMatchings (matching.h) or, if it has none, binds itself.
 //  - wait(): with the lock held, beginWait(), then loop: take up an abort() from another thread;
 //    progress(); done when every op is complete; an incomplete op whose peer has left
 //    (peerLeft(peer)) is a PeerError; past the deadline a TimeoutError naming the peers still
@@ -25,6 +28,7 @@
 // Hooks run with the lock held, except wakeWaiter().
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <mutex>
@@ -36,6 +40,7 @@
 #include "core/rank_names.h"
 #include "core/stall_watch.h"
 #include "transport/errors.h"
+#include "transport/matching.h"
 #include "transport/op_pool.h"
 #include "transport/transport.h"
 
@@ -102,6 +107,9 @@ class TransportCore : public Transport {
   bool abortRequested() const { return abortWanted_.load(std::memory_order_acquire); }
   bool interruptRequested() const { return interruptWanted_.load(std::memory_order_acquire); }
   OpPool<Op>& ops() { return ops_; }
+  const OpPool<Op>& ops() const { return ops_; }
+  // The receives from any peer that nothing matched yet (matching.h).
+  AnyPeerReceives<Op>& anyPeerReceives() { return anyPeerReceives_; }
 
   // The hooks: how this transport moves bytes.
   // InvalidArgumentError when this transport cannot carry `tag`; called before the op exists.
@@ -109,6 +117,9 @@ class TransportCore : public Transport {
   // `op` was just posted (its own fields still hold their last values): start moving it.
   virtual void startSend(Op& op) = 0;
   virtual void startRecv(Op& op) = 0;
+  // Whether `peer` sent a message with `tag` that waits buffered for its receive. Default: false (a
+  // transport that keeps no such messages itself, and binds receives from any peer as they come).
+  virtual bool hasMessageFrom(int /*peer*/, uint64_t /*tag*/) { return false; }
   // A wait() begins.
   virtual void beginWait() {}
   // Moves what can move now, without blocking.
@@ -152,6 +163,8 @@ class TransportCore : public Transport {
   // Marks done and releases those of `requests` whose op is complete.
   void finishComplete(std::span<Request* const> requests);
   bool allComplete();
+  void waitOnAnyPeer();
+  void startAnyPeerRecv(Op& op);
   bool anyComplete();
 
   const int rank_;
@@ -168,7 +181,9 @@ class TransportCore : public Transport {
   std::atomic<bool> interruptWanted_{false};  // interrupt(): taken up by the next waitSome()
 
   OpPool<Op> ops_;
-  std::vector<Op*> waitOps_;    // scratch for wait()
+  AnyPeerReceives<Op> anyPeerReceives_;
+  int lastAnyPeer_ = 0;       // the peer whose message a receive from any peer found buffered last
+  std::vector<Op*> waitOps_;  // scratch for wait()
   std::vector<int> waitingOn_;  // scratch for wait(): the world ranks still owing something
 };
 
@@ -185,18 +200,36 @@ void TransportCore<Op>::post(bool isSend,
   checkTag(tag);
   Op& op = ops_.acquire(rank_, size_, isSend, peer, tag, fingerprint, data, bytes, request);
   try {
-    if (isSend)
+    if (isSend) {
       startSend(op);
-    else
+    } else if (peer != kAnyPeer) {
       startRecv(op);
+    } else {
+      startAnyPeerRecv(op);
+    }
   } catch (...) {
     fail(std::current_exception(), /*tellPeers=*/true);
     rethrowFailure();
   }
 }
 
+template <typename Op>
+void TransportCore<Op>::startAnyPeerRecv(Op& op) {
+  for (int i = 1; i <= size_; ++i) {
+    const int peer = (lastAnyPeer_ + i) % size_;
+    if (peer != rank_ && hasMessageFrom(peer, op.tag)) {
+      lastAnyPeer_ = peer;
+      AnyPeerReceives<Op>::bind(op, peer);
+      startRecv(op);
+      return;
+    }
+  }
+  anyPeerReceives_.add(&op);
+}
+
 // True when every op of waitOps_ is complete; otherwise fills waitingOn_ with the peers still
-// owing something. Throws PeerError when an op waits on a peer that left.
+// owing something (every peer still there, for a receive from any peer). Throws PeerError when an
+// op waits on a peer that left (on every peer, for a receive from any peer).
 //
 // Note [A departure after a death]: a peer that saw another rank die fails and closes, and its
 // goodbye can reach a rank waiting on it before that rank's own liveness check sees the death. The
@@ -208,6 +241,10 @@ bool TransportCore<Op>::allComplete() {
   for (Op* op : waitOps_) {
     if (op == nullptr || op->complete)
       continue;
+    if (op->peer == kAnyPeer) {
+      waitOnAnyPeer();
+      continue;
+    }
     if (peerLeft(op->peer)) {
       checkForDeadPeers();
       throw makeClosedPeerError(worldRank(rank_), worldRank(op->peer), op->isSend);
@@ -215,6 +252,28 @@ bool TransportCore<Op>::allComplete() {
     waitingOn_.push_back(worldRank(op->peer));
   }
   return waitingOn_.empty();
+}
+
+// allComplete() for a receive from any peer that nothing matched yet.
+template <typename Op>
+void TransportCore<Op>::waitOnAnyPeer() {
+  int left = -1;
+  bool someoneThere = false;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_)
+      continue;
+    if (peerLeft(peer)) {
+      left = peer;
+      continue;
+    }
+    someoneThere = true;
+    if (std::find(waitingOn_.begin(), waitingOn_.end(), worldRank(peer)) == waitingOn_.end())
+      waitingOn_.push_back(worldRank(peer));
+  }
+  if (!someoneThere) {
+    checkForDeadPeers();
+    throw makeAllPeersClosedError(worldRank(rank_), worldRank(left));
+  }
 }
 
 // True when some op of waitOps_ is complete (or there is none); otherwise as allComplete().
@@ -308,6 +367,7 @@ void TransportCore<Op>::fail(std::exception_ptr error, bool tellPeers) noexcept 
     return;
   failure_ = error;
   onFailure(error, tellPeers);
+  anyPeerReceives_.clear();
   ops_.releaseAll();
 }
 

@@ -42,6 +42,14 @@ PeerError makeClosedPeerError(int selfRank, int peerRank, bool isSend) {
                    peerRank);
 }
 
+PeerError makeAllPeersClosedError(int selfRank, int lastRank) {
+  return PeerError(detail::concat("rank ", selfRank,
+                                  " (this process): every other rank has closed its communicator "
+                                  "(rank ",
+                                  lastRank, " too), so a receive from any rank cannot complete"),
+                   lastRank);
+}
+
 Error makeTransportClosedError(int selfRank) {
   return Error(detail::concat("rank ", selfRank,
                               " (this process): this transport is closed; create a new "

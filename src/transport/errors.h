@@ -22,6 +22,8 @@ TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers);
 // A send to (or receive from) `peerRank`, which closed its communicator on purpose, cannot
 // complete.
 PeerError makeClosedPeerError(int selfRank, int peerRank, bool isSend);
+// A receive from any peer cannot complete: every peer closed its communicator (`lastRank` too).
+PeerError makeAllPeersClosedError(int selfRank, int lastRank);
 
 // A call on a transport after close().
 Error makeTransportClosedError(int selfRank);

@@ -17,6 +17,13 @@
 // kReservedReceives waiting receives is made up front: how many wait at once depends on how the
 // ranks are scheduled, so a warmed exchange could otherwise meet a new maximum, and allocate, at
 // any time.
+//
+// AnyPeerReceives holds a transport's receives from any peer (kAnyPeer, transport.h) that no
+// message has matched yet. Every PeerMatching of the transport shares it (shareAnyPeerReceives): a
+// message that finds no receive of its own peer waiting for its tag takes the first receive from
+// any peer with that tag, which is bound to the message's peer from then on (its op and its Request
+// name that peer). So a message goes to a receive posted for its peer before one posted for any
+// peer.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +33,44 @@
 
 namespace chorus::transport {
 
+template <typename Op>
+class AnyPeerReceives {
+ public:
+  AnyPeerReceives() { receives_.reserve(4); }
+
+  // A receive from any peer that nothing buffered matched waits here, behind those posted before.
+  void add(Op* op) { receives_.push_back(op); }
+
+  // The first waiting receive with `tag`, no longer waiting, and bound to `peer`; null when none.
+  Op* take(uint64_t tag, int peer) {
+    auto it = std::find_if(receives_.begin(), receives_.end(),
+                           [tag](const Op* op) { return op->tag == tag; });
+    if (it == receives_.end())
+      return nullptr;
+    Op* op = *it;
+    receives_.erase(it);
+    bind(*op, peer);
+    return op;
+  }
+
+  // Binds the receive `op` (posted for any peer) to `peer`, whose message it takes.
+  static void bind(Op& op, int peer) {
+    op.peer = peer;
+    op.request->peer = peer;
+  }
+
+  bool empty() const { return receives_.empty(); }
+  // The waiting receives, in posting order.
+  const std::vector<Op*>& waiting() const { return receives_; }
+  // Removes `op` (bound to a peer by the transport itself: the mpi transport's probe).
+  void remove(const Op* op) { std::erase(receives_, op); }
+  // Forgets them (the transport failed: their buffers are not touched again).
+  void clear() { receives_.clear(); }
+
+ private:
+  std::vector<Op*> receives_;
+};
+
 template <typename Op, typename Message>
 class PeerMatching {
  public:
@@ -33,15 +78,22 @@ class PeerMatching {
 
   PeerMatching() { receives_.reserve(kReservedReceives); }
 
+  // Messages of this matching's peer, `peer`, that find no receive of theirs also look in `any`.
+  void shareAnyPeerReceives(int peer, AnyPeerReceives<Op>* any) {
+    peer_ = peer;
+    any_ = any;
+  }
+
   // A receive with nothing buffered for its tag waits here, behind those posted before it.
   void addReceive(Op* op) { receives_.push_back(op); }
 
-  // The first waiting receive with `tag`, no longer waiting; null when none waits.
+  // The first waiting receive with `tag` (this peer's, else one from any peer, then bound to this
+  // peer), no longer waiting; null when none waits.
   Op* takeReceive(uint64_t tag) {
     auto it = std::find_if(receives_.begin(), receives_.end(),
                            [tag](const Op* op) { return op->tag == tag; });
     if (it == receives_.end())
-      return nullptr;
+      return any_ != nullptr ? any_->take(tag, peer_) : nullptr;
     Op* op = *it;
     receives_.erase(it);
     return op;
@@ -99,9 +151,11 @@ class PeerMatching {
 
  private:
   static constexpr size_t kSpareMessages = 4;
-  std::vector<Op*> receives_;    // in posting order
-  std::list<Message> messages_;  // in arrival order
-  std::list<Message> spare_;     // removed records, for bufferMessage to reuse
+  int peer_ = -1;
+  AnyPeerReceives<Op>* any_ = nullptr;  // shared with the transport's other peers; may be null
+  std::vector<Op*> receives_;           // in posting order
+  std::list<Message> messages_;         // in arrival order
+  std::list<Message> spare_;            // removed records, for bufferMessage to reuse
 };
 
 }  // namespace chorus::transport

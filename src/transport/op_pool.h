@@ -31,9 +31,15 @@ struct PostedOp {
 };
 
 // The checks of a post by rank `rank` of `size` to `peer` (InvalidArgumentError naming what is
-// wrong): another rank, a buffer unless empty, and a request not already pending.
-inline void checkPost(int rank, int size, int peer, const void* data, size_t bytes, bool pending) {
-  CHORUS_CHECK_ARG(peer >= 0 && peer < size && peer != rank, "rank ", rank,
+// wrong): another rank (or kAnyPeer, for a receive in a group with another rank), a buffer unless
+// empty, and a request not already pending.
+inline void checkPost(
+    int rank, int size, bool isSend, int peer, const void* data, size_t bytes, bool pending) {
+  const bool anyPeer = !isSend && peer == kAnyPeer;
+  CHORUS_CHECK_ARG(!anyPeer || size > 1, "rank ", rank,
+                   " (this process): a receive from any peer in a group of one rank, which no "
+                   "one could send to");
+  CHORUS_CHECK_ARG(anyPeer || (peer >= 0 && peer < size && peer != rank), "rank ", rank,
                    " (this process): peer ", peer, " is not another rank of this group of ", size,
                    " ranks");
   CHORUS_CHECK_ARG(data != nullptr || bytes == 0, "rank ", rank,
@@ -59,7 +65,7 @@ class OpPool {
               void* data,
               size_t bytes,
               Request& request) {
-    checkPost(rank, size, peer, data, bytes, find(&request) != nullptr);
+    checkPost(rank, size, isSend, peer, data, bytes, find(&request) != nullptr);
     if (free_.empty()) {
       storage_.push_back(std::make_unique<Op>());
       free_.push_back(storage_.back().get());

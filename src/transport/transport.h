@@ -21,6 +21,11 @@
 //  - Matching: messages from one peer with one tag are received in the order they were sent; the
 //    k-th receive posted for (peer, tag) gets the k-th such message. Messages that arrive before
 //    their receive is posted are buffered.
+//  - A receive posted for kAnyPeer takes the first message with its tag, from whichever peer, that
+//    no receive posted for that peer is waiting for (a receive for the peer takes it first, even
+//    one posted later); messages of one peer still come in order, and receives from any peer with
+//    one tag are matched in the order they were posted. Once matched, its Request's
+//    `peer` names the sender. Its wait fails with PeerError only when every peer has left.
 //  - Every message carries its sender's Fingerprint; the receiver compares it with its own and
 //    the byte count with its buffer's. A difference is a MismatchError naming both ranks, the field
 //    and both values. See Note [Collective fingerprint] in core/collective.h.
@@ -64,7 +69,11 @@ namespace chorus::transport {
 // Tags at or above this value are reserved for collectives; point-to-point tags are below it.
 inline constexpr uint64_t kCollectiveTag = uint64_t{1} << 62;
 
-// A posted send or receive. Zero-initialize, post, wait.
+// The `peer` of a receive that takes a message from any peer (see Matching above).
+inline constexpr int kAnyPeer = -1;
+
+// A posted send or receive. Zero-initialize, post, wait. A receive posted for kAnyPeer gets its
+// sender's rank in `peer` once a message matched it.
 struct Request {
   int peer = -1;
   bool done = false;

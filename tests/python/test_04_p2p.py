@@ -80,3 +80,55 @@ def test_ring_empty_message(multi_rank, rank, size):
     x = np.zeros((0, 3), dtype=np.float64)
     got = ring_exchange(rank, size, x, lambda prv: chorus.recv(prv, (0, 3), "float64"))
     check_result(got, "numpy", "float64", np.zeros((0, 3)))
+
+
+def test_recv_from_any_source(multi_rank, rank, size):
+    """Rank 0 receives every other rank's two messages with ANY_SOURCE, blocking and async: the
+    Status names each sender, whose messages carry its rank, in the order each sender sent them."""
+    for async_op in (False, True):
+        if rank != 0:
+            for k in range(2):
+                chorus.send(np.full((4,), 10 * rank + k, dtype=np.int64), 0, tag=12)
+        else:
+            seen = {}
+            for _ in range(2 * (size - 1)):
+                status = chorus.Status()
+                if async_op:
+                    work = chorus.recv(chorus.ANY_SOURCE, (4,), "int64", tag=12, async_op=True,
+                                       status=status)
+                    got = work.wait()
+                else:
+                    got = chorus.recv(chorus.ANY_SOURCE, (4,), "int64", tag=12, status=status)
+                got = np.asarray(got)
+                assert status.source == got[0] // 10
+                np.testing.assert_array_equal(got, np.full((4,), got[0]))
+                seen.setdefault(status.source, []).append(int(got[0]))
+            assert seen == {q: [10 * q, 10 * q + 1] for q in range(1, size)}
+        chorus.barrier()
+
+
+def test_recv_from_any_source_in_a_group_names_group_ranks(multi_rank, rank, size):
+    """With group=, the Status holds group ranks: in a group that reverses the world's order,
+    world rank w is group rank size-1-w. A named peer's recv reports that peer."""
+    group = chorus.distributed.new_group(list(reversed(range(size))))
+    me = size - 1 - rank
+    if rank != 0:
+        chorus.send(np.full((2,), rank, dtype=np.int32), size - 1, tag=3, group=group)
+        chorus.send(np.full((2,), rank, dtype=np.int32), size - 1, tag=4, group=group)
+    else:
+        for _ in range(size - 1):
+            status = chorus.Status()
+            got = chorus.recv(chorus.ANY_SOURCE, (2,), "int32", tag=3, group=group, status=status)
+            assert status.source == size - 1 - int(np.asarray(got)[0])
+        for sender in range(size - 1):
+            status = chorus.Status()
+            got = chorus.recv(sender, (2,), "int32", tag=4, group=group, status=status)
+            assert status.source == sender
+            assert int(np.asarray(got)[0]) == size - 1 - sender
+    assert me == group.rank
+    chorus.barrier()
+
+
+def test_recv_status_must_be_a_status():
+    with pytest.raises(chorus.InvalidArgumentError, match="chorus.Status"):
+        chorus.recv(0, (1,), status={})

@@ -225,6 +225,29 @@ def test_send_recv_ring_and_barrier(world, size, rank, multi_rank):
     tdist.barrier()
 
 
+def test_recv_from_any_source_returns_the_sender(world, size, rank, multi_rank):
+    """torch's recv(tensor) with no src: rank 0 takes every other rank's two messages in arrival
+    order; recv returns each sender's world rank, also within a group whose order reverses the
+    world's (torch maps the group rank the backend reports), and one sender's messages arrive in
+    the order sent."""
+    group = tdist.new_group(list(reversed(range(size))))
+    for g in (None, group):
+        if rank != 0:
+            for k in range(2):
+                tdist.send(torch.full((3,), 10.0 * rank + k), 0, group=g, tag=4)  # global dst
+        else:
+            seen = {}
+            for _ in range(2 * (size - 1)):
+                got = torch.zeros(3)
+                source = tdist.recv(got, group=g, tag=4)
+                sender = int(got[0].item()) // 10
+                assert source == sender
+                seen.setdefault(sender, []).append(got[0].item())
+                assert torch.equal(got, torch.full((3,), got[0].item()))
+            assert seen == {q: [10.0 * q, 10.0 * q + 1] for q in range(1, size)}
+        tdist.barrier()
+
+
 def test_receives_posted_before_their_sends_around_a_ring(world, size, rank, multi_rank):
     """irecv(left) before isend(right) on every rank, as batch_isend_irecv users write it (4 MiB:
     past any buffering). Run one after the other, every rank would wait in its receive."""
@@ -286,8 +309,9 @@ def test_bad_input_is_a_clear_error(world, size, rank):
         tdist.all_gather([torch.zeros(2)] * (size + 1), torch.zeros(2))
     with pytest.raises(RuntimeError, match="int16"):
         tdist.all_reduce(torch.zeros(3, dtype=torch.int16))
-    with pytest.raises(RuntimeError, match="any source"):
-        tdist.recv(torch.zeros(1))
+    if size == 1:  # no other rank could send
+        with pytest.raises(RuntimeError, match="any rank on a communicator of one rank"):
+            tdist.recv(torch.zeros(1))
 
 
 def test_sizes_that_differ_across_ranks_fail_on_every_rank(world, size, rank, multi_rank):

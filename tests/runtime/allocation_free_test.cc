@@ -17,6 +17,7 @@
 #include "harness/counted_allocations.h"
 #include "harness/run_ranks.h"
 #include "transport/matching.h"
+#include "transport/op_pool.h"
 
 namespace chorus {
 namespace {
@@ -125,9 +126,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, AllocationFree, ::testing::ValuesIn(cases()),
 // allocating, or a warmed call allocates the first time the ranks happen to interleave that way
 // (tcp_np3_4096B above did so in about 2 runs of 100 beside a busy machine).
 TEST(PeerMatchingRoom, SeveralWaitingReceivesAllocateNothing) {
-  struct Op {
-    uint64_t tag = 0;
-  };
+  struct Op : transport::PostedOp {};
   struct Message {
     uint64_t tag() const { return 0; }
   };

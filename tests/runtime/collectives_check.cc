@@ -92,6 +92,27 @@ int main() {
     const int64_t lo = first ? 0 : h, hi = first ? h : p;  // sum of lo .. hi-1
     check(groupSum[0] == (hi * (hi - 1) - lo * (lo - 1)) / 2, "group allreduce", r);
 
+    // Receives from any source: rank 0 takes one message from every other rank, in whatever order
+    // they come; each Work's sourceRank() names the sender, whose message carries its rank.
+    if (p > 1 && r != 0) {
+      std::vector<int32_t> note = {1000 + r};
+      comm->send(Tensor(note.data(), {1}), 0, 21)->wait();
+    } else if (p > 1) {
+      std::vector<bool> heard(p, false);
+      bool fromEveryone = true;
+      for (int k = 1; k < p; ++k) {
+        std::vector<int32_t> got = {-1};
+        auto work = comm->recv(Tensor(got.data(), {1}), chorus::Communicator::kAnySource, 21);
+        work->wait();
+        const int sender = work->sourceRank();
+        const bool known = sender > 0 && sender < p && !heard[sender];
+        fromEveryone = fromEveryone && known && got[0] == 1000 + sender;
+        if (known)
+          heard[sender] = true;
+      }
+      check(fromEveryone, "recv from any source", r);
+    }
+
     comm->barrier()->wait();
 
     // A context made after shutdown() builds a fresh world that works like the first.

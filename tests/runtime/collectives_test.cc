@@ -294,6 +294,54 @@ TEST_P(CollectivesTest, SendRecvAroundARingAndBarrier) {
   });
 }
 
+// Rank 0 receives from any source, twice per peer: each Work's sourceRank() names the sender, whose
+// messages carry its rank, and one sender's two messages arrive in the order sent. A recv naming
+// its peer reports that peer; a recv from any source alone in a group of one is refused.
+TEST_P(CollectivesTest, RecvFromAnySourceLearnsTheSender) {
+  const int p = GetParam().size;
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<int64_t> one(3);
+    if (p == 1) {
+      EXPECT_THROW(comm.recv(Tensor(one.data(), {3}), Communicator::kAnySource, 9),
+                   InvalidArgumentError);
+      return;
+    }
+    if (r != 0) {
+      std::vector<int64_t> first(3, 100 * r), second(3, 100 * r + 1);
+      comm.send(Tensor(first.data(), {3}), 0, 9)->wait();
+      comm.send(Tensor(second.data(), {3}), 0, 9)->wait();
+      std::vector<int64_t> named(3, 7 * r);
+      EXPECT_EQ(comm.send(Tensor(named.data(), {3}), 0, 10)->sourceRank(), -1);
+      comm.barrier()->wait();
+      return;
+    }
+    std::vector<std::vector<int64_t>> in(2 * (p - 1), std::vector<int64_t>(3, -1));
+    std::vector<std::shared_ptr<Work>> works;
+    for (auto& buffer : in)
+      works.push_back(comm.recv(Tensor(buffer.data(), {3}), Communicator::kAnySource, 9));
+    std::map<int, std::vector<int64_t>> bySender;
+    for (size_t k = 0; k < in.size(); ++k) {
+      works[k]->wait();
+      const int sender = works[k]->sourceRank();
+      EXPECT_TRUE(sender > 0 && sender < p) << sender;  // not ASSERT: every recv is waited for
+      EXPECT_EQ(in[k], std::vector<int64_t>(3, in[k][0]));
+      EXPECT_EQ(in[k][0] / 100, sender);
+      bySender[sender].push_back(in[k][0]);
+    }
+    for (int sender = 1; sender < p; ++sender) {
+      EXPECT_EQ(bySender[sender], (std::vector<int64_t>{100 * sender, 100 * sender + 1}));
+    }
+    std::vector<int64_t> named(3);
+    auto work = comm.recv(Tensor(named.data(), {3}), p - 1, 10);
+    work->wait();
+    EXPECT_EQ(work->sourceRank(), p - 1);
+    for (int sender = 1; sender < p - 1; ++sender)
+      comm.recv(Tensor(named.data(), {3}), sender, 10)->wait();
+    comm.barrier()->wait();
+  });
+}
+
 // Note [Point-to-point overlap]: receives posted before the sends their peers wait for, as in
 // torch's irecv(left); isend(right). Run one at a time in call order, every rank would wait in its
 // receive for ever. Small and large (past socket buffers and shared-memory chunks) messages, a

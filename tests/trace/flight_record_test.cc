@@ -49,6 +49,20 @@ TEST(FlightRecord, StandingNamesThePeerOfASend) {
   EXPECT_EQ(standing({send}), "in send to rank 1 (12 B) on group [0, 1] (tcp); none finished");
 }
 
+TEST(FlightRecord, StandingSaysARecvFromAnyRank) {
+  const uint32_t group = registerGroup("group [0, 1, 2] (shm)");
+  Record recv;
+  recv.ticket = 1;
+  recv.group = group;
+  recv.fingerprint.collective = Collective::kPointToPoint;
+  recv.bytes = 8;
+  recv.detail = kAnyRank;
+  EXPECT_EQ(standing({recv}),
+            "in recv from any rank (8 B) on group [0, 1, 2] (shm); none finished");
+  recv.detail = 2;
+  EXPECT_EQ(standing({recv}), "in recv from rank 2 (8 B) on group [0, 1, 2] (shm); none finished");
+}
+
 TEST(FlightRecord, StandingSaysAnOperationRanOnTheGpu) {
   const uint32_t group = registerGroup("group [0, 1] (shm)");
   Record record = allreduce(3, group, /*running=*/true);

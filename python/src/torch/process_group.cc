@@ -391,20 +391,29 @@ WorkPtr ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dstRank, 
 }
 
 WorkPtr ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  return receive(tensors, srcRank, tag, srcRank);
+}
+
+// A recv from `peer` (a group rank, or Communicator::kAnySource); the work's sourceRank() is
+// `sourceRank` (kSourceOfChorusWork: the sender, once known).
+WorkPtr ProcessGroupChorus::receive(std::vector<at::Tensor>& tensors,
+                                    int peer,
+                                    int tag,
+                                    int sourceRank) {
   return translated([&] {
     const at::Tensor& tensor = single(tensors, "recv");
     at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
     Issued issued{
-        {comm_->recv(bytes(buffer, "tensor", "recv"), srcRank, tag)}, tensors, {tensor, buffer}};
+        {comm_->recv(bytes(buffer, "tensor", "recv"), peer, tag)}, tensors, {tensor, buffer}};
     if (!buffer.is_same(tensor))
       issued.after = [tensor, buffer] { tensor.copy_(buffer); };
-    issued.sourceRank = srcRank;
+    issued.sourceRank = sourceRank;
     return finish(c10d::OpType::RECV, std::move(issued));
   });
 }
 
-WorkPtr ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>&, int) {
-  TORCH_CHECK(false, "chorus: recv from any source is not supported; name the source rank");
+WorkPtr ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return receive(tensors, Communicator::kAnySource, tag, ChorusWork::kSourceOfChorusWork);
 }
 
 WorkPtr ProcessGroupChorus::barrier(const c10d::BarrierOptions&) {

@@ -13,7 +13,9 @@
 //  - Reductions take the dtypes chorus reduces; data movement takes every dtype (it copies bytes).
 //    Bad input (a list of the wrong length, a tensor on another device, sizes that differ across
 //    ranks) raises torch's error with chorus's message, on every rank involved.
-//  - Not supported, with a clear error: recv from any source, PREMUL_SUM, CUDA tensors (for now).
+//  - recv from any source (recvAnysource): Communicator::kAnySource; its work's sourceRank() is the
+//    sender once it completed.
+//  - Not supported, with a clear error: PREMUL_SUM, CUDA tensors (for now).
 //  - Version shim: with torch 2 the class derives from c10d::Backend (which torch wraps in a
 //    ProcessGroup for the devices it registers), with torch 1.13 from c10d::ProcessGroup.
 #pragma once
@@ -106,6 +108,10 @@ class ProcessGroupChorus : public BackendBase {
   // each contiguous or not): one even alltoall of chunks padded to the largest on any rank.
   c10::intrusive_ptr<c10d::Work> alltoallChunks(const std::vector<at::Tensor>& sends,
                                                 const std::vector<at::Tensor>& receives);
+  c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors,
+                                         int peer,
+                                         int tag,
+                                         int sourceRank);
 
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<FutureCompleter> completer_;

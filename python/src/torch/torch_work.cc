@@ -137,6 +137,13 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
 }
 
 int ChorusWork::sourceRank() const {
+  if (sourceRank_ == kSourceOfChorusWork) {
+    const int sender = works_.front()->sourceRank();
+    TORCH_CHECK(sender >= 0,
+                "chorus: the sender of a recv from any source is known once it "
+                "completed; wait() first");
+    return sender;
+  }
   TORCH_CHECK(sourceRank_ >= 0, "chorus: sourceRank() is defined for recv only");
   return sourceRank_;
 }

@@ -37,6 +37,9 @@ class FutureCompleter;
 
 class ChorusWork : public c10d::Work {
  public:
+  // A sourceRank for a recv from any source: the sender, which its chorus Work learns.
+  static constexpr int kSourceOfChorusWork = -2;
+
   ChorusWork(int rank,
              c10d::OpType type,
              std::vector<std::shared_ptr<chorus::Work>> works,

@@ -359,7 +359,13 @@ void MpiBackend::post(const CallContext& call,
                       bool isSend) {
   CHORUS_CHECK_ARG(tag >= 0 && tag <= tagUpperBound_, "tag ", tag,
                    " is outside the MPI library's range 0..", tagUpperBound_);
+  const bool anyPeer = !isSend && peer == transport::kAnyPeer;
   if (!fitsInt(bytes)) {  // whole, through the fallback
+    if (anyPeer) {
+      throw UnsupportedError(detail::concat(
+          "rank ", names_(rank_), " (this process): a receive from any rank of ", bytes,
+          " bytes; backend mpi receives at most 2 GiB from any rank: name the sender"));
+    }
     if (isSend)
       send(call, data, bytes, peer, tag);
     else
@@ -373,7 +379,8 @@ void MpiBackend::post(const CallContext& call,
   const char* what = isSend ? "MPI_Isend" : "MPI_Irecv";
   try {
     int code = isSend ? MPI_Isend(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, &posted.request)
-                      : MPI_Irecv(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, &posted.request);
+                      : MPI_Irecv(data, asInt(bytes), MPI_BYTE, anyPeer ? MPI_ANY_SOURCE : peer,
+                                  tag, comm_, &posted.request);
     connector::checkMpi(code, what, names_(rank_), names_(peer));
   } catch (...) {
     posted_.erase(&transfer);
@@ -393,6 +400,10 @@ bool MpiBackend::testPosted(Transfer& transfer) {
                       names_(posted.peer));
   if (!done)
     return false;
+  if (!posted.isSend && posted.peer == transport::kAnyPeer) {
+    posted.peer = status.MPI_SOURCE;
+    transfer.request.peer = status.MPI_SOURCE;
+  }
   if (!posted.isSend)
     checkReceivedBytes(status, posted.bytes, posted.peer, posted.tag);
   transfer.request.done = true;
@@ -422,7 +433,8 @@ bool MpiBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadlin
         if (deadline.expired())
           throw timeoutIn("send/recv", waitingOn);
         if (Clock::now() >= stall::nextCheckAt())
-          stall::onStalled(std::vector<int>{names_(waitingOn)});
+          stall::onStalled(waitingOn >= 0 ? std::vector<int>{names_(waitingOn)}
+                                          : std::vector<int>{});
       }
       if (pass >= kSpinPasses)
         sched_yield();

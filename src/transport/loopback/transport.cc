@@ -45,15 +45,20 @@ struct Message {
 enum class State { kOpen, kClosed, kCrashed };
 
 struct Endpoint {
-  explicit Endpoint(int size) : matching(size) {}
+  explicit Endpoint(int size) : matching(size) {
+    for (int sender = 0; sender < size; ++sender)
+      matching[sender].shareAnyPeerReceives(sender, &anyPeerReceives);
+  }
 
   std::condition_variable changed;
   State state = State::kOpen;
   std::exception_ptr failure;
   OpPool<Op> ops;                                   // posted and not yet returned by wait()
+  AnyPeerReceives<Op> anyPeerReceives;              // receives from any sender, not yet matched
   std::vector<PeerMatching<Op, Message>> matching;  // by sender
 
   void dropRequests() {
+    anyPeerReceives.clear();
     ops.releaseAll();
     for (auto& peer : matching) peer.clear();
   }
@@ -111,6 +116,14 @@ class LoopbackTransport final : public Transport {
                 Request& request) override {
     std::lock_guard<std::mutex> lock(group_->mutex);
     Op& op = addOp(/*isSend=*/false, peer, tag, fingerprint, data, bytes, request);
+    if (peer == kAnyPeer) {
+      peer = senderWithMessage(tag);
+      if (peer < 0) {
+        endpoint(rank_).anyPeerReceives.add(&op);
+        return;
+      }
+      AnyPeerReceives<Op>::bind(op, peer);
+    }
     auto& matching = endpoint(rank_).matching[peer];
     if (Message* found = matching.findMessage(tag)) {
       Message message = std::move(*found);
@@ -193,6 +206,35 @@ class LoopbackTransport final : public Transport {
     }
   }
 
+  // The first sender with a message of `tag` waiting for its receive here, or -1.
+  int senderWithMessage(uint64_t tag) {
+    for (int sender = 0; sender < size_; ++sender) {
+      if (sender != rank_ && endpoint(rank_).matching[sender].findMessage(tag) != nullptr)
+        return sender;
+    }
+    return -1;
+  }
+
+  // A receive from any peer that nothing matched yet waits on every open peer; none is a PeerError.
+  void waitOnAnyPeerLocked(std::vector<int>& waitingOn) {
+    int left = -1;
+    bool someoneOpen = false;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_)
+        continue;
+      if (endpoint(peer).state == State::kOpen) {
+        someoneOpen = true;
+        waitingOn.push_back(peer);
+      } else {
+        left = peer;
+      }
+    }
+    if (someoneOpen)
+      return;
+    failLocked(rank_, std::make_exception_ptr(makeAllPeersClosedError(rank_, left)), true);
+    throwIfFailedLocked();
+  }
+
   Op* findOp(const Request* request) const { return findOp(rank_, request); }
   Op* findOp(int rank, const Request* request) const { return endpoint(rank).ops.find(request); }
 
@@ -239,6 +281,10 @@ class LoopbackTransport final : public Transport {
         }
         if (op->complete) {
           anyComplete = true;
+          continue;
+        }
+        if (op->peer == kAnyPeer) {
+          waitOnAnyPeerLocked(waitingOn);
           continue;
         }
         if (endpoint(op->peer).state != State::kOpen) {

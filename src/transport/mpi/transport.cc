@@ -189,6 +189,8 @@ class MpiTransport final : public TransportCore<Op> {
   void postHeaderRecv(Op& op);
   void onHeader(Op& op, const MPI_Status& status);
   void progressOp(Op& op);
+  void bindAnyPeerReceives();
+  bool receivesNothingFrom(int peer, int mpiTag) const;
   void pollControl();
   void sendNotice(int peer, uint8_t kind, const std::vector<uint8_t>& body) noexcept;
   void drainControlSends(Deadline deadline) noexcept;
@@ -201,6 +203,7 @@ class MpiTransport final : public TransportCore<Op> {
   // warmed exchange allocates nothing; empty ones are swept once there are kMaxRecvQueues.
   std::map<std::pair<int, int>, std::vector<Op*>> recvQueues_;
   std::vector<ControlSend> controlSends_;
+  std::vector<int> unmatchedTags_;  // scratch for bindAnyPeerReceives
 };
 
 int commRank(MPI_Comm comm) {
@@ -364,7 +367,7 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
 }
 
 void MpiTransport::progressOp(Op& op) {
-  if (op.complete)
+  if (op.complete || op.peer == kAnyPeer)  // a receive from any peer not yet bound: nothing posted
     return;
   if (op.stage == Stage::kHeader) {
     int flag = 0;
@@ -386,8 +389,57 @@ void MpiTransport::progressOp(Op& op) {
 
 void MpiTransport::progress() {
   pollControl();
+  bindAnyPeerReceives();
   // onHeader() may move another op from kQueued to kHeader; it is tested on the next pass.
   for (size_t i = 0; i < ops().active().size(); ++i) progressOp(*ops().active()[i]);
+}
+
+// Binds each receive from any peer to a peer whose next message on its MPI tag has arrived and is
+// a header that no receive of that peer waits for: MPI_Iprobe asks only peers from which no receive
+// on that tag is queued or taking its payload (whose chunks share the tag). Then it starts as that
+// peer's receive. In posting order: once a receive finds nothing, later ones with its tag wait for
+// the next pass, so that a message arriving meanwhile goes to the earlier receive.
+void MpiTransport::bindAnyPeerReceives() {
+  auto& any = anyPeerReceives();
+  unmatchedTags_.clear();
+  for (size_t i = 0; i < any.waiting().size();) {
+    Op& op = *any.waiting()[i];
+    const int mpiTag = mpiTagFor(op.tag);
+    if (std::find(unmatchedTags_.begin(), unmatchedTags_.end(), mpiTag) != unmatchedTags_.end()) {
+      ++i;
+      continue;
+    }
+    int from = -1;
+    for (int peer = 0; peer < size() && from < 0; ++peer) {
+      if (peer == rank() || !receivesNothingFrom(peer, mpiTag))
+        continue;
+      int flag = 0;
+      checkMpi(MPI_Iprobe(peer, mpiTag, comm_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe",
+               worldRank(rank()), worldRank(peer));
+      if (flag)
+        from = peer;
+    }
+    if (from < 0) {
+      unmatchedTags_.push_back(mpiTag);
+      ++i;
+      continue;
+    }
+    any.remove(&op);
+    AnyPeerReceives<Op>::bind(op, from);
+    startRecv(op);
+  }
+}
+
+bool MpiTransport::receivesNothingFrom(int peer, int mpiTag) const {
+  auto queue = recvQueues_.find({peer, mpiTag});
+  if (queue != recvQueues_.end() && !queue->second.empty())
+    return false;
+  for (const Op* op : ops().active()) {
+    if (!op->isSend && op->peer == peer && op->mpiTag == mpiTag && op->stage == Stage::kPayload &&
+        !op->complete)
+      return false;
+  }
+  return true;
 }
 
 // Reads every control notice that has arrived: a goodbye marks its sender, an abort fails this

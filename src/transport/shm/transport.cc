@@ -138,6 +138,9 @@ class ShmTransport final : public TransportCore<Op> {
   void beginWait() override;
   void progress() override { moved_ = progressAll(); }
   bool peerLeft(int peer) const override { return links_[peer].left; }
+  bool hasMessageFrom(int peer, uint64_t tag) override {
+    return links_[peer].matching.findMessage(tag) != nullptr;
+  }
   void checkForDeadPeers() override { checkPeersAlive(); }
   void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
   void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
@@ -179,6 +182,7 @@ ShmTransport::ShmTransport(int rank,
       continue;
     links_[peer].outbound = segments_[peer].ring(rank);
     links_[peer].inbound = segments_[rank].ring(peer);
+    links_[peer].matching.shareAnyPeerReceives(peer, &anyPeerReceives());
   }
   peerProcesses_.resize(size);
   for (int peer = 0; peer < size; ++peer) {

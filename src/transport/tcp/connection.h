@@ -69,6 +69,12 @@ class Connection {
   Event send(Op& op);
   // Matches the oldest buffered message with op's tag, or waits for one. Throws MismatchError.
   void recv(Op& op);
+  // Messages that find no receive of this peer waiting also look in `any` (matching.h).
+  void shareAnyPeerReceives(AnyPeerReceives<Op>* any) {
+    matching_.shareAnyPeerReceives(peer_, any);
+  }
+  // Whether a message with `tag` waits buffered for its receive.
+  bool hasMessage(uint64_t tag) { return matching_.findMessage(tag) != nullptr; }
   // Queues an abort or goodbye frame.
   void queueControl(FrameKind kind, std::vector<uint8_t> payload);
 

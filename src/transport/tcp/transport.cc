@@ -53,6 +53,9 @@ class TcpTransport final : public TransportCore<Op> {
   void startSend(Op& op) override;
   void startRecv(Op& op) override;
   bool peerLeft(int peer) const override;
+  bool hasMessageFrom(int peer, uint64_t tag) override {
+    return connections_[peer]->hasMessage(tag);
+  }
   void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
   void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
   void wakeWaiter() noexcept override;
@@ -95,6 +98,7 @@ TcpTransport::TcpTransport(int rank,
         continue;
       connections_[peer] = std::make_unique<Connection>(peer, worldRank(rank), worldRank(peer),
                                                         std::move(sockets[peer]));
+      connections_[peer]->shareAnyPeerReceives(&anyPeerReceives());
       event.events = EPOLLIN;
       event.data.u32 = static_cast<uint32_t>(peer);
       CHORUS_SYSCHECK(::epoll_ctl(epollFd_, EPOLL_CTL_ADD, connections_[peer]->fd(), &event));
