@@ -132,3 +132,11 @@ def test_recv_from_any_source_in_a_group_names_group_ranks(multi_rank, rank, siz
 def test_recv_status_must_be_a_status():
     with pytest.raises(chorus.InvalidArgumentError, match="chorus.Status"):
         chorus.recv(0, (1,), status={})
+
+
+def test_any_source_is_for_receives_from_other_ranks(size):
+    with pytest.raises(ValueError, match="peer"):
+        chorus.send(np.zeros(1), chorus.ANY_SOURCE)
+    if size == 1:
+        with pytest.raises(ValueError, match="recv from any rank on a communicator of one rank"):
+            chorus.recv(chorus.ANY_SOURCE, (1,))

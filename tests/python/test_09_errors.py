@@ -133,7 +133,7 @@ def test_invalid_root(rank, size, name, bad):
     check_intact_after(y, before, rank, size)
 
 
-@pytest.mark.parametrize("peer_of", [lambda size: size, lambda size: -1, lambda size: size + 5],
+@pytest.mark.parametrize("peer_of", [lambda size: size, lambda size: -2, lambda size: size + 5],
                          ids=["size", "negative", "far"])
 def test_invalid_peer(rank, size, x, peer_of):
     peer = peer_of(size)
