@@ -129,10 +129,11 @@ class Communicator {
   // what it receives along `concatAxis` in rank order into `output`.
   WorkPtr allToAll(Tensor input, Tensor output, int splitAxis = 0, int concatAxis = 0);
   // Point-to-point: a send matches the recv with the same (peer, tag) in order. Sizes and dtypes
-  // must agree (else MismatchError on both sides). A recv from kAnySource takes the first message
-  // with its tag from whichever rank, that no recv naming that rank waits for; the Work's
-  // sourceRank() then says who sent it (messages of one rank still arrive in order). Host tensors
-  // only (NCCL has no receive from any rank: UnsupportedError), and not on a communicator of one.
+  // must agree (else MismatchError on both sides). A recv from kAnySource takes a message with its
+  // tag from whichever rank; the Work's sourceRank() then says who sent it. As in MPI, a message
+  // goes to the earliest issued recv that can take it (naming its sender, or from kAnySource), and
+  // one rank's messages arrive in order. Host tensors only (NCCL has no receive from any rank:
+  // UnsupportedError), and not on a communicator of one.
   static constexpr int kAnySource = -1;
   WorkPtr send(Tensor tensor, int peer, int tag = 0);
   WorkPtr recv(Tensor tensor, int peer, int tag = 0);

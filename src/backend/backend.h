@@ -22,8 +22,8 @@
 // waitSome() waits until one of the given transfers is done (true) or interruptWait() was called
 // (false); the semantics and failures are Transport::waitSome's (transport.h). Transfers of one
 // (peer, tag) match in the order they were posted. postRecv's peer may be transport::kAnyPeer (a
-// receive from any rank, as the transport contract says): once done, the Transfer's request.peer
-// names the sender. send/recv, and postSend, always name their peer.
+// receive from any rank, matched by MPI's rule, as the transport contract says): once done, the
+// Transfer's request.peer names the sender. send/recv, and postSend, always name their peer.
 #pragma once
 
 #include <exception>

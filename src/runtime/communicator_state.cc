@@ -278,6 +278,9 @@ std::exception_ptr CommunicatorState::latchFailure(std::exception_ptr error) noe
   return error;
 }
 
+static_assert(Communicator::kAnySource == transport::kAnyPeer,
+              "a recv's peer reaches the backend and the transport as it is");
+
 struct CommunicatorState::PendingTransfer {
   std::shared_ptr<QueuedWork> work;
   Fingerprint fingerprint;

@@ -20,10 +20,9 @@
 //
 // AnyPeerReceives holds a transport's receives from any peer (kAnyPeer, transport.h) that no
 // message has matched yet. Every PeerMatching of the transport shares it (shareAnyPeerReceives): a
-// message that finds no receive of its own peer waiting for its tag takes the first receive from
-// any peer with that tag, which is bound to the message's peer from then on (its op and its Request
-// name that peer). So a message goes to a receive posted for its peer before one posted for any
-// peer.
+// message goes to the earlier posted (Op::order, op_pool.h) of its peer's first waiting receive
+// with its tag and the first waiting receive from any peer with its tag, as in MPI. One from any
+// peer is then bound to the message's peer (its op and its Request name that peer).
 #pragma once
 
 #include <algorithm>
@@ -41,15 +40,20 @@ class AnyPeerReceives {
   // A receive from any peer that nothing buffered matched waits here, behind those posted before.
   void add(Op* op) { receives_.push_back(op); }
 
-  // The first waiting receive with `tag`, no longer waiting, and bound to `peer`; null when none.
-  Op* take(uint64_t tag, int peer) {
+  // The first waiting receive with `tag`, or null.
+  Op* first(uint64_t tag) const {
     auto it = std::find_if(receives_.begin(), receives_.end(),
                            [tag](const Op* op) { return op->tag == tag; });
-    if (it == receives_.end())
-      return nullptr;
-    Op* op = *it;
-    receives_.erase(it);
-    bind(*op, peer);
+    return it == receives_.end() ? nullptr : *it;
+  }
+
+  // The first waiting receive with `tag`, no longer waiting, and bound to `peer`; null when none.
+  Op* take(uint64_t tag, int peer) {
+    Op* op = first(tag);
+    if (op != nullptr) {
+      remove(op);
+      bind(*op, peer);
+    }
     return op;
   }
 
@@ -87,13 +91,15 @@ class PeerMatching {
   // A receive with nothing buffered for its tag waits here, behind those posted before it.
   void addReceive(Op* op) { receives_.push_back(op); }
 
-  // The first waiting receive with `tag` (this peer's, else one from any peer, then bound to this
-  // peer), no longer waiting; null when none waits.
+  // The receive a message with `tag` goes to, no longer waiting: the earlier posted of this peer's
+  // first with `tag` and the first from any peer with `tag` (then bound to this peer); null when
+  // none waits.
   Op* takeReceive(uint64_t tag) {
     auto it = std::find_if(receives_.begin(), receives_.end(),
                            [tag](const Op* op) { return op->tag == tag; });
-    if (it == receives_.end())
-      return any_ != nullptr ? any_->take(tag, peer_) : nullptr;
+    const Op* any = any_ != nullptr ? any_->first(tag) : nullptr;
+    if (it == receives_.end() || (any != nullptr && any->order < (*it)->order))
+      return any != nullptr ? any_->take(tag, peer_) : nullptr;
     Op* op = *it;
     receives_.erase(it);
     return op;

@@ -28,6 +28,7 @@ struct PostedOp {
   Fingerprint fingerprint;
   char* data = nullptr;
   size_t bytes = 0;
+  uint64_t order = 0;  // when it was posted: later posts have larger values (matching.h)
 };
 
 // The checks of a post by rank `rank` of `size` to `peer` (InvalidArgumentError naming what is
@@ -73,8 +74,8 @@ class OpPool {
     Op* op = free_.back();
     free_.pop_back();
     active_.push_back(op);
-    static_cast<PostedOp&>(*op) =
-        PostedOp{&request, isSend, false, peer, tag, fingerprint, static_cast<char*>(data), bytes};
+    static_cast<PostedOp&>(*op) = PostedOp{
+        &request, isSend, false, peer, tag, fingerprint, static_cast<char*>(data), bytes, ++posts_};
     request.peer = peer;
     request.done = false;
     return *op;
@@ -142,6 +143,7 @@ class OpPool {
   std::vector<std::unique_ptr<Op>> storage_;
   std::vector<Op*> free_;
   std::vector<Op*> active_;
+  uint64_t posts_ = 0;
 };
 
 }  // namespace chorus::transport

@@ -21,11 +21,13 @@
 //  - Matching: messages from one peer with one tag are received in the order they were sent; the
 //    k-th receive posted for (peer, tag) gets the k-th such message. Messages that arrive before
 //    their receive is posted are buffered.
-//  - A receive posted for kAnyPeer takes the first message with its tag, from whichever peer, that
-//    no receive posted for that peer is waiting for (a receive for the peer takes it first, even
-//    one posted later); messages of one peer still come in order, and receives from any peer with
-//    one tag are matched in the order they were posted. Once matched, its Request's
-//    `peer` names the sender. Its wait fails with PeerError only when every peer has left.
+//  - A receive posted for kAnyPeer takes a message with its tag from whichever peer. As in MPI, a
+//    message goes to the earliest posted receive that can take it, whether that one names the
+//    message's peer or takes any peer's (so with receives from any peer about, the k-th receive
+//    naming a peer may get a later message of that peer), and a message that arrived first goes to
+//    the first receive posted after it that can take it; messages of one peer still come in order.
+//    Once matched, its Request's `peer` names the sender. Its wait fails with PeerError only when
+//    every peer has left.
 //  - Every message carries its sender's Fingerprint; the receiver compares it with its own and
 //    the byte count with its buffer's. A difference is a MismatchError naming both ranks, the field
 //    and both values. See Note [Collective fingerprint] in core/collective.h.

@@ -112,6 +112,22 @@ int main() {
       }
       check(fromEveryone, "recv from any source", r);
     }
+    // As in MPI, a message goes to the earliest issued recv that can take it: rank 1 sends 11 then
+    // 22; rank 0's recv from any source, issued first, gets 11, and its recv from rank 1 gets 22.
+    if (p > 1 && r == 1) {
+      for (int64_t value : {11, 22}) {
+        std::vector<int64_t> note = {value};
+        comm->send(Tensor(note.data(), {1}), 0, 22)->wait();
+      }
+    } else if (p > 1 && r == 0) {
+      std::vector<int64_t> fromAny = {0}, fromOne = {0};
+      auto any = comm->recv(Tensor(fromAny.data(), {1}), chorus::Communicator::kAnySource, 22);
+      auto one = comm->recv(Tensor(fromOne.data(), {1}), 1, 22);
+      any->wait();
+      one->wait();
+      check(fromAny[0] == 11 && fromOne[0] == 22 && any->sourceRank() == 1,
+            "the earliest recv takes the message", r);
+    }
 
     comm->barrier()->wait();
 

@@ -312,7 +312,9 @@ TEST_P(CollectivesTest, RecvFromAnySourceLearnsTheSender) {
       comm.send(Tensor(first.data(), {3}), 0, 9)->wait();
       comm.send(Tensor(second.data(), {3}), 0, 9)->wait();
       std::vector<int64_t> named(3, 7 * r);
-      EXPECT_EQ(comm.send(Tensor(named.data(), {3}), 0, 10)->sourceRank(), -1);
+      auto sent = comm.send(Tensor(named.data(), {3}), 0, 10);
+      sent->wait();
+      EXPECT_EQ(sent->sourceRank(), -1);
       comm.barrier()->wait();
       return;
     }

@@ -4,6 +4,8 @@
 // duplicates a message, or breaks one sender's order fails.
 #include <chrono>
 #include <map>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "conformance.h"
@@ -95,35 +97,89 @@ TEST_P(Conformance, AnyPeerReceivesTakeEveryPeersMessagesInOrder) {
   });
 }
 
-// A message goes to a receive posted for its peer before one posted for any peer, even one posted
-// earlier; the receive from any peer then takes that peer's next message.
-TEST_P(Conformance, AReceiveForThePeerComesBeforeOneFromAnyPeer) {
-  run([&](Transport& t, Member& m) {
-    if (t.rank() == 1) {
-      m.barrier();
-      int64_t first = 11, second = 22;
-      Request requests[2];
-      t.postSend(0, kTag, stamp(), &first, 8, requests[0]);
-      t.postSend(0, kTag, stamp(), &second, 8, requests[1]);
-      Request* both[] = {&requests[0], &requests[1]};
+// As in MPI, a message goes to the earliest posted receive that can take it, whether it names the
+// sender or takes any peer's: rank 1 sends 11 then 22 to rank 0, which posts two receives on that
+// tag in either order, before the messages arrive or after (both buffered: rank 0 has first waited
+// for a message rank 1 sent after them).
+TEST_P(Conformance, TheEarliestPostedReceiveTakesAMessage) {
+  if (!can().smallSendsCompleteEarly)
+    GTEST_SKIP() << "needs small sends that complete before their receive";
+  struct Case {
+    bool anyFirst;
+    bool arrivedFirst;
+  };
+  for (Case c : {Case{true, false}, Case{false, false}, Case{true, true}, Case{false, true}}) {
+    SCOPED_TRACE(std::string(c.anyFirst ? "any peer first" : "named peer first") +
+                 (c.arrivedFirst ? ", messages buffered first" : ", messages after"));
+    run([&](Transport& t, Member& m) {
+      if (t.rank() != 0 && t.rank() != 1) {
+        m.barrier();
+        return;
+      }
+      if (t.rank() == 1) {
+        if (!c.arrivedFirst)
+          m.barrier();
+        for (int64_t value : {11, 22}) send(t, 0, kTag, &value, 8, stamp());
+        const int64_t last = 33;
+        send(t, 0, kTag + 1, &last, 8, stamp());
+        if (c.arrivedFirst)
+          m.barrier();
+        return;
+      }
+      if (c.arrivedFirst) {  // 33 came after 11 and 22, which now wait buffered
+        int64_t last = 0;
+        recv(t, 1, kTag + 1, &last, 8, stamp());
+        EXPECT_EQ(last, 33);
+      }
+      int64_t fromAny = 0, fromOne = 0;
+      Request any, one;
+      if (c.anyFirst) {
+        t.postRecv(kAnyPeer, kTag, stamp(), &fromAny, 8, any);
+        t.postRecv(1, kTag, stamp(), &fromOne, 8, one);
+      } else {
+        t.postRecv(1, kTag, stamp(), &fromOne, 8, one);
+        t.postRecv(kAnyPeer, kTag, stamp(), &fromAny, 8, any);
+      }
+      if (!c.arrivedFirst)
+        m.barrier();
+      Request* both[] = {&any, &one};
       t.wait(both, soon());
-      return;
-    }
-    if (t.rank() != 0) {
+      if (!c.arrivedFirst) {
+        int64_t last = 0;
+        recv(t, 1, kTag + 1, &last, 8, stamp());
+      } else {
+        m.barrier();
+      }
+      EXPECT_EQ(fromAny, c.anyFirst ? 11 : 22);
+      EXPECT_EQ(fromOne, c.anyFirst ? 22 : 11);
+      EXPECT_EQ(any.peer, 1);
+    });
+  }
+}
+
+// A peer that crashes while a receive from any peer waits fails it, naming that peer.
+TEST_P(Conformance, AnyPeerReceiveFailsWhenAPeerCrashes) {
+  if (!can().canCrash)
+    GTEST_SKIP() << "a member cannot vanish without ending the job (mpirun kills it)";
+  run([&](Transport& t, Member& m) {
+    const int dead = size() - 1;
+    if (t.rank() == dead) {
       m.barrier();
+      std::this_thread::sleep_for(milliseconds(50));  // let rank 0 start waiting
+      m.crash();
       return;
     }
-    int64_t fromAny = 0, fromOne = 0;
-    Request any, one;
-    t.postRecv(kAnyPeer, kTag, stamp(), &fromAny, 8, any);
-    t.postRecv(1, kTag, stamp(), &fromOne, 8, one);
-    EXPECT_EQ(any.peer, kAnyPeer);
     m.barrier();
-    Request* both[] = {&any, &one};
-    t.wait(both, soon());
-    EXPECT_EQ(fromOne, 11);
-    EXPECT_EQ(fromAny, 22);
-    EXPECT_EQ(any.peer, 1);
+    if (t.rank() != 0)
+      return;
+    auto error = attempt([&] {
+      int64_t value = 0;
+      Request request;
+      t.postRecv(kAnyPeer, kTag, stamp(), &value, 8, request);
+      waitOne(t, request, Deadline::after(std::chrono::seconds(10)));
+    });
+    if (const auto* e = expectError<PeerError>(error))
+      EXPECT_EQ(e->peerRank(), dead) << e->what();
   });
 }
 

@@ -140,8 +140,8 @@ int ChorusWork::sourceRank() const {
   if (sourceRank_ == kSourceOfChorusWork) {
     const int sender = works_.front()->sourceRank();
     TORCH_CHECK(sender >= 0,
-                "chorus: the sender of a recv from any source is known once it "
-                "completed; wait() first");
+                "chorus: the sender of a recv from any source is known once it has completed "
+                "successfully (wait() first; a failed recv has none)");
     return sender;
   }
   TORCH_CHECK(sourceRank_ >= 0, "chorus: sourceRank() is defined for recv only");

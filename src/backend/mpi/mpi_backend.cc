@@ -5,6 +5,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdint>
@@ -109,8 +110,11 @@ void MpiBackend::close() noexcept {
 // The TimeoutError of `what` (an MPI call): naming the ranks that have not arrived (the census's,
 // or `peer`), else saying that some rank did not join.
 TimeoutError MpiBackend::timeoutIn(const char* what, int peer) {
-  std::vector<int> late =
-      stall::missingRanks(peer >= 0 ? std::vector<int>{names_(peer)} : std::vector<int>{});
+  return timeoutAmong(what, peer >= 0 ? std::vector<int>{names_(peer)} : std::vector<int>{});
+}
+
+TimeoutError MpiBackend::timeoutAmong(const char* what, std::vector<int> owing) {
+  std::vector<int> late = stall::missingRanks(std::move(owing));
   if (!late.empty())
     return transport::makeTimeoutError(names_(rank_), std::move(late));
   return TimeoutError(detail::concat("rank ", names_(rank_),
@@ -395,15 +399,16 @@ bool MpiBackend::testPosted(Transfer& transfer) {
   Posted& posted = found->second;
   int done = 0;
   MPI_Status status;
-  connector::checkMpi(MPI_Test(&posted.request, &done, &status),
-                      posted.isSend ? "MPI_Isend" : "MPI_Irecv", names_(rank_),
+  status.MPI_SOURCE = MPI_ANY_SOURCE;
+  const int code = MPI_Test(&posted.request, &done, &status);
+  if (posted.peer == transport::kAnyPeer && status.MPI_SOURCE >= 0 && status.MPI_SOURCE < size_) {
+    posted.peer = status.MPI_SOURCE;  // the sender of a receive from any rank, also to name it
+    transfer.request.peer = status.MPI_SOURCE;
+  }
+  connector::checkMpi(code, posted.isSend ? "MPI_Isend" : "MPI_Irecv", names_(rank_),
                       names_(posted.peer));
   if (!done)
     return false;
-  if (!posted.isSend && posted.peer == transport::kAnyPeer) {
-    posted.peer = status.MPI_SOURCE;
-    transfer.request.peer = status.MPI_SOURCE;
-  }
   if (!posted.isSend)
     checkReceivedBytes(status, posted.bytes, posted.peer, posted.tag);
   transfer.request.done = true;
@@ -416,13 +421,9 @@ bool MpiBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadlin
   try {
     for (int pass = 0;; ++pass) {
       bool some = false;
-      int waitingOn = -1;  // a peer still owing, for the errors
       for (Transfer* transfer : transfers) {
-        if (transfer->done() || testPosted(*transfer)) {
+        if (transfer->done() || testPosted(*transfer))
           some = true;
-        } else {
-          waitingOn = posted_.at(transfer).peer;
-        }
       }
       if (some)
         return true;
@@ -431,10 +432,9 @@ bool MpiBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadlin
       if ((pass & 63) == 0) {
         checkUsable();
         if (deadline.expired())
-          throw timeoutIn("send/recv", waitingOn);
+          throw timeoutAmong("send/recv", owingRanks(transfers));
         if (Clock::now() >= stall::nextCheckAt())
-          stall::onStalled(waitingOn >= 0 ? std::vector<int>{names_(waitingOn)}
-                                          : std::vector<int>{});
+          stall::onStalled(owingRanks(transfers));
       }
       if (pass >= kSpinPasses)
         sched_yield();
@@ -443,6 +443,23 @@ bool MpiBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadlin
     abort(std::current_exception());
     throw;
   }
+}
+
+// The world ranks that `transfers` still wait for: each one's peer, every other rank for a receive
+// from any rank.
+std::vector<int> MpiBackend::owingRanks(std::span<Transfer* const> transfers) const {
+  std::vector<int> owing;
+  for (Transfer* transfer : transfers) {
+    if (transfer->done())
+      continue;
+    const int peer = posted_.at(transfer).peer;
+    for (int q = 0; q < size_; ++q) {
+      const bool owes = peer == transport::kAnyPeer ? q != rank_ : q == peer;
+      if (owes && std::find(owing.begin(), owing.end(), names_(q)) == owing.end())
+        owing.push_back(names_(q));
+    }
+  }
+  return owing;
 }
 
 }  // namespace chorus::backend::mpi

@@ -104,6 +104,8 @@ class MpiBackend : public Backend {
   MPI_Status run(const CallContext& call, const char* what, int peer, Start start);
   // The TimeoutError of MPI call `what` (with `peer`, or -1), naming the ranks not arrived.
   TimeoutError timeoutIn(const char* what, int peer);
+  TimeoutError timeoutAmong(const char* what, std::vector<int> owing);
+  std::vector<int> owingRanks(std::span<Transfer* const> transfers) const;
   // Agrees on the call's fingerprint with the other ranks; MismatchError (on every rank) when
   // their calls differ.
   void checkFingerprints(const CallContext& call);

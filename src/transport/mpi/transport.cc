@@ -190,7 +190,8 @@ class MpiTransport final : public TransportCore<Op> {
   void onHeader(Op& op, const MPI_Status& status);
   void progressOp(Op& op);
   void bindAnyPeerReceives();
-  bool receivesNothingFrom(int peer, int mpiTag) const;
+  bool mayProbe(int peer, const Op& any) const;
+  void postHeadIfFree(std::vector<Op*>& queue);
   void pollControl();
   void sendNotice(int peer, uint8_t kind, const std::vector<uint8_t>& body) noexcept;
   void drainControlSends(Deadline deadline) noexcept;
@@ -204,6 +205,8 @@ class MpiTransport final : public TransportCore<Op> {
   std::map<std::pair<int, int>, std::vector<Op*>> recvQueues_;
   std::vector<ControlSend> controlSends_;
   std::vector<int> unmatchedTags_;  // scratch for bindAnyPeerReceives
+  int lastAnyPeer_ = 0;             // the peer a receive from any peer was bound to last
+  bool headsHeld_ = false;          // some queue's head may be held (postHeadIfFree)
 };
 
 int commRank(MPI_Comm comm) {
@@ -306,9 +309,26 @@ void MpiTransport::startRecv(Op& op) {
   auto& queue = recvQueues_[{op.peer, op.mpiTag}];
   if (queue.capacity() == 0)
     queue.reserve(kQueuedReceives);  // so a receive posted early rarely grows it later
-  queue.push_back(&op);
-  if (queue.size() == 1)
-    postHeaderRecv(op);
+  // A receive from any peer bound here was posted before every receive queued (Note [Receives
+  // from any peer over MPI]): it goes first.
+  const bool first = !queue.empty() && op.order < queue.front()->order;
+  queue.insert(first ? queue.begin() : queue.end(), &op);
+  postHeadIfFree(queue);
+}
+
+// Posts the header receive of the head of `queue`, unless it is posted already or a receive from
+// any peer posted before it still waits for a message with its tag (then it is held).
+void MpiTransport::postHeadIfFree(std::vector<Op*>& queue) {
+  if (queue.empty() || queue.front()->stage != Stage::kQueued)
+    return;
+  Op& head = *queue.front();
+  for (const Op* any : anyPeerReceives().waiting()) {
+    if (any->order < head.order && mpiTagFor(any->tag) == head.mpiTag) {
+      headsHeld_ = true;
+      return;
+    }
+  }
+  postHeaderRecv(head);
 }
 
 void MpiTransport::postHeaderRecv(Op& op) {
@@ -362,8 +382,7 @@ void MpiTransport::onHeader(Op& op, const MPI_Status& status) {
                "MPI_Irecv", worldRank(rank()), worldRank(op.peer));
     }
   }
-  if (!queue.empty())
-    postHeaderRecv(*queue.front());
+  postHeadIfFree(queue);
 }
 
 void MpiTransport::progressOp(Op& op) {
@@ -394,11 +413,16 @@ void MpiTransport::progress() {
   for (size_t i = 0; i < ops().active().size(); ++i) progressOp(*ops().active()[i]);
 }
 
-// Binds each receive from any peer to a peer whose next message on its MPI tag has arrived and is
-// a header that no receive of that peer waits for: MPI_Iprobe asks only peers from which no receive
-// on that tag is queued or taking its payload (whose chunks share the tag). Then it starts as that
-// peer's receive. In posting order: once a receive finds nothing, later ones with its tag wait for
-// the next pass, so that a message arriving meanwhile goes to the earlier receive.
+// Note [Receives from any peer over MPI]
+// A receive from any peer posts nothing to MPI until it is bound. Each pass binds it to a peer
+// whose next message on its MPI tag has arrived and is a header that no earlier posted receive of
+// that peer can take: MPI_Iprobe asks only peers where no receive on that tag has its header
+// posted, none posted before it is queued, and none is taking its payload (whose chunks share the
+// tag). It then goes to the front of that peer's queue and starts. Receives naming a peer that
+// were posted after a waiting receive from any peer, with its tag, are held (their header receive
+// not posted) until that one is bound, so that MPI cannot give them a message it should get. Passes
+// go in posting order, and once a receive finds nothing, later ones with its tag wait for the next
+// pass. So the earliest posted receive that can take a message gets it (transport.h).
 void MpiTransport::bindAnyPeerReceives() {
   auto& any = anyPeerReceives();
   unmatchedTags_.clear();
@@ -410,8 +434,9 @@ void MpiTransport::bindAnyPeerReceives() {
       continue;
     }
     int from = -1;
-    for (int peer = 0; peer < size() && from < 0; ++peer) {
-      if (peer == rank() || !receivesNothingFrom(peer, mpiTag))
+    for (int k = 1; k <= size() && from < 0; ++k) {
+      const int peer = (lastAnyPeer_ + k) % size();
+      if (peer == rank() || !mayProbe(peer, op))
         continue;
       int flag = 0;
       checkMpi(MPI_Iprobe(peer, mpiTag, comm_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe",
@@ -425,15 +450,24 @@ void MpiTransport::bindAnyPeerReceives() {
       continue;
     }
     any.remove(&op);
+    lastAnyPeer_ = from;
     AnyPeerReceives<Op>::bind(op, from);
     startRecv(op);
   }
+  if (headsHeld_) {  // some may be free now
+    headsHeld_ = false;
+    for (auto& [key, queue] : recvQueues_) postHeadIfFree(queue);
+  }
 }
 
-bool MpiTransport::receivesNothingFrom(int peer, int mpiTag) const {
+bool MpiTransport::mayProbe(int peer, const Op& any) const {
+  const int mpiTag = mpiTagFor(any.tag);
   auto queue = recvQueues_.find({peer, mpiTag});
-  if (queue != recvQueues_.end() && !queue->second.empty())
-    return false;
+  if (queue != recvQueues_.end() && !queue->second.empty()) {
+    const Op& head = *queue->second.front();
+    if (head.stage != Stage::kQueued || head.order < any.order)
+      return false;
+  }
   for (const Op* op : ops().active()) {
     if (!op->isSend && op->peer == peer && op->mpiTag == mpiTag && op->stage == Stage::kPayload &&
         !op->complete)
