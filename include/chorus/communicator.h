@@ -101,7 +101,9 @@ class Communicator {
   // an InvalidArgumentError). The backend reads one and writes the other in one pass.
   WorkPtr allreduce(Tensor input, Tensor output, ReduceOp op = ReduceOp::kSum);
   // Concatenates every rank's `input` along `axis` in rank order into `output`, whose extent along
-  // `axis` is size() times the input's; all other extents equal.
+  // `axis` is size() times the input's; all other extents equal. In place: `input` may be block
+  // rank() of `output` along axis 0 (as MPI_IN_PLACE, torch's all_gather_into_tensor and NCCL
+  // allow); any other overlap is an InvalidArgumentError.
   WorkPtr allgather(Tensor input, Tensor output, int axis = 0);
   // Reduces `input` (numel = size() * output.numel()) across ranks and leaves chunk rank() of the
   // result (in row-major order) in `output`.

@@ -63,7 +63,9 @@ void ringAllgatherPhase(Peers& peers, const RingLayout& layout, size_t elementSi
 void allgatherRing(Peers& peers, const AllgatherArgs& args) {
   const int size = peers.size();
   const size_t bytes = args.bytesPerRank;
-  copyBytes(elementAt(args.output, static_cast<size_t>(peers.rank()), bytes), args.input, bytes);
+  void* mine = elementAt(args.output, static_cast<size_t>(peers.rank()), bytes);
+  if (mine != args.input)  // else in place
+    copyBytes(mine, args.input, bytes);
   if (size == 1)
     return;
   // Untyped: the layout counts bytes, so the p blocks are the p chunks.

@@ -30,9 +30,10 @@ std::shared_ptr<Communicator> requireCommunicator(std::shared_ptr<Communicator> 
 }
 
 void storeFloat32(DataType dtype, const float* src, void* dst, size_t count) {
-  if (dtype == DataType::kFloat32)
-    std::memcpy(dst, src, count * sizeof(float));
-  else
+  if (dtype == DataType::kFloat32) {
+    if (dst != src)  // else the master is the parameters' own shard (float32, stages 1 and 2)
+      std::memcpy(dst, src, count * sizeof(float));
+  } else
     kernels::narrowFromFloat32(dtype, src, dst, count);
 }
 
@@ -637,14 +638,16 @@ void ZeroEngine::Impl::publishParameters() {
                                  static_cast<size_t>(layout_.shardNumel()));
     return;
   }
-  // The allgather's input must not alias its output: the owned parts go through a staging shard.
-  auto staging = allocateBuffer(layout_.shardNumel(), "ZeRO: allgather staging");
+  // In place: this rank's shard of each unit's parameters (its float32 master there already, else
+  // stored there now) is the allgather's input.
   std::vector<std::shared_ptr<Work>> works;
   for (int u = 0; u < layout_.numUnits(); ++u) {
-    Tensor mine = shardOf(*staging, u);
-    storeFloat32(options_.dtype, ownedMaster(u), mine.data(), static_cast<size_t>(mine.numel()));
-    Tensor whole(unitParameters_[u]->data(), options_.dtype, {layout_.plan(u).paddedNumel()});
-    works.push_back(comm_->allgather(mine, whole));
+    const ShardPlan& plan = layout_.plan(u);
+    std::byte* mine =
+        unitParameters_[u]->as<std::byte>() + plan.shardBegin(layout_.rank()) * elementBytes();
+    storeFloat32(options_.dtype, ownedMaster(u), mine, static_cast<size_t>(plan.shardNumel()));
+    Tensor whole(unitParameters_[u]->data(), options_.dtype, {plan.paddedNumel()});
+    works.push_back(comm_->allgather(Tensor(mine, options_.dtype, {plan.shardNumel()}), whole));
   }
   waitAll(works);
 }

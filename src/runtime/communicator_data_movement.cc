@@ -1,6 +1,7 @@
 // Communicator front end, part 2: the collectives that move data without reducing it (allgather,
 // gather, scatter, all_to_all), point-to-point send/recv, and barrier. Concatenation and splitting
 // along an axis other than the outermost are staged through rank-major blocks (tensor_layout.h).
+#include <cstdint>
 #include <cstring>
 
 #include "chorus/communicator.h"
@@ -36,6 +37,24 @@ void checkConcatShape(const Tensor& input,
                    " multiplied by ", factor);
 }
 
+// allgather's input is either apart from its output, or exactly block `rank` of it along an axis
+// whose blocks are contiguous (in place, as MPI_IN_PLACE and NCCL allow): the backends then leave
+// that block as it is. Any other overlap is refused.
+void checkGatherInPlace(const Tensor& input,
+                        const Tensor& output,
+                        const detail::AxisLayout& layout,
+                        int groupRank,
+                        int me) {
+  const auto in = reinterpret_cast<std::uintptr_t>(input.data());
+  const auto out = reinterpret_cast<std::uintptr_t>(output.data());
+  if (input.nbytes() == 0 || out + output.nbytes() <= in || in + input.nbytes() <= out)
+    return;
+  CHORUS_CHECK_ARG(layout.outer == 1 && in == out + groupRank * input.nbytes(), "rank ", me,
+                   " (this process): allgather: input overlaps output without being this rank's "
+                   "block of it; gather in place with input = block ",
+                   groupRank, " of output (along axis 0), or pass separate tensors");
+}
+
 // An operation along an axis needs one: `what` names the axis argument ("axis", "split_axis").
 void checkHasAxes(const Tensor& input, std::string_view what, std::string_view op, int rank) {
   CHORUS_CHECK_ARG(input.dim() >= 1, "rank ", rank, " (this process): ", op, ": ", what,
@@ -60,6 +79,7 @@ Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int a
   checkHasAxes(input, "axis", "allgather", me);
   axis = detail::normalizeAxis(axis, input.dim(), "axis", "allgather", me);
   checkConcatShape(input, output, axis, size(), "allgather", me);
+  checkGatherInPlace(input, output, detail::axisLayout(input, axis), rank(), me);
   auto fingerprint = detail::makeFingerprint(Collective::kAllgather, input.numel(), input.dtype(),
                                              std::nullopt, -1);
   if (const int device = detail::deviceOf({&input, &output}, "allgather", me); device >= 0)

@@ -208,6 +208,36 @@ TEST_P(CollectivesTest, AllgatherAlongAxis0And1) {
   });
 }
 
+// In place (input = this rank's block of the output), small (inline), chunked and large: every
+// block ends as its rank wrote it; an input that overlaps the output otherwise is refused.
+TEST_P(CollectivesTest, AllgatherInPlace) {
+  const int p = GetParam().size;
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    for (int64_t count : {int64_t{3}, int64_t{5000}, int64_t{300001}}) {
+      std::vector<int64_t> all(count * p, -1);
+      for (int64_t i = 0; i < count; ++i) all[r * count + i] = 1000000 * r + i;
+      comm.allgather(Tensor(all.data() + r * count, {count}), Tensor(all.data(), {count * p}))
+          ->wait();
+      int64_t wrong = 0;
+      for (int q = 0; q < p; ++q) {
+        for (int64_t i = 0; i < count; ++i) wrong += all[q * count + i] != 1000000 * q + i;
+      }
+      EXPECT_EQ(wrong, 0) << "count " << count;
+    }
+    std::vector<int64_t> all(4 * p, 0);
+    const int other = (r + 1) % p;
+    if (p > 1) {
+      EXPECT_THROW(comm.allgather(Tensor(all.data() + other * 4, {4}), Tensor(all.data(), {4 * p})),
+                   InvalidArgumentError);
+    }
+    std::vector<int64_t> spare(4 * p + 1, 0);  // block r, one element off
+    EXPECT_THROW(
+        comm.allgather(Tensor(spare.data() + r * 4 + 1, {4}), Tensor(spare.data(), {4 * p})),
+        InvalidArgumentError);
+  });
+}
+
 TEST_P(CollectivesTest, BroadcastAndReduceFromSeveralRoots) {
   const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {
