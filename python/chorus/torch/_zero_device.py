@@ -426,15 +426,11 @@ class DeviceZeroEngine:
                 owned.copy_(master)
         if self.stage == 3:
             return
-        works = []
-        for unit in range(self._layout.num_units):
-            staging = self._owned[unit].clone()
-            self._add_buffer(staging)
-            works.append((staging, _ops.allgather(staging, out=self._units[unit],
-                                                  async_op=True)))
-        for staging, work in works:
+        # In place: each unit's owned shard is this rank's block of it.
+        works = [_ops.allgather(self._owned[unit], out=self._units[unit], async_op=True)
+                 for unit in range(self._layout.num_units)]
+        for work in works:
             work.wait()
-            self._memory["buffers"] -= staging.numel() * staging.element_size()
 
     def gather_parameters(self):
         """Every parameter whole in float32, in registration order, as one NumPy array
