@@ -79,10 +79,11 @@ Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int a
   checkHasAxes(input, "axis", "allgather", me);
   axis = detail::normalizeAxis(axis, input.dim(), "axis", "allgather", me);
   checkConcatShape(input, output, axis, size(), "allgather", me);
+  const int device = detail::deviceOf({&input, &output}, "allgather", me);  // a mix is refused
   checkGatherInPlace(input, output, detail::axisLayout(input, axis), rank(), me);
   auto fingerprint = detail::makeFingerprint(Collective::kAllgather, input.numel(), input.dtype(),
                                              std::nullopt, -1);
-  if (const int device = detail::deviceOf({&input, &output}, "allgather", me); device >= 0)
+  if (device >= 0)
     return detail::deviceAllgather(*state_, fingerprint, device, input, output, axis);
   auto& state = *state_;
   return state_->submit(

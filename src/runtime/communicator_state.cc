@@ -278,9 +278,6 @@ std::exception_ptr CommunicatorState::latchFailure(std::exception_ptr error) noe
   return error;
 }
 
-static_assert(Communicator::kAnySource == transport::kAnyPeer,
-              "a recv's peer reaches the backend and the transport as it is");
-
 struct CommunicatorState::PendingTransfer {
   std::shared_ptr<QueuedWork> work;
   Fingerprint fingerprint;
@@ -374,7 +371,8 @@ void CommunicatorState::startTransfer(PendingTransfer& transfer,
     backend_->postSend(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag,
                        transfer.transfer);
   } else {
-    backend_->postRecv(context, call.tensor.data(), call.tensor.nbytes(), call.peer, call.tag,
+    const int peer = call.peer == Communicator::kAnySource ? transport::kAnyPeer : call.peer;
+    backend_->postRecv(context, call.tensor.data(), call.tensor.nbytes(), peer, call.tag,
                        transfer.transfer);
   }
 }

@@ -71,8 +71,9 @@ namespace chorus::transport {
 // Tags at or above this value are reserved for collectives; point-to-point tags are below it.
 inline constexpr uint64_t kCollectiveTag = uint64_t{1} << 62;
 
-// The `peer` of a receive that takes a message from any peer (see Matching above).
-inline constexpr int kAnyPeer = -1;
+// The `peer` of a receive that takes a message from any peer (see Matching above). Not -1, which
+// a ring computation gone wrong yields, so that such a peer stays an InvalidArgumentError.
+inline constexpr int kAnyPeer = -2;
 
 // A posted send or receive. Zero-initialize, post, wait. A receive posted for kAnyPeer gets its
 // sender's rank in `peer` once a message matched it.
