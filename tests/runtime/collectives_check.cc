@@ -43,6 +43,17 @@ int main() {
     std::vector<int32_t> ranks(p);
     std::iota(ranks.begin(), ranks.end(), 0);
     check(all == ranks, "allgather", r);
+    for (int64_t count : {int64_t{2}, int64_t{200003}}) {  // in place: input is block r of output
+      std::vector<int64_t> blocks(count * p, -1);
+      for (int64_t i = 0; i < count; ++i) blocks[r * count + i] = 1000000 * r + i;
+      comm->allgather(Tensor(blocks.data() + r * count, {count}),
+                      Tensor(blocks.data(), {count * p}))
+          ->wait();
+      bool inPlace = true;
+      for (int64_t k = 0; k < count * p; ++k)
+        inPlace = inPlace && blocks[k] == 1000000 * (k / count) + k % count;
+      check(inPlace, "allgather in place", r);
+    }
 
     std::vector<float> data(33, r == p - 1 ? 5.0f : 0.0f);
     comm->broadcast(Tensor(data.data(), {33}), p - 1)->wait();
