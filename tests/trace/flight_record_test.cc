@@ -13,6 +13,17 @@
 namespace chorus::trace {
 namespace {
 
+// A running send or recv (`detail`: the peer, with kSendBit for a send) of `bytes` in `group`.
+Record pointToPoint(uint32_t group, uint64_t bytes, int64_t detail) {
+  Record record;
+  record.ticket = 1;
+  record.group = group;
+  record.fingerprint.collective = Collective::kPointToPoint;
+  record.bytes = bytes;
+  record.detail = detail;
+  return record;
+}
+
 Record allreduce(uint64_t sequence, uint32_t group, bool running) {
   Record record;
   record.ticket = sequence;
@@ -40,23 +51,13 @@ TEST(FlightRecord, StandingNamesTheRunningOperationAndTheLastFinished) {
 
 TEST(FlightRecord, StandingNamesThePeerOfASend) {
   const uint32_t group = registerGroup("group [0, 1] (tcp)");
-  Record send;
-  send.ticket = 1;
-  send.group = group;
-  send.fingerprint.collective = Collective::kPointToPoint;
-  send.bytes = 12;
-  send.detail = 1 | kSendBit;
+  const Record send = pointToPoint(group, 12, 1 | kSendBit);
   EXPECT_EQ(standing({send}), "in send to rank 1 (12 B) on group [0, 1] (tcp); none finished");
 }
 
 TEST(FlightRecord, StandingSaysARecvFromAnyRank) {
   const uint32_t group = registerGroup("group [0, 1, 2] (shm)");
-  Record recv;
-  recv.ticket = 1;
-  recv.group = group;
-  recv.fingerprint.collective = Collective::kPointToPoint;
-  recv.bytes = 8;
-  recv.detail = kAnyRank;
+  Record recv = pointToPoint(group, 8, kAnyRank);
   EXPECT_EQ(standing({recv}),
             "in recv from any rank (8 B) on group [0, 1, 2] (shm); none finished");
   recv.detail = 2;
