@@ -1,11 +1,11 @@
 // chorus-device-call-cost: where the per-call overhead of a CUDA allreduce goes (issue 18's target:
-// at most 2 us over raw NCCL at 8 B; the first GPU run measured about 3 us). On one rank and one
-// GPU, it times loops of ITERS calls of 8-byte allreduces, building up from raw NCCL to chorus one
-// step at a time:
+// at most 2 us over raw NCCL at 8 B on one rank; the first GPU runs measured about 3.4 us). It
+// times loops of ITERS calls of 8-byte allreduces, building up from raw NCCL to chorus one step at
+// a time, each row adding to the one above:
 //
-//   raw              ncclAllReduce on a stream of its own (a blocking communicator)
-//   +nonblocking     the same on a non-blocking communicator (chorus's kind), asking
-//                    ncclCommGetAsyncError after each call, as chorus's enqueue does
+//   raw              ncclAllReduce on a stream of its own (a blocking communicator, torch's kind)
+//   +nonblocking     on a non-blocking communicator (chorus's kind), asking
+//                    ncclCommGetAsyncError until the launch is done, as chorus's enqueue does
 //   +start           an event on the caller's stream, and the NCCL stream waits for it
 //                    (how chorus orders a collective after its producer)
 //   +end             an event recorded after the collective (chorus's completion)
@@ -13,11 +13,19 @@
 //   chorus           Communicator::allreduce on a CUDA tensor; its Work is dropped
 //   chorus+wait      the same, and wait() on each Work
 //
+// and one row beside them, for a design choice: "caller stream" runs the non-blocking call on the
+// caller's stream itself and records the end event there (no start event and no cross-stream
+// wait; what torch does for a call without async_op since 2.7).
+//
 // Each loop is timed on the host twice: up to the last enqueue ("enqueue", the caller's cost per
 // call), and up to the end of a device synchronize after it ("done", which includes the GPU's own
-// time). Median of 15 rounds, in microseconds per call. Needs a GPU and a chorus built with NCCL.
+// time). Median of ROUNDS loops, in microseconds per call. With more than one rank, every rank
+// runs the same loops (rank 0 prints); ranks that share a GPU each become an NCCL host of their own
+// over loopback (NCCL_HOSTID, NCCL_SOCKET_IFNAME=lo), where a call's GPU time is milliseconds: use
+// few ITERS there. Needs a GPU and a chorus built with NCCL; without a GPU it says so and exits 0.
 //
-//   chorusrun -np 1 build/bin/chorus-device-call-cost [ITERS=2000]
+//   chorusrun -np 1 build/bin/chorus-device-call-cost [ITERS=2000] [ROUNDS=15]
+//   chorusrun -np 2 build/bin/chorus-device-call-cost 50 5
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -26,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "backend/nccl/nccl_status.h"
@@ -41,9 +50,9 @@ struct Times {
   double done;     // us per call, to the end of the device synchronize
 };
 
-Times timeLoop(int iterations, const std::function<void()>& call) {
+Times timeLoop(int iterations, int rounds, const std::function<void()>& call) {
   std::vector<double> enqueue, done;
-  for (int round = 0; round < 15; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     checkCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize", 0);
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iterations; ++i) call();
@@ -59,68 +68,82 @@ Times timeLoop(int iterations, const std::function<void()>& call) {
   return {enqueue[enqueue.size() / 2], done[done.size() / 2]};
 }
 
+// An NCCL communicator over every rank of `comm`: rank 0 makes the id, chorus broadcasts it.
+ncclComm_t makeRawCommunicator(chorus::Communicator& comm, bool blocking) {
+  ncclUniqueId id;
+  if (comm.rank() == 0)
+    checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", 0);
+  comm.broadcast(chorus::Tensor(&id, chorus::DataType::kUInt8, {int64_t{sizeof(id)}}), 0)->wait();
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = blocking ? 1 : 0;
+  ncclComm_t made = nullptr;
+  ncclResult_t state = ncclCommInitRankConfig(&made, comm.size(), id, comm.rank(), &config);
+  while (state == ncclInProgress) checkNccl(ncclCommGetAsyncError(made, &state), "poll", 0);
+  checkNccl(state, "ncclCommInitRankConfig", comm.rank());
+  return made;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 2000;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 15;
   auto comm = chorus::DistContext::get().communicator();
-  if (comm->size() != 1) {
-    std::fprintf(stderr, "chorus-device-call-cost: run it on one rank (chorusrun -np 1)\n");
-    return 2;
-  }
+  const int rank = comm->rank();
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("chorus-device-call-cost: SKIPPED (this process sees no CUDA GPU)\n");
     return 0;
   }
-  checkCuda(cudaSetDevice(0), "cudaSetDevice", 0);
+  if (devices < comm->localSize()) {  // ranks sharing a GPU: NCCL's loopback mode
+    setenv("NCCL_HOSTID", ("chorus-call-cost-" + std::to_string(comm->localRank())).c_str(), 0);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  }
+  const int device = comm->localRank() % devices;
+  checkCuda(cudaSetDevice(device), "cudaSetDevice", rank);
   float* data = nullptr;
-  checkCuda(cudaMalloc(&data, 2 * sizeof(float)), "cudaMalloc", 0);
-  ncclUniqueId id;
-  checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", 0);
-  ncclComm_t raw = nullptr;
-  checkNccl(ncclCommInitRank(&raw, 1, id, 0), "ncclCommInitRank", 0);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t nonblocking = nullptr;
-  checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId", 0);  // an id serves one communicator
-  ncclResult_t state = ncclCommInitRankConfig(&nonblocking, 1, id, 0, &config);
-  while (state == ncclInProgress) checkNccl(ncclCommGetAsyncError(nonblocking, &state), "poll", 0);
-  checkNccl(state, "ncclCommInitRankConfig", 0);
+  checkCuda(cudaMalloc(&data, 2 * sizeof(float)), "cudaMalloc", rank);
+  ncclComm_t raw = makeRawCommunicator(*comm, /*blocking=*/true);
+  ncclComm_t nonblocking = makeRawCommunicator(*comm, /*blocking=*/false);
   cudaStream_t stream = nullptr;
-  checkCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate", 0);
+  checkCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate", rank);
   cudaEvent_t start = nullptr, end = nullptr;
-  checkCuda(cudaEventCreateWithFlags(&start, cudaEventDisableTiming), "cudaEventCreate", 0);
-  checkCuda(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), "cudaEventCreate", 0);
+  checkCuda(cudaEventCreateWithFlags(&start, cudaEventDisableTiming), "cudaEventCreate", rank);
+  checkCuda(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), "cudaEventCreate", rank);
   cudaStream_t caller = nullptr;  // the legacy default stream, chorus's current one here
 
   auto nccl = [&] {
     checkNccl(ncclAllReduce(data, data, 2, ncclFloat32, ncclSum, raw, stream), "ncclAllReduce", 0);
   };
-  auto ncclNonblocking = [&] {
-    ncclResult_t result = ncclAllReduce(data, data, 2, ncclFloat32, ncclSum, nonblocking, stream);
+  auto ncclNonblockingOn = [&](cudaStream_t on) {
+    ncclResult_t result = ncclAllReduce(data, data, 2, ncclFloat32, ncclSum, nonblocking, on);
     while (result == ncclInProgress) ncclCommGetAsyncError(nonblocking, &result);
-    checkNccl(result, "ncclAllReduce", 0);
-    checkNccl(ncclCommGetAsyncError(nonblocking, &result), "ncclCommGetAsyncError", 0);
-    checkNccl(result, "ncclAllReduce (asynchronous)", 0);
+    checkNccl(result, "ncclAllReduce", rank);
   };
+  auto ncclNonblocking = [&] { ncclNonblockingOn(stream); };
   auto withStart = [&] {
-    checkCuda(cudaEventRecord(start, caller), "cudaEventRecord", 0);
-    checkCuda(cudaStreamWaitEvent(stream, start, 0), "cudaStreamWaitEvent", 0);
-    nccl();
+    checkCuda(cudaEventRecord(start, caller), "cudaEventRecord", rank);
+    checkCuda(cudaStreamWaitEvent(stream, start, 0), "cudaStreamWaitEvent", rank);
+    ncclNonblocking();
   };
   auto withEnd = [&] {
     withStart();
-    checkCuda(cudaEventRecord(end, stream), "cudaEventRecord", 0);
+    checkCuda(cudaEventRecord(end, stream), "cudaEventRecord", rank);
   };
   auto callerWaits = [&] {
     withEnd();
-    checkCuda(cudaStreamWaitEvent(caller, end, 0), "cudaStreamWaitEvent", 0);
+    checkCuda(cudaStreamWaitEvent(caller, end, 0), "cudaStreamWaitEvent", rank);
   };
-  const chorus::Tensor tensor(data, chorus::DataType::kFloat32, {2}, chorus::Device::cuda(0));
+  auto onCallerStream = [&] {
+    ncclNonblockingOn(caller);
+    checkCuda(cudaEventRecord(end, caller), "cudaEventRecord", rank);
+  };
+  const chorus::Tensor tensor(data, chorus::DataType::kFloat32, {2}, chorus::Device::cuda(device));
   auto viaChorus = [&] { comm->allreduce(tensor, chorus::ReduceOp::kSum); };
   auto viaChorusWait = [&] { comm->allreduce(tensor, chorus::ReduceOp::kSum)->wait(); };
   viaChorusWait();  // chorus's NCCL communicator and watchdog start outside the timing
+  nccl();           // and each raw communicator's first call (its connections)
+  ncclNonblocking();
 
   struct Row {
     const char* name;
@@ -132,13 +155,20 @@ int main(int argc, char** argv) {
                                  {"+end", withEnd},
                                  {"+caller waits", callerWaits},
                                  {"chorus", viaChorus},
-                                 {"chorus+wait", viaChorusWait}};
-  std::printf("# 8-byte allreduce on 1 rank, %d calls per loop, median of 15 loops (us per call)\n",
-              iterations);
-  std::printf("# %-14s %10s %10s\n", "variant", "enqueue", "done");
+                                 {"chorus+wait", viaChorusWait},
+                                 {"caller stream", onCallerStream}};
+  if (rank == 0) {
+    std::printf(
+        "# 8-byte allreduce on %d rank(s), %d calls per loop, median of %d loops (us per "
+        "call)\n",
+        comm->size(), iterations, rounds);
+    std::printf("# %-14s %10s %10s\n", "variant", "enqueue", "done");
+  }
   for (const Row& row : rows) {
-    const Times times = timeLoop(iterations, row.call);
-    std::printf("  %-14s %10.2f %10.2f\n", row.name, times.enqueue, times.done);
+    const Times times = timeLoop(iterations, rounds, row.call);
+    if (rank == 0)
+      std::printf("  %-14s %10.2f %10.2f\n", row.name, times.enqueue, times.done);
+    std::fflush(stdout);
   }
   cudaDeviceSynchronize();
   ncclCommDestroy(raw);

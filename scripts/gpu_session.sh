@@ -163,7 +163,8 @@ torch.cuda.nccl.version(), list(n.__path__))'
 
 # Issue 21 in one device call of SECS seconds: the build (with the torch backend), the CUDA Python
 # tests (test_14, test_23: data parallel, test_24: ZeRO, on CUDA; their host variants deselected)
-# at 1, 2 and 3 ranks, chorus-device-call-cost, the digits example on CUDA (ZeRO 1 to 3 and data
+# at 1, 2 and 3 ranks, chorus-device-call-cost at 1 and 2 ranks and bench/gpu_call_cost.py at 2
+# (issue 18's per-call costs), chorus-bench's scatter against NCCL, the digits example on CUDA (ZeRO 1 to 3 and data
 # parallel), bench/gpu_train_bench.py at 2 and 1 ranks (with ZeRO, fused updates and FSDP), the GPU
 # C++ tests, the torch backend on torch 2, and the Python grid's GPU kinds at 2 ranks.
 run_training() {
@@ -177,16 +178,27 @@ run_training() {
   nvidia-smi >"$out/machine.txt" 2>&1
   budgeted configure 120 30 configure || return
   budgeted build 300 60 cmake --build "$build" -j"$(nproc)" --target chorus _chorus chorusrun \
-    nccl_tests _c10d chorus-device-call-cost -- -k 0
+    nccl_tests _c10d chorus-device-call-cost chorus-bench -- -k 0
+  (cd "$root" && tar -czf "$out/build-gpu.tar.gz" build-gpu/lib/libchorus.so* build-gpu/bin \
+    build-gpu/python/chorus)
   # What has not yet run on a GPU first (ZeRO on CUDA, the watchdog's search), then the rest.
   budgeted cuda_np2 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${cuda_tests[@]}"
   budgeted device_call_cost 30 10 "$build/bin/chorusrun" -np 1 \
     "$build/bin/chorus-device-call-cost" 2000
+  # Issue 18's 2-rank enqueue, after the launch spin (Note [Enqueue on a non-blocking
+  # communicator]): in C++ step by step, then from Python against torch.
+  budgeted device_call_cost_np2 60 20 "$build/bin/chorusrun" -np 2 \
+    "$build/bin/chorus-device-call-cost" 50 5
+  budgeted python_call_cost_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    bench/gpu_call_cost.py --iters 100
   budgeted digits_zero3_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     examples/python/train_digits.py --device cuda --zero 3
   budgeted train_bench_np2 120 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --zero-fused --fsdp --profile
   budgeted nccl_tests 120 20 bash -c "$(gpu_cpp_tests)"
+  # Issue 18's scatter anomaly (0.29-0.65x of raw NCCL from 1 to 8 MiB in the first session).
+  budgeted scatter_np2 60 20 "$build/bin/chorusrun" -np 2 "$build/bin/chorus-bench" --device cuda \
+    --compare nccl --op scatter --min 256K --max 16M --check --repeats 5
   budgeted cuda_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" "${cuda_tests[@]}"
   budgeted cuda_np3 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" "${cuda_tests[@]}"
   budgeted train_bench_np1 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 1 "$py" \

@@ -13,11 +13,13 @@
 namespace chorus::backend::nccl {
 namespace {
 
-// NCCL has no way to wait for a non-blocking call's setup other than asking (setup takes
-// milliseconds to seconds): ask, pausing up to 1 ms between questions.
+// NCCL has no way to wait for a non-blocking call other than asking: ask, without sleeping for
+// `spinFor`, then pausing up to 1 ms between questions (a setup takes milliseconds to seconds).
 template <typename Ask>
-ncclResult_t pollWhileInProgress(Ask ask, Deadline deadline) {
-  Backoff backoff(std::chrono::microseconds(1000));
+ncclResult_t pollWhileInProgress(Ask ask,
+                                 Deadline deadline,
+                                 std::chrono::microseconds spinFor = std::chrono::microseconds(0)) {
+  Backoff backoff(std::chrono::microseconds(1000), spinFor);
   for (;;) {
     const ncclResult_t state = ask();
     if (state != ncclInProgress || deadline.expired())
@@ -83,12 +85,16 @@ NcclCommunicator::~NcclCommunicator() {
   abort();
 }
 
-void NcclCommunicator::settle(ncclResult_t result, const char* call, Deadline deadline) {
+void NcclCommunicator::settle(ncclResult_t result,
+                              const char* call,
+                              Deadline deadline,
+                              std::chrono::microseconds spinFor) {
   if (result == ncclSuccess)
     return;  // done (a collective: enqueued); its later errors come asynchronously
   if (result != ncclInProgress)
     checkNccl(result, call, spec_.worldRank, lastError());
-  const ncclResult_t state = pollWhileInProgress([this] { return asyncError(); }, deadline);
+  const ncclResult_t state =
+      pollWhileInProgress([this] { return asyncError(); }, deadline, spinFor);
   if (state == ncclInProgress) {
     abort();
     throw TimeoutError(detail::concat(

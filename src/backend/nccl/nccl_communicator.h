@@ -14,6 +14,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,7 +62,12 @@ class NcclCommunicator {
   // collective's later errors come asynchronously); for ncclInProgress waits while NCCL still
   // works on the call's setup, then throws its error if it failed; throws any other result.
   // `call` names the NCCL function. On the deadline the communicator is aborted: TimeoutError.
-  void settle(ncclResult_t result, const char* call, Deadline deadline);
+  // `spinFor`: how long to ask without sleeping (backoff.h); a collective's launch, which is
+  // microseconds away, wants some; a setup (ms to s) none.
+  void settle(ncclResult_t result,
+              const char* call,
+              Deadline deadline,
+              std::chrono::microseconds spinFor = std::chrono::microseconds(0));
   // NCCL's asynchronous state: ncclSuccess, ncclInProgress, or the error that broke it.
   ncclResult_t asyncError() noexcept;
   // Ends every operation in flight on the communicator; later calls fail. Idempotent.
