@@ -39,13 +39,22 @@ pybind11_add_module(_c10d MODULE
   src/torch/sparse_allreduce.cc
   src/torch/torch_module.cc
   src/torch/torch_store.cc
+  src/torch/torch_streams.cc
   src/torch/torch_tensors.cc
   src/torch/torch_work.cc
 )
 target_include_directories(_c10d SYSTEM PRIVATE ${chorusTorch})
 target_include_directories(_c10d PRIVATE ${PROJECT_SOURCE_DIR}/include)
+# CUDA tensors need c10::Stream::native_handle (torch >= 2.3): torch_streams.h.
+if(chorusTorchMajor GREATER 2 OR (chorusTorchMajor EQUAL 2 AND chorusTorchMinor GREATER_EQUAL 3))
+  set(chorusTorchCudaStreams 1)
+else()
+  set(chorusTorchCudaStreams 0)
+endif()
+message(STATUS "chorus: torch backend takes CUDA tensors: ${chorusTorchCudaStreams}")
 target_compile_definitions(_c10d PRIVATE CHORUS_TORCH_MAJOR=${chorusTorchMajor}
                                          CHORUS_TORCH_MINOR=${chorusTorchMinor}
+                                         CHORUS_TORCH_CUDA_STREAMS=${chorusTorchCudaStreams}
                                          _GLIBCXX_USE_CXX11_ABI=${chorusTorchAbi})
 target_link_libraries(_c10d PRIVATE chorus ${chorusTorchLibraries})
 file(RELATIVE_PATH chorusLibraryFromTorchPackage

@@ -163,7 +163,8 @@ torch.cuda.nccl.version(), list(n.__path__))'
 
 # Issue 21 in one device call of SECS seconds: the build (with the torch backend), the CUDA Python
 # tests (test_14, test_23: data parallel, test_24: ZeRO, on CUDA; their host variants deselected)
-# at 1, 2 and 3 ranks, chorus-device-call-cost at 1 and 2 ranks and bench/gpu_call_cost.py at 2
+# at 1, 2 and 3 ranks, the torch.distributed backend on CUDA tensors (test_27; issue 20) and on
+# CPU tensors on torch 2, chorus-device-call-cost at 1 and 2 ranks and bench/gpu_call_cost.py at 2
 # (issue 18's per-call costs), chorus-bench's scatter against NCCL, the digits example on CUDA (ZeRO 1 to 3 and data
 # parallel), bench/gpu_train_bench.py at 2 and 1 ranks (with ZeRO, fused updates and FSDP), the GPU
 # C++ tests, the torch backend on torch 2, and the Python grid's GPU kinds at 2 ranks.
@@ -183,6 +184,11 @@ run_training() {
     build-gpu/python/chorus)
   # What has not yet run on a GPU first (ZeRO on CUDA, the watchdog's search), then the rest.
   budgeted cuda_np2 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" "${cuda_tests[@]}"
+  # Issue 20: the torch.distributed backend on CUDA tensors (test_27, DDP and FSDP included), and
+  # its CPU tests, on torch 2.
+  budgeted torch_backend_np2 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
+    -q -p no:cacheprovider --maxfail=8 tests/python/test_27_torch_backend_cuda.py \
+    tests/python/test_17_torch_backend.py tests/python/test_21_comm_hooks.py
   budgeted device_call_cost 30 10 "$build/bin/chorusrun" -np 1 \
     "$build/bin/chorus-device-call-cost" 2000
   # Issue 18's 2-rank enqueue, after the launch spin (Note [Enqueue on a non-blocking
@@ -209,8 +215,8 @@ run_training() {
   done
   budgeted digits_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     examples/python/train_digits.py --device cuda
-  budgeted torch_backend_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
-    -q -p no:cacheprovider --maxfail=8 tests/python/test_17_torch_backend.py
+  budgeted torch_cuda_np3 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 3 "$py" -m pytest \
+    -q -p no:cacheprovider --maxfail=8 tests/python/test_27_torch_backend_cuda.py
   budgeted python_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest -q \
     -p no:cacheprovider --maxfail=8 -k "cuda or cupy" tests/python
 }

@@ -5,9 +5,12 @@ runs the same tests in the same order, so their collectives line up. Skips depen
 size, never on the rank, for the same reason.
 """
 
+import datetime
 import os
+import socket
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -50,3 +53,27 @@ def size(comm):
 def multi_rank(size):
     if size == 1:
         pytest.skip("needs more than one rank")
+
+
+@pytest.fixture(scope="module")
+def world(comm, size):
+    """The default torch process group on chorus (test_17, test_27), made as an unchanged program
+    makes it (env://, which chorusrun sets; under mpirun the variables are set here, as a user's
+    script would)."""
+    import torch.distributed as tdist
+
+    import chorus
+    import chorus.torch  # noqa: F401  registers the backend
+    if "MASTER_PORT" not in os.environ:
+        port = 0
+        if comm.rank == 0:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+        port = int(chorus.broadcast(np.array([port], dtype=np.int64))[0])
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(comm.rank),
+                          WORLD_SIZE=str(size))
+    if not tdist.is_initialized():
+        tdist.init_process_group("chorus", timeout=datetime.timedelta(seconds=60))
+    assert tdist.get_backend() == "chorus"
+    return tdist.group.WORLD

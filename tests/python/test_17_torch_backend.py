@@ -7,50 +7,18 @@ never with chorus. Every rank runs every test in the same order; skips depend on
 """
 
 import datetime
-import os
-import socket
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as tdist
 
-import chorus
-import chorus.torch  # noqa: F401  registers the backend
+from torch_backend_common import Net, train, values
 
 REDUCING = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
             torch.int32, torch.int64]
 # Data movement copies bytes: any dtype, those chorus does not reduce included.
 MOVING = REDUCING + [torch.bool, torch.int16, torch.complex64]
-
-
-@pytest.fixture(scope="module")
-def world(comm, size):
-    """The default torch process group on chorus, made as an unchanged program makes it (env://,
-    which chorusrun sets; under mpirun the variables are set here, as a user's script would)."""
-    if "MASTER_PORT" not in os.environ:
-        port = 0
-        if comm.rank == 0:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                port = probe.getsockname()[1]
-        port = int(chorus.broadcast(np.array([port], dtype=np.int64))[0])
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(comm.rank),
-                          WORLD_SIZE=str(size))
-    if not tdist.is_initialized():
-        tdist.init_process_group("chorus", timeout=datetime.timedelta(seconds=60))
-    assert tdist.get_backend() == "chorus"
-    return tdist.group.WORLD
-
-
-def values(rank, n, dtype):
-    """Rank r's input: (r + 1) * (i % 5 + 1), small enough for every dtype's sums and products."""
-    base = (rank + 1) * (torch.arange(n) % 5 + 1)
-    if dtype == torch.bool:
-        return (base % 2).to(torch.bool)
-    if dtype == torch.complex64:
-        return torch.complex(base.float(), -base.float())
-    return base.to(dtype)
 
 
 def test_init_matches_chorus(world, rank, size):
@@ -320,37 +288,6 @@ def test_sizes_that_differ_across_ranks_fail_on_every_rank(world, size, rank, mu
         tdist.all_reduce(torch.zeros(3 + rank), group=group)
     assert "rank" in str(raised.value)
     tdist.barrier()  # the world goes on
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.hidden = torch.nn.Linear(6, 16)
-        self.out = torch.nn.Linear(16, 3)
-
-    def forward(self, x):
-        return self.out(torch.tanh(self.hidden(x)))
-
-
-def batches(step, size):
-    """Every rank's batch of step `step` (8 rows each), a closed form of (step, rank, row)."""
-    rows = torch.arange(8 * size, dtype=torch.float64).reshape(-1, 1)
-    x = torch.sin(rows * torch.arange(1, 7, dtype=torch.float64) + step).float()
-    y = ((rows.squeeze(1) + step) % 3).long()
-    return x, y
-
-
-def train(model, group, size, rank, steps=5):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for step in range(steps):
-        x, y = batches(step, size)
-        if group is not None:  # DDP: this rank's 8 rows
-            x, y = x[8 * rank:8 * (rank + 1)], y[8 * rank:8 * (rank + 1)]
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
-    inner = model.module if group is not None else model
-    return torch.cat([p.detach().reshape(-1) for p in inner.parameters()])
 
 
 def test_ddp_matches_one_process_and_gloo(world, size, rank):

@@ -4,38 +4,14 @@ unchanged. Run at 1 to 4 ranks under chorusrun; expected values come from closed
 or from torch's hooks (torch.distributed.algorithms.ddp_comm_hooks) over the "chorus" backend.
 """
 
-import datetime
-import os
-import socket
-
-import numpy as np
 import pytest
 import torch
-import torch.distributed as tdist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import chorus
 import chorus.torch
 import chorus.torch.hooks as hooks
 from helpers import rank_size
-
-
-@pytest.fixture(scope="module")
-def torch_world():
-    """torch.distributed on chorus (for torch's own hooks), made as an unchanged program would."""
-    rank, size = rank_size()
-    if "MASTER_PORT" not in os.environ:
-        port = 0
-        if rank == 0:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                port = probe.getsockname()[1]
-        port = int(chorus.broadcast(np.array([port], dtype=np.int64))[0])
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                          WORLD_SIZE=str(size))
-    if not tdist.is_initialized():
-        tdist.init_process_group("chorus", timeout=datetime.timedelta(seconds=60))
-    return tdist.group.WORLD
 
 
 def model(seed=0):
@@ -71,7 +47,7 @@ def test_the_allreduce_hook_gives_the_default_results():
     (hooks.fp16_compress_hook, default_hooks.fp16_compress_hook, torch.float16),
     (hooks.bf16_compress_hook, default_hooks.bf16_compress_hook, torch.bfloat16)],
     ids=["fp16", "bf16"])
-def test_compression_hooks_match_torchs_own_bit_for_bit(torch_world, ours, theirs, dtype):
+def test_compression_hooks_match_torchs_own_bit_for_bit(world, ours, theirs, dtype):
     mine, torchs, exact = gradients(ours), gradients(theirs), gradients()
     tolerance = 2.0 ** -8 if dtype == torch.float16 else 2.0 ** -5  # the casts' relative error
     for step_mine, step_torchs, step_exact in zip(mine, torchs, exact):

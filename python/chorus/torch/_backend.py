@@ -7,7 +7,8 @@ runs torch.distributed programs (DistributedDataParallel included) on chorus's c
 chorusrun chorus connects through chorusrun's store; under any other launcher (torchrun, mpirun,
 torch's multiprocessing spawn) it rendezvouses through the store torch made. Each
 torch process group gets a chorus communicator of its own over its members (new_group included);
-the operations are those of python/src/torch/process_group.h, on CPU tensors.
+the operations are those of python/src/torch/process_group.h, on CPU tensors, and on CUDA tensors
+(chorus's nccl backend) when the extension was built against torch >= 2.3.
 """
 
 import torch.distributed as dist
@@ -35,6 +36,8 @@ def register():
     if NAME.upper() in getattr(dist.Backend, "_plugins", {}) or hasattr(dist.Backend, NAME.upper()):
         return
     try:
-        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])
+        # CUDA tensors run on chorus's nccl backend where the extension takes them (torch >= 2.3).
+        devices = ["cpu", "cuda"] if getattr(_c10d, "takes_cuda_tensors", False) else ["cpu"]
+        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=devices)
     except TypeError:  # torch 1.13: no devices
         dist.Backend.register_backend(NAME, _create, extended_api=True)

@@ -5,8 +5,8 @@
 #include <string>
 #include <utility>
 
-#include "chorus/copy_bytes.h"
 #include "sparse_allreduce.h"
+#include "torch_streams.h"
 #include "torch_tensors.h"
 
 namespace chorus::torch_backend {
@@ -40,26 +40,34 @@ void checkListLength(size_t length, int size, const char* what, const char* op) 
               " tensors; it must hold one per rank of the group (", size, ")");
 }
 
-// Copies `bytes` raw bytes from `from` into `to` (any layout; same dtype and number of elements).
-void copyBytesInto(const at::Tensor& to, const void* from) {
-  if (to.is_contiguous()) {
-    copyBytes(to.data_ptr(), from, to.nbytes());
-    return;
-  }
-  at::Tensor staged = at::empty(to.sizes(), to.options());
-  copyBytes(staged.data_ptr(), from, staged.nbytes());
-  to.copy_(staged);
+// `tensor`'s bytes: a flat uint8 tensor (over the same memory when it is contiguous).
+at::Tensor asBytes(const at::Tensor& tensor) {
+  at::Tensor flat = tensor.contiguous().reshape({-1});
+  return flat.scalar_type() == at::kByte ? flat : flat.view(at::kByte);
 }
 
-// `tensors` laid end to end (their bytes), each `stride` bytes apart.
-at::Tensor packed(const std::vector<at::Tensor>& tensors, int64_t stride) {
-  at::Tensor buffer = at::zeros({stride * static_cast<int64_t>(tensors.size())}, at::kByte);
-  auto* to = static_cast<std::byte*>(buffer.data_ptr());
+// Copies the raw bytes `from` (a flat uint8 tensor of to.nbytes()) into `to`, of any layout, on
+// its device (on a CUDA one, queued on the current stream).
+void copyBytesInto(const at::Tensor& to, at::Tensor from) {
+  if (from.storage_offset() % to.element_size() != 0)
+    from = from.clone();  // viewing bytes as a wider dtype needs them aligned to it
+  to.copy_(from.view(to.scalar_type()).view(to.sizes()));
+}
+
+// `tensors` laid end to end (their bytes), each `stride` bytes apart, on the device of `where`.
+at::Tensor packed(const std::vector<at::Tensor>& tensors, int64_t stride, const at::Tensor& where) {
+  at::Tensor buffer =
+      at::zeros({stride * static_cast<int64_t>(tensors.size())}, where.options().dtype(at::kByte));
   for (size_t i = 0; i < tensors.size(); ++i) {
-    at::Tensor piece = tensors[i].contiguous();
-    copyBytes(to + i * stride, piece.data_ptr(), piece.nbytes());
+    at::Tensor piece = asBytes(tensors[i]);
+    buffer.narrow(0, static_cast<int64_t>(i) * stride, piece.numel()).copy_(piece);
   }
   return buffer;
+}
+
+// A flat uint8 tensor of `bytes` on the device of `where`.
+at::Tensor byteBuffer(int64_t bytes, const at::Tensor& where) {
+  return at::empty({bytes}, where.options().dtype(at::kByte));
 }
 
 // Flattens `tensors` (equal sizes and dtype: torch's list forms) into one [n, ...] tensor.
@@ -79,20 +87,24 @@ at::Tensor stacked(const std::vector<at::Tensor>& tensors, const at::Tensor& lik
 ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Communicator> comm)
     : BackendBase(comm->rank(), comm->size()),
       comm_(std::move(comm)),
-      completer_(std::make_shared<FutureCompleter>()) {}
+      completer_(std::make_shared<FutureCompleter>()),
+      lifetimes_(std::make_shared<GpuLifetimes>()) {}
 
 ProcessGroupChorus::~ProcessGroupChorus() = default;
 
 WorkPtr ProcessGroupChorus::finish(c10d::OpType type, Issued issued) {
+  lifetimes_->release();  // the tensors of earlier CUDA operations the GPU has finished with
   return c10::make_intrusive<ChorusWork>(getRank(), type, std::move(issued.works),
                                          std::move(issued.outputs), std::move(issued.keepAlive),
-                                         std::move(issued.after), completer_, issued.sourceRank);
+                                         std::move(issued.after), completer_, lifetimes_,
+                                         issued.sourceRank);
 }
 
 WorkPtr ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
                                       const c10d::BroadcastOptions& opts) {
   return translated([&] {
     const at::Tensor& tensor = single(tensors, "broadcast");
+    const TorchStreamScope stream(deviceIndex(tensor));
     at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
     Issued issued{
         {comm_->broadcast(bytes(buffer, "tensor", "broadcast"), static_cast<int>(opts.rootRank))},
@@ -109,11 +121,16 @@ WorkPtr ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
   return translated([&] {
     const at::Tensor& tensor = single(tensors, "allreduce");
     if (tensor.is_sparse()) {
+      TORCH_CHECK(tensor.device().is_cpu(),
+                  "chorus: all_reduce of a sparse tensor takes a CPU "
+                  "tensor, not one on ",
+                  tensor.device());
       TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM,
                   "chorus: all_reduce of a sparse tensor supports ReduceOp.SUM only");
       tensor.copy_(sparseAllreduceSum(*comm_, tensor));  // blocks: done when this returns
       return finish(c10d::OpType::ALLREDUCE, {{}, tensors, tensors});
     }
+    const TorchStreamScope stream(deviceIndex(tensor));
     auto work = comm_->allreduce(typed(tensor, "tensor", "allreduce"),
                                  toChorus(opts.reduceOp, "allreduce"));
     return finish(c10d::OpType::ALLREDUCE, {{work}, tensors, tensors});
@@ -124,6 +141,7 @@ WorkPtr ProcessGroupChorus::allreduce_coalesced(std::vector<at::Tensor>& tensors
                                                 const c10d::AllreduceCoalescedOptions& opts) {
   return translated([&] {
     TORCH_CHECK(!tensors.empty(), "chorus: allreduce_coalesced of an empty list");
+    const TorchStreamScope stream(deviceIndex(tensors.front()));
     std::vector<chorus::Tensor> views;
     for (const auto& tensor : tensors)
       views.push_back(typed(tensor, "a tensor", "allreduce_coalesced"));
@@ -136,6 +154,7 @@ WorkPtr ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
                                    const c10d::ReduceOptions& opts) {
   return translated([&] {
     const at::Tensor& tensor = single(tensors, "reduce");
+    const TorchStreamScope stream(deviceIndex(tensor));
     auto work = comm_->reduce(typed(tensor, "tensor", "reduce"), static_cast<int>(opts.rootRank),
                               toChorus(opts.reduceOp, "reduce"));
     return finish(c10d::OpType::REDUCE, {{work}, tensors, tensors});
@@ -174,6 +193,7 @@ WorkPtr ProcessGroupChorus::allgatherEach(const std::vector<std::vector<at::Tens
   TORCH_CHECK(outputLists.size() == inputs.size() && !inputs.empty(),
               "chorus: allgather: ", inputs.size(), " inputs but ", outputLists.size(),
               " output lists");
+  const TorchStreamScope stream(deviceIndex(inputs.front()));
   Issued issued;
   std::vector<std::function<void()>> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -185,13 +205,13 @@ WorkPtr ProcessGroupChorus::allgatherEach(const std::vector<std::vector<at::Tens
                   "elements (",
                   dtypeName(input.scalar_type()), " x ", input.numel(), ")");
     }
-    at::Tensor gathered = at::empty({getSize() * static_cast<int64_t>(input.nbytes())}, at::kByte);
+    at::Tensor gathered = byteBuffer(getSize() * static_cast<int64_t>(input.nbytes()), input);
     issued.works.push_back(comm_->allgather(bytes(input, "input", "allgather"),
                                             bytes(gathered, "output", "allgather")));
     issued.keepAlive.insert(issued.keepAlive.end(), {input, gathered});
     copies.push_back([list = outputLists[i], gathered, stride = input.nbytes()] {
-      const auto* from = static_cast<const std::byte*>(gathered.data_ptr());
-      for (size_t r = 0; r < list.size(); ++r) copyBytesInto(list[r], from + r * stride);
+      for (size_t r = 0; r < list.size(); ++r)
+        copyBytesInto(list[r], gathered.narrow(0, r * stride, stride));
     });
     issued.outputs.insert(issued.outputs.end(), outputLists[i].begin(), outputLists[i].end());
   }
@@ -215,6 +235,7 @@ WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output,
                 "output holds ",
                 output.numel(), " elements; it must hold group size x input (", getSize(), " x ",
                 input.numel(), ")");
+    const TorchStreamScope stream(deviceIndex(input));
     auto work = comm_->allgather(bytes(input, "input", "allgather_into_tensor"),
                                  bytes(output, "output", "allgather_into_tensor"));
     return finish(c10d::OpType::_ALLGATHER_BASE, {{work}, {output}, {output, input}});
@@ -227,19 +248,19 @@ WorkPtr ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>>& outputs
   return translated([&] {
     const int root = static_cast<int>(opts.rootRank);
     at::Tensor input = single(inputs, "gather").contiguous();
+    const TorchStreamScope stream(deviceIndex(input));
     Issued issued;
     chorus::Tensor gatheredView;
     if (getRank() == root) {
       TORCH_CHECK(outputs.size() == 1, "chorus: gather: the root passes one output list");
       checkListLength(outputs[0].size(), getSize(), "the output list", "gather");
-      at::Tensor gathered =
-          at::empty({getSize() * static_cast<int64_t>(input.nbytes())}, at::kByte);
+      at::Tensor gathered = byteBuffer(getSize() * static_cast<int64_t>(input.nbytes()), input);
       gatheredView = bytes(gathered, "output", "gather");
       issued.keepAlive.push_back(gathered);
       issued.outputs = outputs[0];
       issued.after = [list = outputs[0], gathered, stride = input.nbytes()] {
-        const auto* from = static_cast<const std::byte*>(gathered.data_ptr());
-        for (size_t r = 0; r < list.size(); ++r) copyBytesInto(list[r], from + r * stride);
+        for (size_t r = 0; r < list.size(); ++r)
+          copyBytesInto(list[r], gathered.narrow(0, r * stride, stride));
       };
     } else {
       TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
@@ -257,12 +278,13 @@ WorkPtr ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
   return translated([&] {
     const int root = static_cast<int>(opts.rootRank);
     const at::Tensor& output = single(outputs, "scatter");
+    const TorchStreamScope stream(deviceIndex(output));
     Issued issued;
     chorus::Tensor packedView;
     if (getRank() == root) {
       TORCH_CHECK(inputs.size() == 1, "chorus: scatter: the root passes one input list");
       checkListLength(inputs[0].size(), getSize(), "the input list", "scatter");
-      at::Tensor all = packed(inputs[0], static_cast<int64_t>(output.nbytes()));
+      at::Tensor all = packed(inputs[0], static_cast<int64_t>(output.nbytes()), output);
       for (const auto& input : inputs[0]) {
         TORCH_CHECK(
             input.nbytes() == output.nbytes() && input.scalar_type() == output.scalar_type(),
@@ -290,6 +312,7 @@ WorkPtr ProcessGroupChorus::reduce_scatter(std::vector<at::Tensor>& outputs,
                                            const c10d::ReduceScatterOptions& opts) {
   return translated([&] {
     const at::Tensor& output = single(outputs, "reduce_scatter");
+    const TorchStreamScope stream(deviceIndex(output));
     TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter takes one input list");
     checkListLength(inputs[0].size(), getSize(), "the input list", "reduce_scatter");
     at::Tensor all = stacked(inputs[0], output, "reduce_scatter");
@@ -304,6 +327,7 @@ WorkPtr ProcessGroupChorus::_reduce_scatter_base(at::Tensor& output,
                                                  at::Tensor& input,
                                                  const c10d::ReduceScatterOptions& opts) {
   return translated([&] {
+    const TorchStreamScope stream(deviceIndex(input));
     auto work = comm_->reduceScatter(typed(input.view({-1}), "input", "reduce_scatter_tensor"),
                                      typed(output.view({-1}), "output", "reduce_scatter_tensor"),
                                      toChorus(opts.reduceOp, "reduce_scatter_tensor"));
@@ -318,6 +342,7 @@ WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
                                           const c10d::AllToAllOptions&) {
   return translated([&] {
     const int p = getSize();
+    const TorchStreamScope stream(deviceIndex(input));
     if (outputSplits.empty() && inputSplits.empty()) {
       TORCH_CHECK(input.dim() > 0 && input.size(0) % p == 0,
                   "chorus: all_to_all_single: the "
@@ -359,6 +384,7 @@ WorkPtr ProcessGroupChorus::alltoall(std::vector<at::Tensor>& outputs,
   return translated([&] {
     checkListLength(inputs.size(), getSize(), "the input list", "all_to_all");
     checkListLength(outputs.size(), getSize(), "the output list", "all_to_all");
+    const TorchStreamScope stream(deviceIndex(inputs.front()));
     return alltoallChunks(inputs, outputs);
   });
 }
@@ -369,15 +395,15 @@ WorkPtr ProcessGroupChorus::alltoallChunks(const std::vector<at::Tensor>& sends,
   for (const auto& tensor : sends) largest = std::max<int64_t>(largest, tensor.nbytes());
   for (const auto& tensor : receives) largest = std::max<int64_t>(largest, tensor.nbytes());
   comm_->allreduce(chorus::Tensor(&largest, {1}), ReduceOp::kMax)->wait();
-  at::Tensor sent = packed(sends, largest);
-  at::Tensor received = at::empty({largest * getSize()}, at::kByte);
+  at::Tensor sent = packed(sends, largest, sends.front());
+  at::Tensor received = byteBuffer(largest * getSize(), sends.front());
   auto work =
       comm_->allToAll(bytes(sent, "input", "all_to_all"), bytes(received, "output", "all_to_all"));
   Issued issued{{work}, receives, {sent, received}};
   issued.keepAlive.insert(issued.keepAlive.end(), receives.begin(), receives.end());
   issued.after = [receives, received, largest] {
-    const auto* from = static_cast<const std::byte*>(received.data_ptr());
-    for (size_t r = 0; r < receives.size(); ++r) copyBytesInto(receives[r], from + r * largest);
+    for (size_t r = 0; r < receives.size(); ++r)
+      copyBytesInto(receives[r], received.narrow(0, r * largest, receives[r].nbytes()));
   };
   return finish(c10d::OpType::ALLTOALL, std::move(issued));
 }
@@ -385,6 +411,7 @@ WorkPtr ProcessGroupChorus::alltoallChunks(const std::vector<at::Tensor>& sends,
 WorkPtr ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   return translated([&] {
     at::Tensor tensor = single(tensors, "send").contiguous();
+    const TorchStreamScope stream(deviceIndex(tensor));
     auto work = comm_->send(bytes(tensor, "tensor", "send"), dstRank, tag);
     return finish(c10d::OpType::SEND, {{work}, tensors, {tensor}});
   });
@@ -402,6 +429,7 @@ WorkPtr ProcessGroupChorus::receive(std::vector<at::Tensor>& tensors,
                                     int sourceRank) {
   return translated([&] {
     const at::Tensor& tensor = single(tensors, "recv");
+    const TorchStreamScope stream(deviceIndex(tensor));
     at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
     Issued issued{
         {comm_->recv(bytes(buffer, "tensor", "recv"), peer, tag)}, tensors, {tensor, buffer}};

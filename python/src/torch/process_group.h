@@ -5,7 +5,8 @@
 //  - One per torch process group: the group's chorus communicator (Communicator::subgroup of the
 //    world over the group's global ranks, so that it is collective over the members only, as
 //    torch's new_group needs) and its torch rank and size, which equal the communicator's.
-//  - Every operation torch exposes on CPU tensors: allreduce (one tensor, or a list coalesced into
+//  - Every operation torch exposes, on CPU tensors and (torch >= 2.3) CUDA tensors: allreduce (one
+//  tensor, or a list coalesced into
 //    one fused allreduce), broadcast, reduce, allgather (list and flat forms, coalesced),
 //    gather, scatter, reduce_scatter (list and flat forms), alltoall (flat form with even or
 //    uneven splits, list form with any sizes), send, recv and barrier. Each returns a ChorusWork
@@ -15,7 +16,9 @@
 //    ranks) raises torch's error with chorus's message, on every rank involved.
 //  - recv from any source (recvAnysource): Communicator::kAnySource; its work's sourceRank() is the
 //    sender once it completed.
-//  - Not supported, with a clear error: PREMUL_SUM, CUDA tensors (for now).
+//  - CUDA tensors run on chorus's nccl backend, ordered after torch's current stream
+//    (torch_streams.h); their works behave as torch's NCCL ones (torch_work.h).
+//  - Not supported, with a clear error: PREMUL_SUM, sparse CUDA tensors.
 //  - Version shim: with torch 2 the class derives from c10d::Backend (which torch wraps in a
 //    ProcessGroup for the devices it registers), with torch 1.13 from c10d::ProcessGroup.
 #pragma once
@@ -115,6 +118,7 @@ class ProcessGroupChorus : public BackendBase {
 
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<FutureCompleter> completer_;
+  std::shared_ptr<GpuLifetimes> lifetimes_;
 };
 
 }  // namespace chorus::torch_backend

@@ -15,6 +15,7 @@
 #include "chorus/dist_context.h"
 #include "process_group.h"
 #include "torch_store.h"
+#include "torch_streams.h"
 #include "torch_tensors.h"
 
 namespace py = pybind11;
@@ -87,4 +88,5 @@ PYBIND11_MODULE(_c10d, module) {
              py::arg("group_name"),
              "A ProcessGroupChorus for one torch process group (called by torch through the "
              "creator that chorus.torch registers).");
+  module.attr("takes_cuda_tensors") = chorus::torch_backend::cudaTensorsSupported();
 }

@@ -8,17 +8,24 @@
 #include <string>
 
 #include "chorus/error.h"
+#include "torch_streams.h"
 
 namespace chorus::torch_backend {
 namespace {
 
-void checkHostDense(const at::Tensor& tensor, std::string_view what, std::string_view op) {
+void checkDense(const at::Tensor& tensor, std::string_view what, std::string_view op) {
   TORCH_CHECK(tensor.defined(), "chorus: ", op, ": ", what, " is an undefined tensor");
   TORCH_CHECK(tensor.layout() == at::kStrided, "chorus: ", op, ": ", what, " is ", tensor.layout(),
               "; the chorus backend takes dense (strided) tensors only");
-  TORCH_CHECK(tensor.device().is_cpu(), "chorus: ", op, ": ", what, " is on ", tensor.device(),
-              "; the chorus torch.distributed backend takes CPU tensors only for now (CUDA "
-              "tensors will go through chorus's nccl backend)");
+  TORCH_CHECK(tensor.device().is_cpu() || (tensor.is_cuda() && cudaTensorsSupported()),
+              "chorus: ", op, ": ", what, " is on ", tensor.device(),
+              "; the chorus torch.distributed backend takes CPU tensors",
+              cudaTensorsSupported() ? " and CUDA tensors"
+                                     : " (and CUDA tensors when built against torch >= 2.3)");
+}
+
+Device chorusDevice(const at::Tensor& tensor) {
+  return tensor.is_cuda() ? Device::cuda(tensor.device().index()) : Device::cpu();
 }
 
 std::span<const int64_t> span(c10::IntArrayRef values) { return {values.data(), values.size()}; }
@@ -26,7 +33,7 @@ std::span<const int64_t> span(c10::IntArrayRef values) { return {values.data(), 
 }  // namespace
 
 chorus::Tensor typed(const at::Tensor& tensor, std::string_view what, std::string_view op) {
-  checkHostDense(tensor, what, op);
+  checkDense(tensor, what, op);
   DataType dtype;
   switch (tensor.scalar_type()) {
     case at::kHalf:
@@ -61,15 +68,16 @@ chorus::Tensor typed(const at::Tensor& tensor, std::string_view what, std::strin
                   ", which chorus does not reduce (it reduces float16, bfloat16, float32, "
                   "float64, int8, uint8, int32, int64 and bool)");
   }
-  return chorus::Tensor(tensor.data_ptr(), dtype, span(tensor.sizes()), span(tensor.strides()));
+  return chorus::Tensor(tensor.data_ptr(), dtype, span(tensor.sizes()), span(tensor.strides()),
+                        chorusDevice(tensor));
 }
 
 chorus::Tensor bytes(const at::Tensor& tensor, std::string_view what, std::string_view op) {
-  checkHostDense(tensor, what, op);
+  checkDense(tensor, what, op);
   TORCH_CHECK(tensor.is_contiguous(), "chorus: ", op, ": ", what,
               " is not contiguous; call .contiguous() first");
   const int64_t count = static_cast<int64_t>(tensor.nbytes());
-  return chorus::Tensor(tensor.data_ptr(), DataType::kUInt8, {count});
+  return chorus::Tensor(tensor.data_ptr(), DataType::kUInt8, {count}, chorusDevice(tensor));
 }
 
 chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName) {

@@ -2,15 +2,15 @@
 // chorus's, and chorus's errors back into torch's.
 //
 // Contract:
-//  - typed() maps a dense CPU tensor of a dtype chorus reduces (float16, bfloat16, float32,
+//  - typed() maps a dense tensor of a dtype chorus reduces (float16, bfloat16, float32,
 //    float64, int8, uint8, int32, int64, bool) to a chorus::Tensor over the same memory, with
-//    its shape and strides (chorus itself refuses a non-contiguous one, naming it).
-//  - bytes() views a contiguous dense CPU tensor of any dtype as its raw bytes (a flat uint8
+//    its shape, strides and device (chorus itself refuses a non-contiguous one, naming it).
+//  - bytes() views a contiguous dense tensor of any dtype as its raw bytes (a flat uint8
 //    chorus::Tensor): the data-movement operations (broadcast, gather, alltoall, send...) copy
 //    bytes, so they take every dtype torch has.
-//  - Each refuses, with a message naming `what` and the operation, a tensor on another device
-//    (CUDA goes through chorus's nccl backend, not yet wired here), a sparse one, or a dtype
-//    chorus does not reduce.
+//  - Both take CPU tensors, and CUDA tensors where cudaTensorsSupported() (torch_streams.h;
+//    chorus runs those on its nccl backend). Each refuses, with a message naming `what` and the
+//    operation, a tensor on another device, a sparse one, or a dtype chorus does not reduce.
 //  - toChorus() maps a torch ReduceOp; PREMUL_SUM is refused.
 //  - rethrowAsTorchError() turns the exception in flight (a chorus::Error or anything else) into
 //    the error torch raises for a failed collective (DistBackendError where torch has it, else

@@ -5,9 +5,64 @@
 #include <string>
 #include <utility>
 
+#include "torch_streams.h"
 #include "torch_tensors.h"
 
 namespace chorus::torch_backend {
+namespace {
+
+// The CUDA ordinal of the first CUDA tensor among `lists`, -1 when there is none.
+int deviceOf(std::initializer_list<const std::vector<at::Tensor>*> lists) {
+  for (const auto* list : lists) {
+    for (const auto& tensor : *list) {
+      if (deviceIndex(tensor) >= 0)
+        return deviceIndex(tensor);
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+GpuLifetimes::~GpuLifetimes() {
+  for (const Held& held : held_) {
+    for (const auto& work : held.works) {
+      try {
+        work->synchronize();  // until the GPU has finished (or the operation failed)
+      } catch (...) {
+      }
+    }
+  }
+}
+
+bool GpuLifetimes::finished(const Held& held) {
+  for (const auto& work : held.works) {
+    try {
+      if (!work->isCompleted())
+        return false;
+    } catch (...) {  // failed: its communicator was aborted, so NCCL no longer touches the memory
+    }
+  }
+  return true;
+}
+
+void GpuLifetimes::hold(std::vector<std::shared_ptr<chorus::Work>> works,
+                        std::vector<at::Tensor> tensors,
+                        std::function<void()> captures) {
+  std::lock_guard lock(mutex_);
+  held_.push_back({std::move(works), std::move(tensors), std::move(captures)});
+}
+
+void GpuLifetimes::release() {
+  std::deque<Held> done;  // destroyed outside the lock (freeing tensors takes torch's locks)
+  {
+    std::lock_guard lock(mutex_);
+    while (!held_.empty() && finished(held_.front())) {
+      done.push_back(std::move(held_.front()));
+      held_.pop_front();
+    }
+  }
+}
 
 ChorusWork::ChorusWork(int rank,
                        c10d::OpType type,
@@ -16,6 +71,7 @@ ChorusWork::ChorusWork(int rank,
                        std::vector<at::Tensor> keepAlive,
                        std::function<void()> after,
                        std::weak_ptr<FutureCompleter> completer,
+                       std::shared_ptr<GpuLifetimes> lifetimes,
                        int sourceRank)
     : c10d::Work(rank, type),
       works_(std::move(works)),
@@ -23,9 +79,18 @@ ChorusWork::ChorusWork(int rank,
       keepAlive_(std::move(keepAlive)),
       after_(std::move(after)),
       completer_(std::move(completer)),
+      lifetimes_(std::move(lifetimes)),
+      device_(deviceOf({&outputs_, &keepAlive_})),
       sourceRank_(sourceRank) {}
 
-ChorusWork::~ChorusWork() = default;
+// A work dropped before it completed hands its CUDA tensors on (the GPU may be using them).
+ChorusWork::~ChorusWork() { releaseTensors(); }
+
+void ChorusWork::releaseTensors() noexcept {
+  if (device_ >= 0 && lifetimes_ != nullptr && !keepAlive_.empty())
+    lifetimes_->hold(works_, std::move(keepAlive_), std::move(after_));
+  keepAlive_.clear();
+}
 
 void ChorusWork::complete() noexcept {
   std::call_once(completed_, [this] {
@@ -52,7 +117,7 @@ void ChorusWork::complete() noexcept {
         }
       }
     }
-    keepAlive_.clear();
+    releaseTensors();
     finish(error);  // c10d::Work: completed, isSuccess(), exception()
     c10::intrusive_ptr<c10::ivalue::Future> future;
     {
@@ -70,6 +135,8 @@ void ChorusWork::complete() noexcept {
 }
 
 void ChorusWork::settle() noexcept {
+  // On CUDA tensors a wait orders this thread's current stream (torch's) after the operation.
+  const TorchStreamScope stream(device_);
   for (const auto& work : works_) {
     try {
       work->wait();
@@ -90,6 +157,7 @@ bool ChorusWork::isCompleted() {
 }
 
 bool ChorusWork::wait(std::chrono::milliseconds timeout) {
+  const TorchStreamScope stream(device_);
   if (timeout == kNoTimeout) {
     settle();
   } else {
@@ -118,7 +186,11 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
   std::unique_lock lock(futureMutex_);
   if (future_)
     return future_;
-  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  std::vector<c10::Device> devices;  // a CUDA future records and waits on events of its device
+  if (device_ >= 0)
+    devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_));
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                     std::move(devices));
   auto future = future_;
   if (done_) {
     lock.unlock();

@@ -13,6 +13,11 @@
 //    failure; DistributedDataParallel's communication hooks wait on it. A FutureCompleter thread
 //    completes the futures of works that were still running when their future was asked for (or,
 //    once the process group is gone, getFuture() waits for the work itself).
+//  - On CUDA tensors, as torch's NCCL backend: wait() orders the caller's current stream after
+//    the operations and does not block the host; the `after` step is queued on that stream; the
+//    future is a CUDA future of the tensors' device (its waiters' streams are ordered after it).
+//    The tensors stay alive until the GPU has finished with them (GpuLifetimes), waited for or
+//    not.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -35,6 +40,37 @@ namespace chorus::torch_backend {
 
 class FutureCompleter;
 
+// Keeps the tensors of CUDA operations alive until the GPU has finished with them: a wait only
+// orders a stream, and a work may be dropped without one, but torch's caching allocator would
+// hand freed memory out again at once, while NCCL may still read or write it. Thread-safe.
+class GpuLifetimes {
+ public:
+  GpuLifetimes() = default;
+  // Waits until the GPU has finished with what it holds (each operation's own deadline,
+  // CHORUS_TIMEOUT, bounds that), then lets go.
+  ~GpuLifetimes();
+  GpuLifetimes(const GpuLifetimes&) = delete;
+  GpuLifetimes& operator=(const GpuLifetimes&) = delete;
+
+  // Holds `tensors` (and whatever `captures` holds) until every one of `works` has completed.
+  void hold(std::vector<std::shared_ptr<chorus::Work>> works,
+            std::vector<at::Tensor> tensors,
+            std::function<void()> captures);
+  // Lets go of what the GPU has finished with, oldest first. Cheap when nothing is held.
+  void release();
+
+ private:
+  struct Held {
+    std::vector<std::shared_ptr<chorus::Work>> works;
+    std::vector<at::Tensor> tensors;
+    std::function<void()> captures;
+  };
+  static bool finished(const Held& held);
+
+  std::mutex mutex_;
+  std::deque<Held> held_;  // guarded by mutex_
+};
+
 class ChorusWork : public c10d::Work {
  public:
   // A sourceRank for a recv from any source: the sender, which its chorus Work learns.
@@ -47,6 +83,7 @@ class ChorusWork : public c10d::Work {
              std::vector<at::Tensor> keepAlive,
              std::function<void()> after,
              std::weak_ptr<FutureCompleter> completer,
+             std::shared_ptr<GpuLifetimes> lifetimes,
              int sourceRank = -1);
   ~ChorusWork() override;
 
@@ -63,6 +100,8 @@ class ChorusWork : public c10d::Work {
  private:
   // Completes this work once every chorus operation has (the caller has seen that).
   void complete() noexcept;
+  // Lets go of the tensors: at once for CPU ones, through lifetimes_ for CUDA ones.
+  void releaseTensors() noexcept;
 
   std::vector<std::shared_ptr<chorus::Work>> works_;
   std::vector<at::Tensor> outputs_;
@@ -71,6 +110,8 @@ class ChorusWork : public c10d::Work {
   // Weak: the process group owns the completer, and a work the completer thread drops must not
   // end it there (its destructor joins that thread).
   std::weak_ptr<FutureCompleter> completer_;
+  std::shared_ptr<GpuLifetimes> lifetimes_;
+  int device_;  // the CUDA ordinal of the tensors, -1 for CPU tensors
   int sourceRank_;
   std::once_flag completed_;
   std::mutex futureMutex_;
