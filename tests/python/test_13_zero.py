@@ -239,6 +239,9 @@ def test_stage_two_holds_gradient_shards_and_few_buckets(comm, multi_rank):
 def test_stage_three_releases_parameters_between_uses(comm):
     model, zero = train_zero(comm, "sgd", 3, steps=1)
     assert all(p.numel() == 0 for p in model.parameters())
+    # Released, each keeps its device: torch drops a parameter's gradient accumulator (and the
+    # optimizer's hook on it) when its .data moves to another device.
+    assert all(p.device == torch.device(DEVICE) for p in model.parameters())
     seen = []
     hook = model.block.register_forward_pre_hook(lambda m, i: seen.append(m.weight.shape))
     with torch.no_grad():

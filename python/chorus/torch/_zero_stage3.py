@@ -37,7 +37,11 @@ class ParameterLifecycle:
         self._params = params
         self._shapes = shapes
         self._members = [engine.unit_parameters(u) for u in range(engine.num_units)]
-        self._empty = torch.empty(0, dtype=params[0].dtype) if params else None
+        # On the parameters' own device: a .data of another device or dtype makes torch drop the
+        # parameter's gradient accumulator, and with it ZeroOptimizer's hook (no gradient would
+        # reach the engine; on a GPU, training then stood still).
+        self._empty = (torch.empty(0, dtype=params[0].dtype, device=params[0].device)
+                       if params else None)
         self._forward_order, self._position = [], {}
         self._handles = []
         for unit, module in enumerate(unit_modules):
