@@ -189,12 +189,21 @@ run_training() {
   budgeted torch_backend_np2 120 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" -m pytest \
     -q -p no:cacheprovider --maxfail=8 tests/python/test_27_torch_backend_cuda.py \
     tests/python/test_17_torch_backend.py tests/python/test_21_comm_hooks.py
+  # Issue 20: torch's FSDP and DDP over the "chorus" backend on CUDA, each against torch's NCCL.
+  budgeted digits_torch_fsdp_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    examples/python/train_digits.py --device cuda --torch fsdp --against nccl
+  budgeted digits_torch_ddp_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    examples/python/train_digits.py --device cuda --torch ddp --against nccl
   budgeted device_call_cost 30 10 "$build/bin/chorusrun" -np 1 \
     "$build/bin/chorus-device-call-cost" 2000
   # Issue 18's 2-rank enqueue, after the launch spin (Note [Enqueue on a non-blocking
   # communicator]): in C++ step by step, then from Python against torch.
   budgeted device_call_cost_np2 60 20 "$build/bin/chorusrun" -np 2 \
     "$build/bin/chorus-device-call-cost" 50 5
+  # The same 1-rank call timed by CUDA events, as the issue's target is stated (the third session
+  # saw this bench and chorus-device-call-cost disagree).
+  budgeted bench_np1_overhead 40 15 "$build/bin/chorusrun" -np 1 "$build/bin/chorus-bench" \
+    --device cuda --compare nccl --op allreduce --max 1K --iters 200 --repeats 5
   budgeted python_call_cost_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     bench/gpu_call_cost.py --iters 100
   budgeted digits_zero3_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
@@ -202,6 +211,9 @@ run_training() {
   budgeted train_bench_np2 120 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     bench/gpu_train_bench.py --repeats 3 --zero 1 2 3 --zero-fused --fsdp --profile
   budgeted nccl_tests 120 20 bash -c "$(gpu_cpp_tests)"
+  # The split test failed 2 of 6 runs in the third session (docs/performance_gpu.md): 10 more.
+  budgeted split_repeat 60 20 bash -c "for i in 1 2 3 4 5 6 7 8 9 10; do $build/bin/nccl_tests \
+    --gtest_filter=CommunicatorGpu.GroupsSplitTheWorldsNcclCommunicator | grep -E '^\[  (PASSED|FAILED) '; done"
   # Issue 18's scatter anomaly (0.29-0.65x of raw NCCL from 1 to 8 MiB in the first session).
   budgeted scatter_np2 60 20 "$build/bin/chorusrun" -np 2 "$build/bin/chorus-bench" --device cuda \
     --compare nccl --op scatter --min 256K --max 16M --check --repeats 5
