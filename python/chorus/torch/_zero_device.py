@@ -20,6 +20,11 @@ accumulated (stage 1). With compression (comm_dtype) each unit's gradients are d
 count and narrowed to bfloat16 or float16 before a reduction (a sum) and widened after it, as the
 C++ engine does. Nothing here is CUDA-specific: the same code runs on host tensors, which is
 how the host tests check it.
+
+The buckets and the reduce-scatter outputs are reused (_ReusedBuffers), not allocated per unit and
+iteration: a collective's buffers live until the GPU has finished it (chorus's Python layer keeps
+them), and the host runs ahead of the GPU, so fresh ones piled up (ZeRO-2 on CUDA peaked at 442
+MiB where ZeRO-1 took 156; docs/performance_gpu.md).
 """
 
 import numpy as np
@@ -36,6 +41,30 @@ OPTIMIZER_KERNELS = None
 
 def _invalid(message):
     return _chorus.InvalidArgumentError(f"ZeroOptimizer: {message}")
+
+
+class _ReusedBuffers:
+    """Flat buffers of `numel` elements of one dtype, handed out as views of their first `n` and
+    taken back for reuse. Reuse is safe on a GPU because a buffer is given back only once the
+    current stream is ordered after the last collective that used it (a wait), and whatever
+    writes it next runs on that stream or, for a collective, after an event on it. Each new
+    buffer is reported to `on_new` (the engine's memory count); none is ever freed."""
+
+    def __init__(self, numel, dtype, device, on_new):
+        self._numel, self._dtype, self._device, self._on_new = numel, dtype, device, on_new
+        self._free = []
+
+    def take(self, n):
+        """(buffer, view of its first n elements); the contents are whatever was left there."""
+        if not self._free:
+            buffer = torch.empty(self._numel, dtype=self._dtype, device=self._device)
+            self._on_new(buffer)
+            self._free.append(buffer)
+        buffer = self._free.pop()
+        return buffer, buffer[:n]
+
+    def give(self, buffer):
+        self._free.append(buffer)
 
 
 def _torch_optimizer(name, tensors, hyper):
@@ -66,6 +95,7 @@ class DeviceZeroEngine:
         self._memory = {"parameters": 0, "gradients": 0, "optimizer_state": 0, "buffers": 0,
                         "peak_buffers": 0}
         self._steps = 0
+        self._pools = {}  # (kind, dtype) -> _ReusedBuffers: the buckets and reduction outputs
         self._make_parameters()
         self._make_gradients()
         self._optimizer = _torch_optimizer(optim, self._master, self._hyper)
@@ -234,8 +264,9 @@ class DeviceZeroEngine:
         self._pending = [len(layout.unit_parameters(u)) for u in range(layout.num_units)]
         self._next = 0             # the next position of the issue order to launch
         self._completed = []       # units in the order backward completed them
-        self._buckets = {}         # stages 2 and 3: unit -> its bucket being filled
-        self._in_flight = []       # (unit, work, output or None, bucket or None), oldest first
+        self._buckets = {}         # stages 2 and 3: unit -> (buffer, its bucket view) being filled
+        # (unit, work, output or None, wire copy or None, reused buffers to give back), oldest first
+        self._in_flight = []
         self._in_backward = False
 
     def gradient(self, index):
@@ -284,11 +315,22 @@ class DeviceZeroEngine:
             while self._in_flight and (len(self._in_flight) + len(self._buckets)
                                        >= _BUCKETS_IN_FLIGHT):
                 self._retire_oldest()
-            bucket = torch.zeros(self._layout.padded_numel(unit), dtype=self._dtype,
-                                 device=self._device)
-            self._add_buffer(bucket)
-            self._buckets[unit] = bucket
-        return self._buckets[unit]
+            base, bucket = self._reused("bucket", self._dtype).take(
+                self._layout.padded_numel(unit))
+            bucket.zero_()
+            self._buckets[unit] = (base, bucket)
+        return self._buckets[unit][1]
+
+    def _reused(self, kind, dtype):
+        """The reused buffers of `kind` ("bucket": a unit's gradients, "output": a unit's shard of
+        them) in `dtype`, each of the largest unit's size."""
+        pools = self._pools
+        if (kind, dtype) not in pools:
+            size = (self._layout.padded_numel if kind == "bucket"
+                    else self._layout.unit_shard_numel)
+            numel = max(size(u) for u in range(self._layout.num_units))
+            pools[kind, dtype] = _ReusedBuffers(numel, dtype, self._device, self._add_buffer)
+        return pools[kind, dtype]
 
     def _launch_ready(self):
         order = self._issue_order
@@ -314,34 +356,37 @@ class DeviceZeroEngine:
             sent = gradients if self._wire is None else self._narrow(gradients)
             work = _ops.allreduce(sent, "avg" if self._wire is None else "sum", async_op=True,
                                   inplace=True)
-            self._in_flight.append((unit, work, None, None if sent is gradients else sent))
+            self._in_flight.append((unit, work, None, None if sent is gradients else sent, []))
             return
-        bucket = self._bucket(unit)
-        del self._buckets[unit]
-        sent = bucket
+        self._bucket(unit)
+        base, bucket = self._buckets.pop(unit)
+        sent, reused = bucket, [("bucket", self._dtype, base)]
         if self._wire is not None:
-            sent = self._narrow(bucket)
-            self._drop_buffer(bucket)  # the wire copy is what the reduction reads
-        output = torch.empty(self._layout.unit_shard_numel(unit), dtype=sent.dtype,
-                             device=self._device)
-        self._add_buffer(output)
+            sent = self._narrow(bucket)  # what the reduction reads: the bucket is free again
+            self._reused("bucket", self._dtype).give(base)
+            reused = []
+        output_base, output = self._reused("output", sent.dtype).take(
+            self._layout.unit_shard_numel(unit))
+        reused.append(("output", sent.dtype, output_base))
         work = _ops.reduce_scatter(sent, "avg" if self._wire is None else "sum", out=output,
                                    async_op=True)
-        self._in_flight.append((unit, work, output, sent))
+        self._in_flight.append((unit, work, output, None if sent is bucket else sent, reused))
 
     def _retire_oldest(self):
         """Orders the current stream after the oldest reduction, then, on that stream: stages 2
         and 3 add its part (widened, with compression) to the gradient shard; stage 1 with
-        compression makes the unit's gradients the widened sum. Its buffers go."""
-        unit, work, output, sent = self._in_flight.pop(0)
+        compression makes the unit's gradients the widened sum. Its buffers go (the reused ones
+        back for the next unit: what writes them next is ordered after this)."""
+        unit, work, output, wire, reused = self._in_flight.pop(0)
         work.wait()
         if output is not None:
             self._grad_shard[self._shard_slice(unit)] += output.to(self._dtype)
-            self._drop_buffer(output)
-        elif sent is not None:
-            self._grad_units[unit].copy_(sent)
-        if sent is not None:
-            self._drop_buffer(sent)
+        elif wire is not None:
+            self._grad_units[unit].copy_(wire)
+        if wire is not None:
+            self._drop_buffer(wire)
+        for kind, dtype, base in reused:
+            self._reused(kind, dtype).give(base)
 
     def finalize(self):
         """End of backward: units not complete are reduced as they are (stage 1) or with zeros for
