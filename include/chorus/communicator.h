@@ -106,7 +106,8 @@ class Communicator {
   // allow); any other overlap is an InvalidArgumentError.
   WorkPtr allgather(Tensor input, Tensor output, int axis = 0);
   // Reduces `input` (numel = size() * output.numel()) across ranks and leaves chunk rank() of the
-  // result (in row-major order) in `output`.
+  // result (in row-major order) in `output`. Input and output share no memory (else
+  // InvalidArgumentError), as for gather's and scatter's input and output.
   WorkPtr reduceScatter(Tensor input, Tensor output, ReduceOp op = ReduceOp::kSum);
   // Copies `root`'s tensor into every rank's tensor.
   WorkPtr broadcast(Tensor tensor, int root);

@@ -219,10 +219,12 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
                    " elements, but must have size (", size(), ") x output elements (",
                    output.numel(), ")");
   detail::checkReduction(op, input.dtype(), "reduce_scatter", me);
+  const int device = detail::deviceOf({&input, &output}, "reduce_scatter", me);  // mix refused
+  detail::checkApart(input, output, "reduce_scatter", me);
   const size_t count = output.numel();
   auto fingerprint =
       detail::makeFingerprint(Collective::kReduceScatter, count, input.dtype(), op, -1);
-  if (const int device = detail::deviceOf({&input, &output}, "reduce_scatter", me); device >= 0)
+  if (device >= 0)
     return detail::deviceReduceScatter(*state_, fingerprint, device, input, output, op);
   auto& state = *state_;
   return state_->submit(

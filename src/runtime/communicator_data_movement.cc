@@ -113,7 +113,10 @@ Communicator::WorkPtr Communicator::gather(Tensor input, Tensor output, int root
   auto fingerprint = detail::makeFingerprint(Collective::kGather, input.numel(), input.dtype(),
                                              std::nullopt, root);
   const Tensor* rootOutput = rank() == root ? &output : nullptr;
-  if (const int device = detail::deviceOf({&input, rootOutput}, "gather", me); device >= 0)
+  const int device = detail::deviceOf({&input, rootOutput}, "gather", me);  // a mix is refused
+  if (rank() == root || output.data() != nullptr)  // as the shape: wherever it is given
+    detail::checkApart(input, output, "gather", me);
+  if (device >= 0)
     return detail::deviceGather(*state_, fingerprint, device, input, output, root, axis);
   auto& state = *state_;
   return state_->submit(
@@ -149,7 +152,10 @@ Communicator::WorkPtr Communicator::scatter(Tensor input, Tensor output, int roo
   auto fingerprint = detail::makeFingerprint(Collective::kScatter, output.numel(), output.dtype(),
                                              std::nullopt, root);
   const Tensor* rootInput = rank() == root ? &input : nullptr;
-  if (const int device = detail::deviceOf({rootInput, &output}, "scatter", me); device >= 0)
+  const int device = detail::deviceOf({rootInput, &output}, "scatter", me);  // a mix is refused
+  if (rank() == root || input.data() != nullptr)  // as the shape: wherever it is given
+    detail::checkApart(input, output, "scatter", me);
+  if (device >= 0)
     return detail::deviceScatter(*state_, fingerprint, device, input, output, root);
   auto& state = *state_;
   return state_->submit(

@@ -35,6 +35,16 @@ void checkOutputFor(const Tensor& input, const Tensor& output, std::string_view 
                    "tensor twice (in place) or separate ones");
 }
 
+void checkApart(const Tensor& input, const Tensor& output, std::string_view op, int rank) {
+  const auto in = reinterpret_cast<std::uintptr_t>(input.data());
+  const auto out = reinterpret_cast<std::uintptr_t>(output.data());
+  const bool disjoint = input.nbytes() == 0 || output.nbytes() == 0 ||
+                        out + output.nbytes() <= in || in + input.nbytes() <= out;
+  CHORUS_CHECK_ARG(disjoint, "rank ", rank, " (this process): ", op, ": input (", input.describe(),
+                   ") and output (", output.describe(),
+                   ") share memory; this operation needs separate tensors");
+}
+
 int normalizeAxis(int axis, int dims, std::string_view what, std::string_view op, int rank) {
   int normalized = axis < 0 ? axis + dims : axis;
   CHORUS_CHECK_ARG(normalized >= 0 && normalized < dims, "rank ", rank, " (this process): ", op,

@@ -24,6 +24,10 @@ void checkListedTensor(const Tensor& tensor, size_t index, std::string_view op, 
 // The output of an out-of-place call (allreduce, broadcast, reduce) against its input: checkTensor
 // on it, the same dtype and number of elements, and either the same memory or none shared.
 void checkOutputFor(const Tensor& input, const Tensor& output, std::string_view op, int rank);
+// For operations whose output is not laid over the input (reduce_scatter, gather at the root,
+// scatter at the root): the two share no memory. A backend reading one while writing the other
+// would corrupt both, and MPI forbids it (its MPI_IN_PLACE forms lay the blocks out otherwise).
+void checkApart(const Tensor& input, const Tensor& output, std::string_view op, int rank);
 // Normalizes a possibly negative axis; out of range is InvalidArgumentError naming the argument
 // `what` ("axis", "split_axis").
 int normalizeAxis(int axis, int dims, std::string_view what, std::string_view op, int rank);

@@ -165,7 +165,8 @@ def settled_allocation(device):
     host barrier here is; _chorus's work.cc)."""
     gc.collect()
     torch.cuda.synchronize(device)
-    chorus.barrier()
+    chorus.barrier()  # a call sweeps those whose host check has ended too: the second one sweeps
+    chorus.barrier()  # what the first found still checking
     return torch.cuda.memory_allocated(device)
 
 

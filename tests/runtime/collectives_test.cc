@@ -238,6 +238,29 @@ TEST_P(CollectivesTest, AllgatherInPlace) {
   });
 }
 
+// reduce_scatter, and gather and scatter at their root, write an output that is not laid over
+// the input: tensors that share memory are refused at the call (every rank here passes them, to
+// itself as root), before anything is issued, and the communicator goes on working.
+TEST_P(CollectivesTest, OverlappingInputAndOutputAreRefusedWhereTheyCannotShare) {
+  const int p = GetParam().size;
+  runRanks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> memory(6 * p, 1.0f);
+    const Tensor whole(memory.data(), {4 * p});
+    const Tensor block(memory.data() + 4 * r, {4});    // this rank's block of `whole`
+    const Tensor shifted(memory.data() + p, {4 * p});  // overlaps `whole`, p elements on
+    EXPECT_THROW(comm.reduceScatter(whole, block), InvalidArgumentError);
+    EXPECT_THROW(comm.reduceScatter(shifted, Tensor(memory.data() + 2 * p, {4})),
+                 InvalidArgumentError);
+    EXPECT_THROW(comm.gather(block, whole, r), InvalidArgumentError);
+    EXPECT_THROW(comm.scatter(whole, block, r), InvalidArgumentError);
+    // Separate tensors still work: each rank's block of the sum of every rank's ones.
+    std::vector<float> mine(4);
+    comm.reduceScatter(whole, Tensor(mine.data(), {4}))->wait();
+    EXPECT_EQ(mine, std::vector<float>(4, static_cast<float>(p)));
+  });
+}
+
 TEST_P(CollectivesTest, BroadcastAndReduceFromSeveralRoots) {
   const int p = GetParam().size;
   runRanks(p, [&](Communicator& comm) {

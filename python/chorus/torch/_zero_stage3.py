@@ -37,11 +37,10 @@ class ParameterLifecycle:
         self._params = params
         self._shapes = shapes
         self._members = [engine.unit_parameters(u) for u in range(engine.num_units)]
-        # On the parameters' own device: a .data of another device or dtype makes torch drop the
+        # Each on its parameter's own device and dtype: a .data of another makes torch drop the
         # parameter's gradient accumulator, and with it ZeroOptimizer's hook (no gradient would
         # reach the engine; on a GPU, training then stood still).
-        self._empty = (torch.empty(0, dtype=params[0].dtype, device=params[0].device)
-                       if params else None)
+        self._empty = [p.new_empty(0) for p in params]
         self._forward_order, self._position = [], {}
         self._handles = []
         for unit, module in enumerate(unit_modules):
@@ -57,7 +56,7 @@ class ParameterLifecycle:
 
     def release(self, unit):
         for index in self._members[unit]:
-            self._params[index].data = self._empty
+            self._params[index].data = self._empty[index]
         self._engine.release(unit)
 
     def release_all(self):

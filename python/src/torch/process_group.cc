@@ -42,7 +42,8 @@ void checkListLength(size_t length, int size, const char* what, const char* op) 
 
 // `tensor`'s bytes: a flat uint8 tensor (over the same memory when it is contiguous).
 at::Tensor asBytes(const at::Tensor& tensor) {
-  at::Tensor flat = tensor.contiguous().reshape({-1});
+  // The values as they read (a lazy conjugate or negation applied), then their bytes.
+  at::Tensor flat = tensor.resolve_conj().resolve_neg().contiguous().reshape({-1});
   return flat.scalar_type() == at::kByte ? flat : flat.view(at::kByte);
 }
 
@@ -94,6 +95,16 @@ ProcessGroupChorus::~ProcessGroupChorus() = default;
 
 WorkPtr ProcessGroupChorus::finish(c10d::OpType type, Issued issued) {
   lifetimes_->release();  // the tensors of earlier CUDA operations the GPU has finished with
+  if (const int device = firstCudaDevice({&issued.outputs, &issued.keepAlive});
+      device >= 0 && issued.after) {
+    // CUDA: the copy-out is queued now, on the caller's stream after the operations (a wait only
+    // orders the stream), so that it is in stream order wherever the work is waited for, and
+    // done even if the work is dropped. The caller's stream waits for the collective here.
+    const TorchStreamScope stream(device);
+    for (const auto& work : issued.works) work->wait();
+    issued.after();
+    issued.after = nullptr;
+  }
   return c10::make_intrusive<ChorusWork>(getRank(), type, std::move(issued.works),
                                          std::move(issued.outputs), std::move(issued.keepAlive),
                                          std::move(issued.after), completer_, lifetimes_,
@@ -200,6 +211,7 @@ WorkPtr ProcessGroupChorus::allgatherEach(const std::vector<std::vector<at::Tens
     checkListLength(outputLists[i].size(), getSize(), "the output list", "allgather");
     at::Tensor input = inputs[i].contiguous();
     for (const auto& output : outputLists[i]) {
+      checkSameDevice(output, input, "an output", "allgather");
       TORCH_CHECK(output.scalar_type() == input.scalar_type() && output.numel() == input.numel(),
                   "chorus: allgather: every output must have the input's dtype and number of "
                   "elements (",
@@ -254,6 +266,7 @@ WorkPtr ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>>& outputs
     if (getRank() == root) {
       TORCH_CHECK(outputs.size() == 1, "chorus: gather: the root passes one output list");
       checkListLength(outputs[0].size(), getSize(), "the output list", "gather");
+      for (const auto& output : outputs[0]) checkSameDevice(output, input, "an output", "gather");
       at::Tensor gathered = byteBuffer(getSize() * static_cast<int64_t>(input.nbytes()), input);
       gatheredView = bytes(gathered, "output", "gather");
       issued.keepAlive.push_back(gathered);
@@ -284,13 +297,14 @@ WorkPtr ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
     if (getRank() == root) {
       TORCH_CHECK(inputs.size() == 1, "chorus: scatter: the root passes one input list");
       checkListLength(inputs[0].size(), getSize(), "the input list", "scatter");
-      at::Tensor all = packed(inputs[0], static_cast<int64_t>(output.nbytes()), output);
       for (const auto& input : inputs[0]) {
+        checkSameDevice(input, output, "an input", "scatter");
         TORCH_CHECK(
             input.nbytes() == output.nbytes() && input.scalar_type() == output.scalar_type(),
             "chorus: scatter: every input must have the output's dtype and size (",
             dtypeName(output.scalar_type()), " x ", output.numel(), ")");
       }
+      at::Tensor all = packed(inputs[0], static_cast<int64_t>(output.nbytes()), output);
       packedView = bytes(all, "input", "scatter");
       issued.keepAlive.push_back(all);
     } else {
@@ -391,6 +405,9 @@ WorkPtr ProcessGroupChorus::alltoall(std::vector<at::Tensor>& outputs,
 
 WorkPtr ProcessGroupChorus::alltoallChunks(const std::vector<at::Tensor>& sends,
                                            const std::vector<at::Tensor>& receives) {
+  for (const auto& tensor : sends) checkSameDevice(tensor, sends.front(), "a tensor", "all_to_all");
+  for (const auto& tensor : receives)
+    checkSameDevice(tensor, sends.front(), "a tensor", "all_to_all");
   int64_t largest = 0;
   for (const auto& tensor : sends) largest = std::max<int64_t>(largest, tensor.nbytes());
   for (const auto& tensor : receives) largest = std::max<int64_t>(largest, tensor.nbytes());

@@ -3,27 +3,68 @@
 #include <c10/util/Exception.h>
 
 #if CHORUS_TORCH_CUDA_STREAMS
-#include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #endif
 
 namespace chorus::torch_backend {
+namespace {
+
+#if CHORUS_TORCH_CUDA_STREAMS
+const c10::impl::DeviceGuardImplInterface& cudaInterface() {
+  return *c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+}
+
+c10::Device cudaDevice(int device) {
+  return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+}
+#endif
+
+[[maybe_unused]] [[noreturn]] void refuseCuda() {
+  TORCH_CHECK(false,
+              "chorus: this build of the torch backend takes no CUDA tensors (it needs "
+              "torch >= 2.3 at build time)");
+}
+
+}  // namespace
 
 bool cudaTensorsSupported() { return CHORUS_TORCH_CUDA_STREAMS != 0; }
+
+int firstCudaDevice(std::initializer_list<const std::vector<at::Tensor>*> lists) {
+  for (const auto* list : lists) {
+    for (const auto& tensor : *list) {
+      if (deviceIndex(tensor) >= 0)
+        return deviceIndex(tensor);
+    }
+  }
+  return -1;
+}
 
 TorchStreamScope::TorchStreamScope(int device) {
   if (device < 0)
     return;
 #if CHORUS_TORCH_CUDA_STREAMS
-  const c10::impl::DeviceGuardImplInterface* cuda =
-      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-  const c10::Stream current =
-      cuda->getStream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)));
+  const c10::Stream current = cudaInterface().getStream(cudaDevice(device));
   guard_.emplace(reinterpret_cast<CudaStream>(current.native_handle()));
 #else
-  TORCH_CHECK(false,
-              "chorus: this build of the torch backend takes no CUDA tensors (it needs "
-              "torch >= 2.3 at build time)");
+  refuseCuda();
+#endif
+}
+
+TorchSideStream::TorchSideStream(int device) {
+  if (device < 0)
+    return;
+#if CHORUS_TORCH_CUDA_STREAMS
+  previous_ =
+      cudaInterface().exchangeStream(cudaInterface().getStreamFromGlobalPool(cudaDevice(device)));
+#else
+  refuseCuda();
+#endif
+}
+
+TorchSideStream::~TorchSideStream() {
+#if CHORUS_TORCH_CUDA_STREAMS
+  if (previous_)
+    cudaInterface().exchangeStream(*previous_);
 #endif
 }
 

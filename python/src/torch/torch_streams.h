@@ -6,15 +6,23 @@
 //    c10::Stream gives the raw CUDA stream (native_handle) through c10's device interface, so the
 //    extension needs no CUDA headers or libraries of torch's; torch 1.13 (Debian's) has none.
 //  - deviceIndex(tensor): the CUDA ordinal of a CUDA tensor, -1 for any other.
+//  - firstCudaDevice(lists): the CUDA ordinal of the first CUDA tensor among `lists`, else -1.
 //  - TorchStreamScope(device): for its lifetime, chorus's current stream on this thread
 //    (chorus/stream.h) is torch's current stream on `device`, as torch.cuda.current_stream() says;
 //    for device -1 it changes nothing. So a collective is ordered after what the caller queued
-//    on its stream, and a wait orders that stream after the collective, as torch's NCCL does.
+//    on its stream, and a wait orders that stream after it, as torch's NCCL does.
+//  - TorchSideStream(device): for its lifetime, torch's current stream on `device` on this thread
+//    is one from torch's pool, not the device's default one (which the program computes on); the
+//    previous one comes back at the end. For device -1 it changes nothing. A helper thread (the
+//    future completer) orders its waits there, so that they hold up nothing of the program's.
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/Stream.h>
 
+#include <initializer_list>
 #include <optional>
+#include <vector>
 
 #include "chorus/stream.h"
 
@@ -26,6 +34,8 @@ inline int deviceIndex(const at::Tensor& tensor) {
   return tensor.defined() && tensor.is_cuda() ? tensor.device().index() : -1;
 }
 
+int firstCudaDevice(std::initializer_list<const std::vector<at::Tensor>*> lists);
+
 class TorchStreamScope {
  public:
   explicit TorchStreamScope(int device);
@@ -34,6 +44,17 @@ class TorchStreamScope {
 
  private:
   std::optional<StreamGuard> guard_;
+};
+
+class TorchSideStream {
+ public:
+  explicit TorchSideStream(int device);
+  ~TorchSideStream();
+  TorchSideStream(const TorchSideStream&) = delete;
+  TorchSideStream& operator=(const TorchSideStream&) = delete;
+
+ private:
+  std::optional<c10::Stream> previous_;
 };
 
 }  // namespace chorus::torch_backend

@@ -80,6 +80,15 @@ chorus::Tensor bytes(const at::Tensor& tensor, std::string_view what, std::strin
   return chorus::Tensor(tensor.data_ptr(), DataType::kUInt8, {count}, chorusDevice(tensor));
 }
 
+void checkSameDevice(const at::Tensor& tensor,
+                     const at::Tensor& like,
+                     std::string_view what,
+                     std::string_view op) {
+  TORCH_CHECK(tensor.device() == like.device(), "chorus: ", op, ": ", what, " is on ",
+              tensor.device(), " but the operation's tensors are on ", like.device(),
+              "; one call takes tensors of one device");
+}
+
 chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName) {
   switch (op.op_) {
     case c10d::ReduceOp::SUM:

@@ -31,6 +31,12 @@ namespace chorus::torch_backend {
 
 chorus::Tensor typed(const at::Tensor& tensor, std::string_view what, std::string_view op);
 chorus::Tensor bytes(const at::Tensor& tensor, std::string_view what, std::string_view op);
+// `tensor` (an item of a list form's inputs or outputs) is on `like`'s device; else torch's error
+// naming both.
+void checkSameDevice(const at::Tensor& tensor,
+                     const at::Tensor& like,
+                     std::string_view what,
+                     std::string_view op);
 chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName);
 // "torch.int16": a dtype as a torch user writes it.
 std::string dtypeName(at::ScalarType type);

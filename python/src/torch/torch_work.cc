@@ -9,20 +9,6 @@
 #include "torch_tensors.h"
 
 namespace chorus::torch_backend {
-namespace {
-
-// The CUDA ordinal of the first CUDA tensor among `lists`, -1 when there is none.
-int deviceOf(std::initializer_list<const std::vector<at::Tensor>*> lists) {
-  for (const auto* list : lists) {
-    for (const auto& tensor : *list) {
-      if (deviceIndex(tensor) >= 0)
-        return deviceIndex(tensor);
-    }
-  }
-  return -1;
-}
-
-}  // namespace
 
 GpuLifetimes::~GpuLifetimes() {
   for (const Held& held : held_) {
@@ -80,7 +66,7 @@ ChorusWork::ChorusWork(int rank,
       after_(std::move(after)),
       completer_(std::move(completer)),
       lifetimes_(std::move(lifetimes)),
-      device_(deviceOf({&outputs_, &keepAlive_})),
+      device_(firstCudaDevice({&outputs_, &keepAlive_})),
       sourceRank_(sourceRank) {}
 
 // A work dropped before it completed hands its CUDA tensors on (the GPU may be using them).
@@ -125,13 +111,32 @@ void ChorusWork::complete() noexcept {
       done_ = true;
       future = future_;
     }
-    if (future) {
-      if (error)
-        future->setError(error);
-      else
-        future->markCompleted(c10::IValue(outputs_));
-    }
+    if (future)
+      completeFuture(*future, error);
   });
+}
+
+void ChorusWork::completeFuture(c10::ivalue::Future& future, std::exception_ptr error) noexcept {
+  if (!error) {
+    try {
+      future.markCompleted(c10::IValue(outputs_));  // a CUDA future records its events here
+      return;
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  future.setError(error);
+}
+
+void ChorusWork::settleOnHelperThread() noexcept {
+  try {
+    // Not on the device's default stream, which the program computes on: a wait there would
+    // hold the program's work up until this operation ended.
+    const TorchSideStream side(device_);
+    settle();
+  } catch (...) {  // no pool stream: settle where we are
+    settle();
+  }
 }
 
 void ChorusWork::settle() noexcept {
@@ -194,10 +199,17 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
   auto future = future_;
   if (done_) {
     lock.unlock();
-    if (exception())
-      future->setError(exception());
-    else
-      future->markCompleted(c10::IValue(outputs_));
+    {
+      // The future's events go on the caller's stream: order it after the operation first.
+      const TorchStreamScope stream(device_);
+      for (const auto& work : works_) {
+        try {
+          work->wait();
+        } catch (...) {  // its failure is this work's exception()
+        }
+      }
+    }
+    completeFuture(*future, exception());
     return future;
   }
   lock.unlock();
@@ -255,7 +267,7 @@ void FutureCompleter::loop(const std::shared_ptr<Queue>& queue) {
     auto work = std::move(queue->pending.front());
     queue->pending.pop_front();
     lock.unlock();
-    work->settle();
+    work->settleOnHelperThread();
     work.reset();
     lock.lock();
   }

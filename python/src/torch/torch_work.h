@@ -14,10 +14,12 @@
 //    completes the futures of works that were still running when their future was asked for (or,
 //    once the process group is gone, getFuture() waits for the work itself).
 //  - On CUDA tensors, as torch's NCCL backend: wait() orders the caller's current stream after
-//    the operations and does not block the host; the `after` step is queued on that stream; the
-//    future is a CUDA future of the tensors' device (its waiters' streams are ordered after it).
-//    The tensors stay alive until the GPU has finished with them (GpuLifetimes), waited for or
-//    not.
+//    the operations and does not block the host. The future is a CUDA future of the tensors'
+//    device (its waiters' streams are ordered after it); the completer orders a side stream of
+//    its own, never the default one the program computes on. There is no `after` step: the
+//    process group queues a CUDA operation's copies when it issues it (ProcessGroupChorus::
+//    finish). The tensors stay alive until the GPU has finished with them (GpuLifetimes), waited
+//    for or not.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -96,12 +98,17 @@ class ChorusWork : public c10d::Work {
   // Waits for every chorus operation (their own deadlines bound it), then completes this work.
   // Never throws: a failure is recorded, and raised by wait() and the future.
   void settle() noexcept;
+  // settle() for the future completer's thread: on CUDA tensors, with a side stream as torch's
+  // current one (TorchSideStream), where the future's events go.
+  void settleOnHelperThread() noexcept;
 
  private:
   // Completes this work once every chorus operation has (the caller has seen that).
   void complete() noexcept;
   // Lets go of the tensors: at once for CPU ones, through lifetimes_ for CUDA ones.
   void releaseTensors() noexcept;
+  // Completes `future` with the outputs, or with `error` (also if completing it fails).
+  void completeFuture(c10::ivalue::Future& future, std::exception_ptr error) noexcept;
 
   std::vector<std::shared_ptr<chorus::Work>> works_;
   std::vector<at::Tensor> outputs_;

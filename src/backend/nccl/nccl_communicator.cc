@@ -57,10 +57,18 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::split(int color,
   ncclComm_t comm = nullptr;
   const ncclResult_t result =
       call([&](ncclComm_t parent) { return ncclCommSplit(parent, color, key, &comm, &config); });
-  // The parent settles first: a split is a call on it.
+  // The parent settles first: a split is a call on it, and NCCL (2.23 on) fills in the child
+  // only once the parent is done (NVIDIA/nccl#1472).
   settle(result, "ncclCommSplit", spec.deadline);
-  if (comm == nullptr)
-    return nullptr;  // NCCL_SPLIT_NOCOLOR
+  if (comm == nullptr && color == NCCL_SPLIT_NOCOLOR)
+    return nullptr;
+  if (comm == nullptr) {  // a rank that went on without its child would leave its group hanging
+    abort();
+    throw InternalError(
+        detail::concat("rank ", spec_.worldRank, " (this process): ncclCommSplit (color ", color,
+                       ") gave no communicator although it reported success; its parent ",
+                       spec_.name, " was aborted"));
+  }
   std::unique_ptr<NcclCommunicator> made(new NcclCommunicator(comm, spec));
   made->settle(ncclInProgress, "ncclCommSplit", spec.deadline);
   return made;
