@@ -212,3 +212,27 @@ def test_fsdp_on_cuda_matches_one_process(world, size, rank):
     expected = train(reference, None, size, rank, device=cuda_device())
     got = train(sharded, world, size, rank, device=cuda_device(), parameters=full_parameters)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_dropped_list_form_work_still_fills_its_outputs(world, size, rank):
+    """all_gather into a list, dropped without a wait: its copies were queued when it was
+    issued, in the caller's stream order, so the list is right once the stream has run."""
+    n = 300
+    mine = on_gpu(values(rank, n, torch.float32))
+    lists = []
+    for _ in range(4):
+        gathered = [torch.full_like(mine, -1.0) for _ in range(size)]
+        tdist.all_gather(gathered, mine, async_op=True)  # the work is dropped here
+        lists.append(gathered)
+    torch.cuda.synchronize(cuda_device())
+    for gathered in lists:
+        for r in range(size):
+            np.testing.assert_array_equal(gathered[r].cpu().numpy(),
+                                          values(r, n, torch.float32).numpy())
+
+
+def test_list_forms_on_two_devices_are_refused(world, size, rank):
+    mine = on_gpu(values(rank, 5, torch.float32))
+    outputs = [torch.zeros(5) for _ in range(size)]  # on the host
+    with pytest.raises(RuntimeError, match="device"):  # ours, or torch's own check first
+        tdist.all_gather(outputs, mine)
