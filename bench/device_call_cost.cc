@@ -13,9 +13,10 @@
 //   chorus           Communicator::allreduce on a CUDA tensor; its Work is dropped
 //   chorus+wait      the same, and wait() on each Work
 //
-// and one row beside them, for a design choice: "caller stream" runs the non-blocking call on the
-// caller's stream itself and records the end event there (no start event and no cross-stream
-// wait; what torch does for a call without async_op since 2.7).
+// and two rows beside them: "caller stream" runs the non-blocking call on the caller's stream
+// itself and records the end event there (no start event and no cross-stream wait; what torch
+// does for a call without async_op since 2.7), and "chorus blocking" is chorus doing that, for a
+// call under BlockingCalls (Note [Blocking calls on the caller's stream]), with wait().
 //
 // Each loop is timed on the host twice: up to the last enqueue ("enqueue", the caller's cost per
 // call), and up to the end of a device synchronize after it ("done", which includes the GPU's own
@@ -141,6 +142,10 @@ int main(int argc, char** argv) {
   const chorus::Tensor tensor(data, chorus::DataType::kFloat32, {2}, chorus::Device::cuda(device));
   auto viaChorus = [&] { comm->allreduce(tensor, chorus::ReduceOp::kSum); };
   auto viaChorusWait = [&] { comm->allreduce(tensor, chorus::ReduceOp::kSum)->wait(); };
+  auto viaChorusBlocking = [&] {  // as chorus's Python makes a blocking call: on this stream
+    chorus::BlockingCalls blocking;
+    comm->allreduce(tensor, chorus::ReduceOp::kSum)->wait();
+  };
   viaChorusWait();  // chorus's NCCL communicator and watchdog start outside the timing
   nccl();           // and each raw communicator's first call (its connections)
   ncclNonblocking();
@@ -156,7 +161,8 @@ int main(int argc, char** argv) {
                                  {"+caller waits", callerWaits},
                                  {"chorus", viaChorus},
                                  {"chorus+wait", viaChorusWait},
-                                 {"caller stream", onCallerStream}};
+                                 {"caller stream", onCallerStream},
+                                 {"chorus blocking", viaChorusBlocking}};
   if (rank == 0) {
     std::printf(
         "# 8-byte allreduce on %d rank(s), %d calls per loop, median of %d loops (us per "

@@ -4,8 +4,11 @@
 //
 // Note [Device call order]
 // How the runtime drives one call:
-//   1. startAfter(callerStream): the backend's stream waits for what the caller queued so far on
-//      its current stream (the inputs' producers), through an event: the host does not wait.
+//   1. startAfter(callerStream, onCallerStream): the call's work is ordered after what the caller
+//      queued so far on its current stream (the inputs' producers) and after the backend's earlier
+//      work; the host does not wait. Async calls run on the backend's stream, after an event on
+//      the caller's; blocking ones (onCallerStream: under BlockingCalls) on the caller's stream
+//      itself, which needs no event there and back.
 //   2. one or more collective methods, and copy() for staging; each only enqueues.
 //   3. recordEnd(): a DeviceCompletion for everything enqueued so far. The runtime makes the
 //      caller's stream wait on it (orderBefore) for a blocking call, or keeps it in the async
@@ -70,7 +73,7 @@ class DeviceBackend {
   // reduction the device lacks), before the call is checked across ranks or enqueued: such a
   // refusal, the same on every rank, leaves the communicator working. Default: refuses nothing.
   virtual void checkSupported(const Fingerprint& fingerprint) const { (void)fingerprint; }
-  virtual void startAfter(StreamHandle callerStream) = 0;
+  virtual void startAfter(StreamHandle callerStream, bool onCallerStream = false) = 0;
   // As Backend's methods, but enqueued. allreduce takes ReduceOp::kAvg itself, and float16 /
   // bfloat16 arrive unwidened: the device reduces them.
   virtual void allreduce(const DeviceCallContext& call, const AllreduceArgs& args) = 0;
@@ -87,10 +90,10 @@ class DeviceBackend {
       const DeviceCallContext& call, const void* data, size_t bytes, int peer, int tag) = 0;
   virtual void recv(const DeviceCallContext& call, void* data, size_t bytes, int peer, int tag) = 0;
 
-  // Device-to-device copy on the backend's stream (staging fused lists).
+  // Device-to-device copy on the call's stream (staging fused lists).
   virtual void copy(void* to, const void* from, size_t bytes) = 0;
   // `rows` runs of `rowBytes`, the i-th from from + i * fromPitch to to + i * toPitch, on the
-  // backend's stream (interleaving blocks along an axis; see runtime/tensor_layout.h).
+  // call's stream (interleaving blocks along an axis; see runtime/tensor_layout.h).
   virtual void copyRows(void* to,
                         size_t toPitch,
                         const void* from,
@@ -98,7 +101,8 @@ class DeviceBackend {
                         size_t rowBytes,
                         size_t rows) = 0;
   // Device memory of at least `bytes`, owned by the backend, for staging: valid until the next
-  // scratch() call; work already enqueued on it is ordered before any later reuse (one stream).
+  // scratch() call; work already enqueued on it is ordered before any later reuse (the calls are
+  // ordered one after another, whichever streams they run on).
   virtual void* scratch(size_t bytes) = 0;
   virtual std::shared_ptr<DeviceCompletion> recordEnd() = 0;
 

@@ -495,7 +495,8 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
     check = checkOnHost(fingerprint);
     const backend::DeviceCallContext enqueueCall{
         fingerprint, check != nullptr ? Deadline::after(2 * timeout) : call.deadline};
-    backend->startAfter(currentStream());
+    // A blocking call runs on the caller's stream (Note [Blocking calls on the caller's stream]).
+    backend->startAfter(currentStream(), BlockingCalls::active());
     // Recorded from its enqueue to the completion the watchdog sees (Note [Flight recorder]).
     const trace::Ticket ticket =
         trace::beginOperation(traceGroup_, fingerprint, bytesOf(fingerprint),

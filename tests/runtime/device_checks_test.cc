@@ -320,5 +320,25 @@ TEST_F(DeviceChecks, GroupsOfACommunicatorOnTheGpuSplitItsDeviceBackend) {
   testing::expectAllSucceeded(statuses);
 }
 
+// Blocking calls (under BlockingCalls, as chorus's Python makes them) run on the caller's own
+// stream, other calls on the backend's (Note [Blocking calls on the caller's stream]).
+TEST_F(DeviceChecks, BlockingCallsRunOnTheCallersStreamAndOthersDoNot) {
+  auto statuses = testing::forkRanks(2, [](Communicator& comm) {
+    std::vector<float> values(4, 1.0f);
+    const int before = testing::fakeDeviceCallsOnCallerStream();  // per process
+    comm.allreduce(onFakeGpu(values))->wait();
+    EXPECT_EQ(testing::fakeDeviceCallsOnCallerStream(), before);
+    {
+      BlockingCalls blocking;
+      comm.allreduce(onFakeGpu(values))->wait();
+      comm.broadcast(onFakeGpu(values), 1)->wait();
+    }
+    EXPECT_EQ(testing::fakeDeviceCallsOnCallerStream(), before + 2);
+    comm.allreduce(onFakeGpu(values))->wait();
+    EXPECT_EQ(testing::fakeDeviceCallsOnCallerStream(), before + 2);
+  });
+  testing::expectAllSucceeded(statuses);
+}
+
 }  // namespace
 }  // namespace chorus

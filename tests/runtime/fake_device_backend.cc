@@ -21,6 +21,7 @@ std::atomic<bool> peerGone{false};
 std::atomic<bool> connectWaits{false};
 std::atomic<int> enqueueFailsOn{-1};
 std::atomic<int> calls{0};
+std::atomic<int> onCallerStreamCalls{0};
 std::atomic<int> made{0};
 std::atomic<int> splits{0};
 
@@ -95,7 +96,11 @@ class FakeDeviceBackend final : public backend::Backend, public backend::DeviceB
       throw UnsupportedError("the fake device has no bxor, as NCCL has none");
   }
   backend::StreamHandle stream() const override { return 0; }
-  void startAfter(backend::StreamHandle) override { state_->throwIfFailed(); }
+  void startAfter(backend::StreamHandle, bool onCallerStream) override {
+    state_->throwIfFailed();
+    if (onCallerStream)
+      ++onCallerStreamCalls;
+  }
   void allreduce(const backend::DeviceCallContext& c, const AllreduceArgs&) override { count(c); }
   void reduceScatter(const backend::DeviceCallContext& c, const ReduceScatterArgs&) override {
     count(c);
@@ -192,6 +197,7 @@ void setFakeDevicePeerGone(bool value) { peerGone.store(value); }
 void setFakeDeviceConnectWaits(bool value) { connectWaits.store(value); }
 void setFakeDeviceEnqueueFailsOn(int rank) { enqueueFailsOn.store(rank); }
 int fakeDeviceCalls() { return calls.load(); }
+int fakeDeviceCallsOnCallerStream() { return onCallerStreamCalls.load(); }
 int fakeDeviceBackendsMade() { return made.load(); }
 int fakeDeviceSplits() { return splits.load(); }
 

@@ -26,8 +26,10 @@ void setFakeDeviceConnectWaits(bool waits);
 // do for a bad pointer; -1 for none. Per process. The fake also refuses bxor up front
 // (checkSupported), as the nccl backend does.
 void setFakeDeviceEnqueueFailsOn(int rank);
-// Device collectives the fakes of this process were given.
+// Device collectives the fakes of this process were given, and how many of them the runtime asked
+// to run on the caller's stream (blocking calls).
 int fakeDeviceCalls();
+int fakeDeviceCallsOnCallerStream();
 // Fakes made through createDeviceBackend (a rendezvous), and split() calls, in this process.
 int fakeDeviceBackendsMade();
 int fakeDeviceSplits();

@@ -153,6 +153,9 @@ NcclBackend::NcclBackend(std::unique_ptr<NcclCommunicator> comm, std::vector<int
                 "cudaStreamCreateWithFlags");
   checkCudaHere(cudaEventCreateWithFlags(&startEvent_, cudaEventDisableTiming),
                 "cudaEventCreateWithFlags");
+  checkCudaHere(cudaEventCreateWithFlags(&handoffEvent_, cudaEventDisableTiming),
+                "cudaEventCreateWithFlags");
+  callStream_ = lastStream_ = stream_;
 }
 
 NcclBackend::~NcclBackend() { close(); }
@@ -200,9 +203,12 @@ void NcclBackend::close() noexcept {
   if (stream_ == nullptr)
     return;
   cudaSetDevice(device_);
+  if (lastStream_ != stream_ && cudaEventRecord(handoffEvent_, lastStream_) == cudaSuccess)
+    cudaStreamWaitEvent(stream_, handoffEvent_, 0);  // the scratch's last use may be there
   if (scratch_ != nullptr)
     cudaFreeAsync(scratch_, stream_);
   cudaEventDestroy(startEvent_);
+  cudaEventDestroy(handoffEvent_);
   cudaStreamDestroy(stream_);  // returns at once; the stream is freed once its work is done
   stream_ = nullptr;
   scratch_ = nullptr;
@@ -241,17 +247,41 @@ void NcclBackend::checkSupported(const Fingerprint& fingerprint) const {
   }
 }
 
-void NcclBackend::startAfter(StreamHandle callerStream) {
+// Note [Blocking calls on the caller's stream]
+// A call made under BlockingCalls (chorus's blocking calls from Python, chorus-bench) runs on
+// the caller's stream itself, as torch's NCCL backend does since 2.7 for calls without async_op:
+// no start event, no cross-stream wait there and back (on the GPU machine that plumbing cost
+// 1.0 us of host time per call against 0.3 us; docs/performance_gpu.md). An async call runs on the
+// backend's own stream, after an event on the caller's. Either way a call is ordered after the
+// backend's previous one wherever that ran (an event on lastStream_ when the stream changes), so
+// its work ends in call order, as NCCL requires of one communicator and the watchdog assumes.
+void NcclBackend::startAfter(StreamHandle callerStream, bool onCallerStream) {
   state_->throwIfLatched();
-  checkCudaHere(cudaEventRecord(startEvent_, asStream(callerStream)), "cudaEventRecord");
-  checkCudaHere(cudaStreamWaitEvent(stream_, startEvent_, 0), "cudaStreamWaitEvent");
+  cudaStream_t caller = asStream(callerStream);
+  cudaStream_t target = onCallerStream ? caller : stream_;
+  if (!onCallerStream) {
+    checkCudaHere(cudaEventRecord(startEvent_, caller), "cudaEventRecord");
+    checkCudaHere(cudaStreamWaitEvent(stream_, startEvent_, 0), "cudaStreamWaitEvent");
+  }
+  // Already ordered after the previous call: on its stream, or (async) through the start event
+  // on the stream it ran on.
+  const bool ordered = lastStream_ == target || (!onCallerStream && lastStream_ == caller);
+  if (!ordered)
+    orderAfterLast(target);
+  callStream_ = target;
+  lastStream_ = target;
+}
+
+void NcclBackend::orderAfterLast(cudaStream_t stream) {
+  checkCudaHere(cudaEventRecord(handoffEvent_, lastStream_), "cudaEventRecord");
+  checkCudaHere(cudaStreamWaitEvent(stream, handoffEvent_, 0), "cudaStreamWaitEvent");
 }
 
 void NcclBackend::allreduce(const DeviceCallContext& call, const AllreduceArgs& args) {
   const ncclRedOp_t op = ncclOpOf(args.op, args.dtype, worldRanks_[rank_]);
   enqueue("ncclAllReduce", call, [&](ncclComm_t comm) {
     return ncclAllReduce(args.input, args.output, args.count, ncclTypeOf(args.dtype), op, comm,
-                         stream_);
+                         callStream_);
   });
 }
 
@@ -259,19 +289,20 @@ void NcclBackend::reduceScatter(const DeviceCallContext& call, const ReduceScatt
   const ncclRedOp_t op = ncclOpOf(args.op, args.dtype, worldRanks_[rank_]);
   enqueue("ncclReduceScatter", call, [&](ncclComm_t comm) {
     return ncclReduceScatter(args.input, args.output, args.countPerRank, ncclTypeOf(args.dtype), op,
-                             comm, stream_);
+                             comm, callStream_);
   });
 }
 
 void NcclBackend::allgather(const DeviceCallContext& call, const AllgatherArgs& args) {
   enqueue("ncclAllGather", call, [&](ncclComm_t comm) {
-    return ncclAllGather(args.input, args.output, args.bytesPerRank, ncclUint8, comm, stream_);
+    return ncclAllGather(args.input, args.output, args.bytesPerRank, ncclUint8, comm, callStream_);
   });
 }
 
 void NcclBackend::broadcast(const DeviceCallContext& call, const BroadcastArgs& args) {
   enqueue("ncclBroadcast", call, [&](ncclComm_t comm) {
-    return ncclBroadcast(args.input, args.output, args.bytes, ncclUint8, args.root, comm, stream_);
+    return ncclBroadcast(args.input, args.output, args.bytes, ncclUint8, args.root, comm,
+                         callStream_);
   });
 }
 
@@ -281,7 +312,7 @@ void NcclBackend::reduce(const DeviceCallContext& call, const ReduceArgs& args) 
   void* output = args.output != nullptr ? args.output : const_cast<void*>(args.input);
   enqueue("ncclReduce", call, [&](ncclComm_t comm) {
     return ncclReduce(args.input, output, args.count, ncclTypeOf(args.dtype), op, args.root, comm,
-                      stream_);
+                      callStream_);
   });
 }
 
@@ -296,13 +327,13 @@ void NcclBackend::gather(const DeviceCallContext& call, const GatherArgs& args) 
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_) {
           group.keep(cudaMemcpyAsync(out + peer * bytes, args.input, bytes,
-                                     cudaMemcpyDeviceToDevice, stream_));
+                                     cudaMemcpyDeviceToDevice, callStream_));
         } else {
-          group.keep(ncclRecv(out + peer * bytes, bytes, ncclUint8, peer, comm, stream_));
+          group.keep(ncclRecv(out + peer * bytes, bytes, ncclUint8, peer, comm, callStream_));
         }
       }
     } else {
-      group.keep(ncclSend(args.input, bytes, ncclUint8, args.root, comm, stream_));
+      group.keep(ncclSend(args.input, bytes, ncclUint8, args.root, comm, callStream_));
     }
     return group.end();
   });
@@ -317,13 +348,13 @@ void NcclBackend::scatter(const DeviceCallContext& call, const ScatterArgs& args
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_) {
           group.keep(cudaMemcpyAsync(args.output, in + peer * bytes, bytes,
-                                     cudaMemcpyDeviceToDevice, stream_));
+                                     cudaMemcpyDeviceToDevice, callStream_));
         } else {
-          group.keep(ncclSend(in + peer * bytes, bytes, ncclUint8, peer, comm, stream_));
+          group.keep(ncclSend(in + peer * bytes, bytes, ncclUint8, peer, comm, callStream_));
         }
       }
     } else {
-      group.keep(ncclRecv(args.output, bytes, ncclUint8, args.root, comm, stream_));
+      group.keep(ncclRecv(args.output, bytes, ncclUint8, args.root, comm, callStream_));
     }
     return group.end();
   });
@@ -336,8 +367,8 @@ void NcclBackend::allToAll(const DeviceCallContext& call, const AllToAllArgs& ar
   enqueue("ncclGroupEnd (all_to_all)", call, [&](ncclComm_t comm) {
     Group group;
     for (int peer = 0; peer < size_; ++peer) {
-      group.keep(ncclSend(in + peer * bytes, bytes, ncclUint8, peer, comm, stream_));
-      group.keep(ncclRecv(out + peer * bytes, bytes, ncclUint8, peer, comm, stream_));
+      group.keep(ncclSend(in + peer * bytes, bytes, ncclUint8, peer, comm, callStream_));
+      group.keep(ncclRecv(out + peer * bytes, bytes, ncclUint8, peer, comm, callStream_));
     }
     return group.end();
   });
@@ -346,25 +377,27 @@ void NcclBackend::allToAll(const DeviceCallContext& call, const AllToAllArgs& ar
 void NcclBackend::barrier(const DeviceCallContext& call) {
   void* flag = scratch(sizeof(int32_t));
   enqueue("ncclAllReduce (barrier)", call, [&](ncclComm_t comm) {
-    return ncclAllReduce(flag, flag, 1, ncclInt32, ncclSum, comm, stream_);
+    return ncclAllReduce(flag, flag, 1, ncclInt32, ncclSum, comm, callStream_);
   });
 }
 
 void NcclBackend::send(
     const DeviceCallContext& call, const void* data, size_t bytes, int peer, int /*tag*/) {
-  enqueue("ncclSend", call,
-          [&](ncclComm_t comm) { return ncclSend(data, bytes, ncclUint8, peer, comm, stream_); });
+  enqueue("ncclSend", call, [&](ncclComm_t comm) {
+    return ncclSend(data, bytes, ncclUint8, peer, comm, callStream_);
+  });
 }
 
 void NcclBackend::recv(const DeviceCallContext& call, void* data, size_t bytes, int peer, int) {
-  enqueue("ncclRecv", call,
-          [&](ncclComm_t comm) { return ncclRecv(data, bytes, ncclUint8, peer, comm, stream_); });
+  enqueue("ncclRecv", call, [&](ncclComm_t comm) {
+    return ncclRecv(data, bytes, ncclUint8, peer, comm, callStream_);
+  });
 }
 
 void NcclBackend::copy(void* to, const void* from, size_t bytes) {
   if (bytes == 0 || to == from)
     return;
-  checkCudaHere(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_),
+  checkCudaHere(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, callStream_),
                 "cudaMemcpyAsync");
 }
 
@@ -373,7 +406,7 @@ void NcclBackend::copyRows(
   if (rowBytes == 0 || rows == 0)
     return;
   checkCudaHere(cudaMemcpy2DAsync(to, toPitch, from, fromPitch, rowBytes, rows,
-                                  cudaMemcpyDeviceToDevice, stream_),
+                                  cudaMemcpyDeviceToDevice, callStream_),
                 "cudaMemcpy2DAsync");
 }
 
@@ -381,10 +414,10 @@ void* NcclBackend::scratch(size_t bytes) {
   if (bytes > scratchBytes_) {
     // Stream-ordered: the old buffer is freed after the work already queued on it.
     if (scratch_ != nullptr)
-      checkCudaHere(cudaFreeAsync(scratch_, stream_), "cudaFreeAsync");
+      checkCudaHere(cudaFreeAsync(scratch_, callStream_), "cudaFreeAsync");
     scratch_ = nullptr;
     scratchBytes_ = 0;
-    checkCudaHere(cudaMallocAsync(&scratch_, bytes, stream_), "cudaMallocAsync");
+    checkCudaHere(cudaMallocAsync(&scratch_, bytes, callStream_), "cudaMallocAsync");
     scratchBytes_ = bytes;
   }
   return scratch_;
@@ -393,7 +426,7 @@ void* NcclBackend::scratch(size_t bytes) {
 std::shared_ptr<DeviceCompletion> NcclBackend::recordEnd() {
   state_->throwIfLatched();
   auto completion = std::make_shared<NcclCompletion>(state_, state_->takeEvent());
-  checkCudaHere(cudaEventRecord(completion->event(), stream_), "cudaEventRecord");
+  checkCudaHere(cudaEventRecord(completion->event(), callStream_), "cudaEventRecord");
   return completion;
 }
 

@@ -4,10 +4,12 @@
 //
 // Each backend owns one non-blocking NCCL communicator (nccl_communicator.h) on one device and a
 // stream of its own (cudaStreamNonBlocking: it never syncs implicitly with the legacy default
-// stream; every ordering is an explicit event). Collectives map one to one onto NCCL's
-// (allreduce, reduce_scatter, allgather, broadcast, reduce); gather, scatter and all_to_all are
-// grouped ncclSend/ncclRecv; barrier is a one-element allreduce that the runtime waits for.
-// Send and recv ignore the tag (NCCL has none): messages between two ranks match in call order.
+// stream; every ordering is an explicit event). Blocking calls run on the caller's stream instead
+// (Note [Blocking calls on the caller's stream] in nccl_backend.cc). Collectives map one to one
+// onto NCCL's (allreduce, reduce_scatter, allgather, broadcast, reduce); gather, scatter and
+// all_to_all are grouped ncclSend/ncclRecv; barrier is a one-element allreduce that the runtime
+// waits for. Send and recv ignore the tag (NCCL has none): messages between two ranks match in call
+// order.
 //
 // Failures (a failed NCCL call, an asynchronous NCCL error, a deadline, abort()) latch: the first
 // is kept, the communicator is aborted (ncclCommAbort), and every later call and every
@@ -98,7 +100,7 @@ class NcclBackend final : public Backend, public DeviceBackend {
   int cudaDevice() const override { return device_; }
   StreamHandle stream() const override { return reinterpret_cast<StreamHandle>(stream_); }
   void checkSupported(const Fingerprint& fingerprint) const override;
-  void startAfter(StreamHandle callerStream) override;
+  void startAfter(StreamHandle callerStream, bool onCallerStream = false) override;
   void allreduce(const DeviceCallContext& call, const AllreduceArgs& args) override;
   void reduceScatter(const DeviceCallContext& call, const ReduceScatterArgs& args) override;
   void allgather(const DeviceCallContext& call, const AllgatherArgs& args) override;
@@ -134,8 +136,14 @@ class NcclBackend final : public Backend, public DeviceBackend {
   int rank_;
   int size_;
   int device_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t startEvent_ = nullptr;  // reused: a wait takes the event's state when it is queued
+  // Makes `stream` wait for the work enqueued so far on lastStream_.
+  void orderAfterLast(cudaStream_t stream);
+
+  cudaStream_t stream_ = nullptr;       // the backend's own stream (async calls)
+  cudaStream_t callStream_ = nullptr;   // where the current call enqueues: stream_ or the caller's
+  cudaStream_t lastStream_ = nullptr;   // where the previous call enqueued
+  cudaEvent_t startEvent_ = nullptr;    // reused: a wait takes the event's state when it is queued
+  cudaEvent_t handoffEvent_ = nullptr;  // from lastStream_ to a call on another stream; reused
   void* scratch_ = nullptr;
   size_t scratchBytes_ = 0;
 };
