@@ -55,6 +55,8 @@ using RankList = std::vector<std::vector<int>>;
 // bound to one core), more than a small collective on one node. Do not issue under it operations
 // that must overlap with each other or with the caller's work (e.g. a send whose matching recv this
 // thread issues next): they would run one after the other. Scopes nest; each thread has its own.
+// A collective on CUDA tensors issued under it runs on the thread's current stream itself rather
+// than on the communicator's (chorus/stream.h): nothing to order there and back.
 class BlockingCalls {
  public:
   BlockingCalls();

@@ -2,9 +2,11 @@
 //
 // Contract:
 //  - A collective on CUDA tensors starts after the work queued so far on the calling thread's
-//    current stream (it reads what that work wrote), and runs on the communicator's own stream.
-//    Its Work's wait() makes the waiting thread's current stream wait for the collective's end
-//    without blocking the host; DeviceWork::synchronize() blocks the host (see chorus/work.h).
+//    current stream (it reads what that work wrote), and after the communicator's previous one. It
+//    runs on the communicator's own stream, or, issued under BlockingCalls (a blocking call), on
+//    the current stream itself. Its Work's wait() makes the waiting thread's current stream wait
+//    for the collective's end without blocking the host; DeviceWork::synchronize() blocks the host
+//    (see chorus/work.h).
 //  - The current stream is a cudaStream_t's value. The default, 0, is CUDA's legacy default
 //    stream, what CUDA code uses when it names none. Set it where the program queues its work on
 //    another stream (PyTorch: torch.cuda.current_stream(); chorus's Python front end passes it

@@ -10,9 +10,9 @@
 //      the caller's; blocking ones (onCallerStream: under BlockingCalls) on the caller's stream
 //      itself, which needs no event there and back.
 //   2. one or more collective methods, and copy() for staging; each only enqueues.
-//   3. recordEnd(): a DeviceCompletion for everything enqueued so far. The runtime makes the
-//      caller's stream wait on it (orderBefore) for a blocking call, or keeps it in the async
-//      handle; synchronize() is the host wait (synchronize=True, barrier).
+//   3. recordEnd(): a DeviceCompletion for everything enqueued so far. A wait makes the waiting
+//      stream wait on it (orderBefore; nothing to do on the stream a blocking call ran on), and
+//      the async handle keeps it; synchronize() is the host wait (synchronize=True, barrier).
 // Buffers are device memory of cudaDevice(), flat and contiguous, as in collective_args.h; they
 // must stay allocated until the completion is done (the runtime keeps the tensors alive).
 //
@@ -73,7 +73,7 @@ class DeviceBackend {
   // reduction the device lacks), before the call is checked across ranks or enqueued: such a
   // refusal, the same on every rank, leaves the communicator working. Default: refuses nothing.
   virtual void checkSupported(const Fingerprint& fingerprint) const { (void)fingerprint; }
-  virtual void startAfter(StreamHandle callerStream, bool onCallerStream = false) = 0;
+  virtual void startAfter(StreamHandle callerStream, bool onCallerStream) = 0;
   // As Backend's methods, but enqueued. allreduce takes ReduceOp::kAvg itself, and float16 /
   // bfloat16 arrive unwidened: the device reduces them.
   virtual void allreduce(const DeviceCallContext& call, const AllreduceArgs& args) = 0;

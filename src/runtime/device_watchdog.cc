@@ -128,8 +128,10 @@ size_t DeviceWatchdog::endedPrefix(size_t count, const std::function<bool(size_t
 }
 
 void DeviceWatchdog::popEndedPrefix() {
-  // The communicator runs its device work on one stream, so its completions end in the order they
-  // were watched: the ended ones are a prefix of watched_. A binary search finds its end with
+  // The communicator's device calls are ordered one after another on the GPU (on its stream, or
+  // a blocking call's on the caller's, each after the previous call's end; Note [Blocking calls
+  // on the caller's stream]), so its completions end in the order they were watched: the ended
+  // ones are a prefix of watched_. A binary search finds its end with
   // O(log n) queries, where asking each would make one CUDA call per collective, each contending
   // for the driver's lock with the thread that enqueues. Only this thread removes entries, so
   // indices below the size read here stay valid while watch() appends. A query that throws stops

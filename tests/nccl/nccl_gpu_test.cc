@@ -47,7 +47,7 @@ TEST(NcclGpu, AllreduceSumsAndAveragesAtOneTwoAndThreeRanks) {
         std::vector<float> mine(count);
         for (size_t i = 0; i < count; ++i) mine[i] = term(options.rank, i);
         DeviceArray<float> sum(mine), avg(mine);
-        device.startAfter(0);
+        device.startAfter(0, false);
         device.allreduce(callOf(Collective::kAllreduce),
                          {sum.get(), sum.get(), count, DataType::kFloat32, ReduceOp::kSum});
         device.allreduce(callOf(Collective::kAllreduce),
@@ -80,7 +80,7 @@ TEST(NcclGpu, EveryOtherCollectiveMatchesItsClosedFormOnThreeRanks) {
 
     DeviceArray<int32_t> in(mine), gathered(n * p), full(all), scattered(n), swapped(n * p),
         rooted(n * p), bcast(mine), reduced(mine), redOut(n), fromRoot(n);
-    device.startAfter(0);
+    device.startAfter(0, false);
     const size_t bytes = n * sizeof(int32_t);
     device.allgather(callOf(Collective::kAllgather), {in.get(), gathered.get(), bytes});
     device.reduceScatter(callOf(Collective::kReduceScatter),
@@ -124,7 +124,7 @@ TEST(NcclGpu, SendAndRecvPassARing) {
     DeviceBackend& device = *backend->deviceBackend();
     const int r = options.rank, p = options.size;
     DeviceArray<int64_t> out(std::vector<int64_t>(9, r)), in(9);
-    device.startAfter(0);
+    device.startAfter(0, false);
     // Even ranks send first: NCCL's point-to-point calls block the stream until matched.
     for (int step = 0; step < 2; ++step) {
       if ((r % 2 == 0) == (step == 0))
@@ -148,7 +148,7 @@ TEST(NcclGpu, HalfPrecisionSumsAreExactOnSmallIntegers) {
     const bool first = options.rank == 0;
     DeviceArray<uint16_t> half(std::vector<uint16_t>(33, first ? one16 : two));
     DeviceArray<uint16_t> brain(std::vector<uint16_t>(33, first ? oneBf : two));
-    device.startAfter(0);
+    device.startAfter(0, false);
     device.allreduce(callOf(Collective::kAllreduce),
                      {half.get(), half.get(), 33, DataType::kFloat16, ReduceOp::kSum});
     device.allreduce(callOf(Collective::kAllreduce),
@@ -175,7 +175,7 @@ TEST(NcclGpu, TheCollectiveRunsAfterASlowProducerAndBeforeTheConsumer) {
     DeviceArray<int32_t> data(n);
     CUDA_OK(cudaLaunchHostFunc(producer, sleepOnTheStream, nullptr));
     CUDA_OK(cudaMemsetAsync(data.get(), options.rank + 1, n * sizeof(int32_t), producer));
-    device.startAfter(reinterpret_cast<StreamHandle>(producer));
+    device.startAfter(reinterpret_cast<StreamHandle>(producer), false);
     device.allreduce(callOf(Collective::kAllreduce),
                      {data.get(), data.get(), n, DataType::kInt32, ReduceOp::kSum});
     device.recordEnd()->orderBefore(reinterpret_cast<StreamHandle>(producer));
@@ -186,6 +186,40 @@ TEST(NcclGpu, TheCollectiveRunsAfterASlowProducerAndBeforeTheConsumer) {
     // Each rank memset bytes of rank + 1: ints of 0x01010101 and 0x02020202.
     EXPECT_EQ(result, std::vector<int32_t>(n, 0x01010101 + 0x02020202));
     cudaStreamDestroy(producer);
+  });
+}
+
+// Blocking calls run on the caller's stream, async ones on the backend's (Note [Blocking calls on
+// the caller's stream]); interleaved over two caller streams and a growing scratch buffer, each
+// call still sees the one before: every allreduce of two equal values doubles them.
+TEST(NcclGpu, CallsOnCallersStreamsAndOnItsOwnRunInCallOrder) {
+  CHORUS_SKIP_WITHOUT_GPU();
+  forkGpuRanks(2, [](const BackendOptions& options) {
+    auto backend = createNcclBackend(options);
+    DeviceBackend& device = *backend->deviceBackend();
+    cudaStream_t a, b;
+    CUDA_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    constexpr size_t n = 1 << 16;
+    DeviceArray<float> data(std::vector<float>(n, 1.0f));
+    CUDA_OK(cudaDeviceSynchronize());  // the upload ran on the legacy stream, a and b ignore it
+    auto doubled = [&](cudaStream_t stream, bool onCallerStream) {
+      device.startAfter(reinterpret_cast<StreamHandle>(stream), onCallerStream);
+      device.allreduce(callOf(Collective::kAllreduce),
+                       {data.get(), data.get(), n, DataType::kFloat32, ReduceOp::kSum});
+      return device.recordEnd();
+    };
+    doubled(a, true);   // 2
+    doubled(a, false);  // 4, on the backend's stream
+    doubled(b, true);   // 8
+    device.startAfter(reinterpret_cast<StreamHandle>(a), true);
+    device.barrier(callOf(Collective::kBarrier));  // a scratch buffer, on a
+    device.recordEnd();
+    doubled(b, false);                                    // 16
+    doubled(a, true)->synchronize(Deadline::after(60s));  // 32
+    EXPECT_EQ(data.read(), std::vector<float>(n, 32.0f));
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
   });
 }
 
@@ -207,7 +241,7 @@ TEST(NcclGpu, ARankThatNeverCallsIsATimeoutNotAHang) {
     const auto start = std::chrono::steady_clock::now();
     EXPECT_THROW(
         {
-          device.startAfter(0);
+          device.startAfter(0, false);
           device.allreduce(call,
                            {data.get(), data.get(), 1024, DataType::kFloat32, ReduceOp::kSum});
           device.recordEnd()->synchronize(Deadline::after(2s));
@@ -215,7 +249,7 @@ TEST(NcclGpu, ARankThatNeverCallsIsATimeoutNotAHang) {
         TimeoutError);
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
     // The failure latches: the next call says the same.
-    EXPECT_THROW(device.startAfter(0), TimeoutError);
+    EXPECT_THROW(device.startAfter(0, false), TimeoutError);
   });
 }
 

@@ -95,20 +95,30 @@ ProcessGroupChorus::~ProcessGroupChorus() = default;
 
 WorkPtr ProcessGroupChorus::finish(c10d::OpType type, Issued issued) {
   lifetimes_->release();  // the tensors of earlier CUDA operations the GPU has finished with
+  std::shared_ptr<StreamMark> copied;
   if (const int device = firstCudaDevice({&issued.outputs, &issued.keepAlive});
       device >= 0 && issued.after) {
-    // CUDA: the copy-out is queued now, on the caller's stream after the operations (a wait only
-    // orders the stream), so that it is in stream order wherever the work is waited for, and
-    // done even if the work is dropped. The caller's stream waits for the collective here.
-    const TorchStreamScope stream(device);
-    for (const auto& work : issued.works) work->wait();
+    // CUDA: the copy-out is queued now, on a stream of torch's pool ordered after the operations
+    // (nothing of the caller's waits for the collective), and marked: every wait of the work
+    // orders its stream after the mark too. It is done even if the work is dropped.
+    const TorchSideStream side(device);
+    {
+      const TorchStreamScope stream(device);  // chorus orders the side stream
+      for (const auto& work : issued.works) {
+        try {
+          work->wait();
+        } catch (...) {  // the work's failure: its wait() raises it
+        }
+      }
+    }
     issued.after();
+    copied = StreamMark::here(device);
     issued.after = nullptr;
   }
   return c10::make_intrusive<ChorusWork>(getRank(), type, std::move(issued.works),
                                          std::move(issued.outputs), std::move(issued.keepAlive),
                                          std::move(issued.after), completer_, lifetimes_,
-                                         issued.sourceRank);
+                                         issued.sourceRank, std::move(copied));
 }
 
 WorkPtr ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,

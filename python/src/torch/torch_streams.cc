@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #if CHORUS_TORCH_CUDA_STREAMS
+#include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #endif
 
@@ -47,6 +48,42 @@ TorchStreamScope::TorchStreamScope(int device) {
   guard_.emplace(reinterpret_cast<CudaStream>(current.native_handle()));
 #else
   refuseCuda();
+#endif
+}
+
+#if CHORUS_TORCH_CUDA_STREAMS
+struct StreamMark::Event {
+  c10::Event event{c10::DeviceType::CUDA};
+};
+#else
+struct StreamMark::Event {};
+#endif
+
+std::shared_ptr<StreamMark> StreamMark::here(int device) {
+  std::shared_ptr<StreamMark> mark(new StreamMark());
+  mark->device_ = device;
+#if CHORUS_TORCH_CUDA_STREAMS
+  mark->event_ = std::make_unique<Event>();
+  mark->event_->event.record(cudaInterface().getStream(cudaDevice(device)));
+#else
+  refuseCuda();
+#endif
+  return mark;
+}
+
+StreamMark::~StreamMark() = default;
+
+bool StreamMark::reached() const {
+#if CHORUS_TORCH_CUDA_STREAMS
+  return event_->event.query();
+#else
+  return true;
+#endif
+}
+
+void StreamMark::orderCurrentStream() const {
+#if CHORUS_TORCH_CUDA_STREAMS
+  event_->event.block(cudaInterface().getStream(cudaDevice(device_)));
 #endif
 }
 

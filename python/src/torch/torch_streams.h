@@ -14,13 +14,18 @@
 //  - TorchSideStream(device): for its lifetime, torch's current stream on `device` on this thread
 //    is one from torch's pool, not the device's default one (which the program computes on); the
 //    previous one comes back at the end. For device -1 it changes nothing. A helper thread (the
-//    future completer) orders its waits there, so that they hold up nothing of the program's.
+//    future completer), and the copy-out of a CUDA operation, run there, so that they hold up
+//    nothing of the program's.
+//  - StreamMark::here(device): a mark (a CUDA event) after the work queued so far on torch's
+//    current stream of `device`. reached() asks whether the GPU got there; orderCurrentStream()
+//    makes this thread's current stream of that device wait for it, without a host wait.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <c10/core/Stream.h>
 
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -44,6 +49,22 @@ class TorchStreamScope {
 
  private:
   std::optional<StreamGuard> guard_;
+};
+
+class StreamMark {
+ public:
+  static std::shared_ptr<StreamMark> here(int device);
+  ~StreamMark();
+  StreamMark(const StreamMark&) = delete;
+  StreamMark& operator=(const StreamMark&) = delete;
+  bool reached() const;
+  void orderCurrentStream() const;
+
+ private:
+  StreamMark() = default;
+  struct Event;
+  std::unique_ptr<Event> event_;
+  int device_ = -1;
 };
 
 class TorchSideStream {

@@ -2,7 +2,9 @@
 
 #include <ATen/core/jit_type.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "torch_streams.h"
@@ -18,10 +20,14 @@ GpuLifetimes::~GpuLifetimes() {
       } catch (...) {
       }
     }
+    while (held.mark != nullptr && !held.mark->reached())  // the copy-out, queued after them
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
 
 bool GpuLifetimes::finished(const Held& held) {
+  if (held.mark != nullptr && !held.mark->reached())
+    return false;
   for (const auto& work : held.works) {
     try {
       if (!work->isCompleted())
@@ -34,9 +40,10 @@ bool GpuLifetimes::finished(const Held& held) {
 
 void GpuLifetimes::hold(std::vector<std::shared_ptr<chorus::Work>> works,
                         std::vector<at::Tensor> tensors,
-                        std::function<void()> captures) {
+                        std::function<void()> captures,
+                        std::shared_ptr<StreamMark> mark) {
   std::lock_guard lock(mutex_);
-  held_.push_back({std::move(works), std::move(tensors), std::move(captures)});
+  held_.push_back({std::move(works), std::move(tensors), std::move(captures), std::move(mark)});
 }
 
 void GpuLifetimes::release() {
@@ -58,7 +65,8 @@ ChorusWork::ChorusWork(int rank,
                        std::function<void()> after,
                        std::weak_ptr<FutureCompleter> completer,
                        std::shared_ptr<GpuLifetimes> lifetimes,
-                       int sourceRank)
+                       int sourceRank,
+                       std::shared_ptr<StreamMark> copied)
     : c10d::Work(rank, type),
       works_(std::move(works)),
       outputs_(std::move(outputs)),
@@ -66,6 +74,7 @@ ChorusWork::ChorusWork(int rank,
       after_(std::move(after)),
       completer_(std::move(completer)),
       lifetimes_(std::move(lifetimes)),
+      copied_(std::move(copied)),
       device_(firstCudaDevice({&outputs_, &keepAlive_})),
       sourceRank_(sourceRank) {}
 
@@ -73,9 +82,26 @@ ChorusWork::ChorusWork(int rank,
 ChorusWork::~ChorusWork() { releaseTensors(); }
 
 void ChorusWork::releaseTensors() noexcept {
-  if (device_ >= 0 && lifetimes_ != nullptr && !keepAlive_.empty())
-    lifetimes_->hold(works_, std::move(keepAlive_), std::move(after_));
+  if (device_ >= 0 && lifetimes_ != nullptr && !keepAlive_.empty()) {
+    // The copy-out writes the outputs on its stream: they are held too until it is done.
+    if (copied_ != nullptr)
+      keepAlive_.insert(keepAlive_.end(), outputs_.begin(), outputs_.end());
+    lifetimes_->hold(works_, std::move(keepAlive_), std::move(after_), copied_);
+  }
   keepAlive_.clear();
+}
+
+void ChorusWork::orderCurrentStream() noexcept {
+  const TorchStreamScope stream(device_);
+  for (const auto& work : works_) {
+    try {
+      work->wait();
+    } catch (...) {
+      // recorded by the work itself: complete() reads it from exception()
+    }
+  }
+  if (copied_ != nullptr)
+    copied_->orderCurrentStream();
 }
 
 void ChorusWork::complete() noexcept {
@@ -117,15 +143,21 @@ void ChorusWork::complete() noexcept {
 }
 
 void ChorusWork::completeFuture(c10::ivalue::Future& future, std::exception_ptr error) noexcept {
-  if (!error) {
-    try {
+  // markCompleted may throw after marking the future complete (recording its CUDA events, or a
+  // callback): then the error can only be given where it is still open. A callback that throws
+  // in setError has nowhere to go either.
+  try {
+    if (!error) {
       future.markCompleted(c10::IValue(outputs_));  // a CUDA future records its events here
       return;
-    } catch (...) {
-      error = std::current_exception();
     }
+  } catch (...) {
+    error = std::current_exception();
   }
-  future.setError(error);
+  try {
+    future.setErrorIfNeeded(error);
+  } catch (...) {
+  }
 }
 
 void ChorusWork::settleOnHelperThread() noexcept {
@@ -141,14 +173,7 @@ void ChorusWork::settleOnHelperThread() noexcept {
 
 void ChorusWork::settle() noexcept {
   // On CUDA tensors a wait orders this thread's current stream (torch's) after the operation.
-  const TorchStreamScope stream(device_);
-  for (const auto& work : works_) {
-    try {
-      work->wait();
-    } catch (...) {
-      // recorded by the work itself: complete() reads it from exception()
-    }
-  }
+  orderCurrentStream();
   complete();
 }
 
@@ -157,6 +182,8 @@ bool ChorusWork::isCompleted() {
     if (!work->isCompleted())
       return false;
   }
+  if (copied_ != nullptr && !copied_->reached())
+    return false;  // the copy-out is still running
   complete();
   return true;
 }
@@ -180,6 +207,8 @@ bool ChorusWork::wait(std::chrono::milliseconds timeout) {
         throwTorchError("chorus: " + work->description() + " did not complete within " +
                         std::to_string(timeout.count()) + " ms (it goes on)");
     }
+    if (copied_ != nullptr)
+      copied_->orderCurrentStream();
     complete();
   }
   if (exception())
@@ -199,16 +228,7 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
   auto future = future_;
   if (done_) {
     lock.unlock();
-    {
-      // The future's events go on the caller's stream: order it after the operation first.
-      const TorchStreamScope stream(device_);
-      for (const auto& work : works_) {
-        try {
-          work->wait();
-        } catch (...) {  // its failure is this work's exception()
-        }
-      }
-    }
+    orderCurrentStream();  // the future's events go on the caller's stream: order it first
     completeFuture(*future, exception());
     return future;
   }

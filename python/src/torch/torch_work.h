@@ -17,9 +17,10 @@
 //    the operations and does not block the host. The future is a CUDA future of the tensors'
 //    device (its waiters' streams are ordered after it); the completer orders a side stream of
 //    its own, never the default one the program computes on. There is no `after` step: the
-//    process group queues a CUDA operation's copies when it issues it (ProcessGroupChorus::
-//    finish). The tensors stay alive until the GPU has finished with them (GpuLifetimes), waited
-//    for or not.
+//    process group queues a CUDA operation's copies when it issues it, on a side stream
+//    (ProcessGroupChorus::finish), and every wait also orders its stream after their `copied`
+//    mark. The tensors, outputs included, stay alive until the GPU has finished with them
+//    (GpuLifetimes), waited for or not.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "chorus/work.h"
+#include "torch_streams.h"
 
 namespace chorus::torch_backend {
 
@@ -54,10 +56,12 @@ class GpuLifetimes {
   GpuLifetimes(const GpuLifetimes&) = delete;
   GpuLifetimes& operator=(const GpuLifetimes&) = delete;
 
-  // Holds `tensors` (and whatever `captures` holds) until every one of `works` has completed.
+  // Holds `tensors` (and whatever `captures` holds) until every one of `works` has completed,
+  // and the GPU has passed `mark` where there is one.
   void hold(std::vector<std::shared_ptr<chorus::Work>> works,
             std::vector<at::Tensor> tensors,
-            std::function<void()> captures);
+            std::function<void()> captures,
+            std::shared_ptr<StreamMark> mark);
   // Lets go of what the GPU has finished with, oldest first. Cheap when nothing is held.
   void release();
 
@@ -66,6 +70,7 @@ class GpuLifetimes {
     std::vector<std::shared_ptr<chorus::Work>> works;
     std::vector<at::Tensor> tensors;
     std::function<void()> captures;
+    std::shared_ptr<StreamMark> mark;
   };
   static bool finished(const Held& held);
 
@@ -86,7 +91,8 @@ class ChorusWork : public c10d::Work {
              std::function<void()> after,
              std::weak_ptr<FutureCompleter> completer,
              std::shared_ptr<GpuLifetimes> lifetimes,
-             int sourceRank = -1);
+             int sourceRank = -1,
+             std::shared_ptr<StreamMark> copied = nullptr);
   ~ChorusWork() override;
 
   bool isCompleted() override;
@@ -109,6 +115,8 @@ class ChorusWork : public c10d::Work {
   void releaseTensors() noexcept;
   // Completes `future` with the outputs, or with `error` (also if completing it fails).
   void completeFuture(c10::ivalue::Future& future, std::exception_ptr error) noexcept;
+  // Orders this thread's current stream after the operations, and after the copy-out's mark.
+  void orderCurrentStream() noexcept;
 
   std::vector<std::shared_ptr<chorus::Work>> works_;
   std::vector<at::Tensor> outputs_;
@@ -118,7 +126,8 @@ class ChorusWork : public c10d::Work {
   // end it there (its destructor joins that thread).
   std::weak_ptr<FutureCompleter> completer_;
   std::shared_ptr<GpuLifetimes> lifetimes_;
-  int device_;  // the CUDA ordinal of the tensors, -1 for CPU tensors
+  std::shared_ptr<StreamMark> copied_;  // after a CUDA operation's copy-out, if it has one
+  int device_;                          // the CUDA ordinal of the tensors, -1 for CPU tensors
   int sourceRank_;
   std::once_flag completed_;
   std::mutex futureMutex_;

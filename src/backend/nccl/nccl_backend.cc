@@ -15,6 +15,10 @@ namespace {
 
 cudaStream_t asStream(StreamHandle handle) { return reinterpret_cast<cudaStream_t>(handle); }
 
+// Whether two handles are one stream: cudaStreamPerThread names a different one on each thread,
+// so it is never taken for the same.
+bool sameStream(cudaStream_t a, cudaStream_t b) { return a == b && a != cudaStreamPerThread; }
+
 // The calls of one NCCL group (ncclGroupStart ... ncclGroupEnd): keeps the first failure of the
 // calls inside, which NCCL may report there rather than at ncclGroupEnd.
 class Group {
@@ -41,8 +45,9 @@ class Group {
 // The end of the work enqueued up to one recordEnd(): an event on the backend's stream.
 class NcclCompletion final : public DeviceCompletion {
  public:
-  NcclCompletion(std::shared_ptr<NcclState> state, cudaEvent_t event)
-      : state_(std::move(state)), event_(event) {}
+  // `event` is recorded on `stream` by the caller.
+  NcclCompletion(std::shared_ptr<NcclState> state, cudaEvent_t event, cudaStream_t stream)
+      : state_(std::move(state)), event_(event), stream_(stream) {}
   ~NcclCompletion() override { state_->returnEvent(event_); }
 
   cudaEvent_t event() const { return event_; }
@@ -57,6 +62,8 @@ class NcclCompletion final : public DeviceCompletion {
   }
 
   void orderBefore(StreamHandle stream) override {
+    if (sameStream(asStream(stream), stream_))
+      return;  // a blocking call's own stream is in order already
     checkCuda(cudaStreamWaitEvent(asStream(stream), event_, 0), "cudaStreamWaitEvent",
               state_->worldRank());
   }
@@ -81,6 +88,7 @@ class NcclCompletion final : public DeviceCompletion {
  private:
   std::shared_ptr<NcclState> state_;
   cudaEvent_t event_;
+  cudaStream_t stream_;
 };
 
 }  // namespace
@@ -203,8 +211,9 @@ void NcclBackend::close() noexcept {
   if (stream_ == nullptr)
     return;
   cudaSetDevice(device_);
-  if (lastStream_ != stream_ && cudaEventRecord(handoffEvent_, lastStream_) == cudaSuccess)
-    cudaStreamWaitEvent(stream_, handoffEvent_, 0);  // the scratch's last use may be there
+  if (!sameStream(lastStream_, stream_) && lastEndEvent_ != nullptr)
+    cudaStreamWaitEvent(stream_, lastEndEvent_, 0);  // the scratch's last use may be there
+  lastEnd_.reset();
   if (scratch_ != nullptr)
     cudaFreeAsync(scratch_, stream_);
   cudaEventDestroy(startEvent_);
@@ -253,8 +262,10 @@ void NcclBackend::checkSupported(const Fingerprint& fingerprint) const {
 // no start event, no cross-stream wait there and back (on the GPU machine that plumbing cost
 // 1.0 us of host time per call against 0.3 us; docs/performance_gpu.md). An async call runs on the
 // backend's own stream, after an event on the caller's. Either way a call is ordered after the
-// backend's previous one wherever that ran (an event on lastStream_ when the stream changes), so
-// its work ends in call order, as NCCL requires of one communicator and the watchdog assumes.
+// backend's previous one wherever that ran, so its work ends in call order, as NCCL requires of
+// one communicator and the watchdog assumes: when the stream changes, the new one waits for the
+// previous call's end event (only that call, nothing else queued on its stream since, and no
+// use of a caller's stream that may be gone by now).
 void NcclBackend::startAfter(StreamHandle callerStream, bool onCallerStream) {
   state_->throwIfLatched();
   cudaStream_t caller = asStream(callerStream);
@@ -265,16 +276,23 @@ void NcclBackend::startAfter(StreamHandle callerStream, bool onCallerStream) {
   }
   // Already ordered after the previous call: on its stream, or (async) through the start event
   // on the stream it ran on.
-  const bool ordered = lastStream_ == target || (!onCallerStream && lastStream_ == caller);
+  const bool ordered =
+      sameStream(lastStream_, target) || (!onCallerStream && sameStream(lastStream_, caller));
   if (!ordered)
     orderAfterLast(target);
   callStream_ = target;
   lastStream_ = target;
+  lastEnd_.reset();  // recordEnd() sets it; a call that fails before has none
+  lastEndEvent_ = nullptr;
 }
 
 void NcclBackend::orderAfterLast(cudaStream_t stream) {
-  checkCudaHere(cudaEventRecord(handoffEvent_, lastStream_), "cudaEventRecord");
-  checkCudaHere(cudaStreamWaitEvent(stream, handoffEvent_, 0), "cudaStreamWaitEvent");
+  cudaEvent_t after = lastEndEvent_;
+  if (after == nullptr) {  // the previous call ended without its end event (it failed midway)
+    checkCudaHere(cudaEventRecord(handoffEvent_, lastStream_), "cudaEventRecord");
+    after = handoffEvent_;
+  }
+  checkCudaHere(cudaStreamWaitEvent(stream, after, 0), "cudaStreamWaitEvent");
 }
 
 void NcclBackend::allreduce(const DeviceCallContext& call, const AllreduceArgs& args) {
@@ -425,8 +443,10 @@ void* NcclBackend::scratch(size_t bytes) {
 
 std::shared_ptr<DeviceCompletion> NcclBackend::recordEnd() {
   state_->throwIfLatched();
-  auto completion = std::make_shared<NcclCompletion>(state_, state_->takeEvent());
+  auto completion = std::make_shared<NcclCompletion>(state_, state_->takeEvent(), callStream_);
   checkCudaHere(cudaEventRecord(completion->event(), callStream_), "cudaEventRecord");
+  lastEnd_ = completion;  // keeps its event from going back to the pool while it orders the next
+  lastEndEvent_ = completion->event();
   return completion;
 }
 

@@ -100,7 +100,7 @@ class NcclBackend final : public Backend, public DeviceBackend {
   int cudaDevice() const override { return device_; }
   StreamHandle stream() const override { return reinterpret_cast<StreamHandle>(stream_); }
   void checkSupported(const Fingerprint& fingerprint) const override;
-  void startAfter(StreamHandle callerStream, bool onCallerStream = false) override;
+  void startAfter(StreamHandle callerStream, bool onCallerStream) override;
   void allreduce(const DeviceCallContext& call, const AllreduceArgs& args) override;
   void reduceScatter(const DeviceCallContext& call, const ReduceScatterArgs& args) override;
   void allgather(const DeviceCallContext& call, const AllgatherArgs& args) override;
@@ -136,14 +136,16 @@ class NcclBackend final : public Backend, public DeviceBackend {
   int rank_;
   int size_;
   int device_;
-  // Makes `stream` wait for the work enqueued so far on lastStream_.
+  // Makes `stream` wait for the previous call's work (its end event, else what lastStream_ holds).
   void orderAfterLast(cudaStream_t stream);
 
   cudaStream_t stream_ = nullptr;       // the backend's own stream (async calls)
   cudaStream_t callStream_ = nullptr;   // where the current call enqueues: stream_ or the caller's
   cudaStream_t lastStream_ = nullptr;   // where the previous call enqueued
   cudaEvent_t startEvent_ = nullptr;    // reused: a wait takes the event's state when it is queued
-  cudaEvent_t handoffEvent_ = nullptr;  // from lastStream_ to a call on another stream; reused
+  cudaEvent_t handoffEvent_ = nullptr;  // orderAfterLast's fallback; reused
+  std::shared_ptr<DeviceCompletion> lastEnd_;  // the previous call's end, while it orders the next
+  cudaEvent_t lastEndEvent_ = nullptr;         // its event
   void* scratch_ = nullptr;
   size_t scratchBytes_ = 0;
 };
