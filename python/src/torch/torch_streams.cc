@@ -73,17 +73,24 @@ std::shared_ptr<StreamMark> StreamMark::here(int device) {
 
 StreamMark::~StreamMark() = default;
 
-bool StreamMark::reached() const {
+bool StreamMark::reached() const noexcept {
 #if CHORUS_TORCH_CUDA_STREAMS
-  return event_->event.query();
+  try {
+    return event_->event.query();
+  } catch (...) {  // the device failed: nothing of this mark's runs any more
+    return true;
+  }
 #else
   return true;
 #endif
 }
 
-void StreamMark::orderCurrentStream() const {
+void StreamMark::orderCurrentStream() const noexcept {
 #if CHORUS_TORCH_CUDA_STREAMS
-  event_->event.block(cudaInterface().getStream(cudaDevice(device_)));
+  try {
+    event_->event.block(cudaInterface().getStream(cudaDevice(device_)));
+  } catch (...) {  // the device failed: the operation's own wait reports it
+  }
 #endif
 }
 

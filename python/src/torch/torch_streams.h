@@ -57,8 +57,8 @@ class StreamMark {
   ~StreamMark();
   StreamMark(const StreamMark&) = delete;
   StreamMark& operator=(const StreamMark&) = delete;
-  bool reached() const;
-  void orderCurrentStream() const;
+  bool reached() const noexcept;  // true too once the device has failed
+  void orderCurrentStream() const noexcept;
 
  private:
   StreamMark() = default;

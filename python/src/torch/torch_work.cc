@@ -92,13 +92,16 @@ void ChorusWork::releaseTensors() noexcept {
 }
 
 void ChorusWork::orderCurrentStream() noexcept {
-  const TorchStreamScope stream(device_);
-  for (const auto& work : works_) {
-    try {
-      work->wait();
-    } catch (...) {
-      // recorded by the work itself: complete() reads it from exception()
+  try {
+    const TorchStreamScope stream(device_);
+    for (const auto& work : works_) {
+      try {
+        work->wait();
+      } catch (...) {
+        // recorded by the work itself: complete() reads it from exception()
+      }
     }
+  } catch (...) {  // torch's stream could not be read: the device failed, the waits report it
   }
   if (copied_ != nullptr)
     copied_->orderCurrentStream();
