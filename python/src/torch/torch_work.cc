@@ -40,10 +40,9 @@ bool GpuLifetimes::finished(const Held& held) {
 
 void GpuLifetimes::hold(std::vector<std::shared_ptr<chorus::Work>> works,
                         std::vector<at::Tensor> tensors,
-                        std::function<void()> captures,
                         std::shared_ptr<StreamMark> mark) {
   std::lock_guard lock(mutex_);
-  held_.push_back({std::move(works), std::move(tensors), std::move(captures), std::move(mark)});
+  held_.push_back({std::move(works), std::move(tensors), std::move(mark)});
 }
 
 void GpuLifetimes::release() {
@@ -86,7 +85,8 @@ void ChorusWork::releaseTensors() noexcept {
     // The copy-out writes the outputs on its stream: they are held too until it is done.
     if (copied_ != nullptr)
       keepAlive_.insert(keepAlive_.end(), outputs_.begin(), outputs_.end());
-    lifetimes_->hold(works_, std::move(keepAlive_), std::move(after_), copied_);
+    // (A CUDA work has no after_: its copy-out was queued at issue, ProcessGroupChorus::finish.)
+    lifetimes_->hold(works_, std::move(keepAlive_), copied_);
   }
   keepAlive_.clear();
 }

@@ -56,11 +56,10 @@ class GpuLifetimes {
   GpuLifetimes(const GpuLifetimes&) = delete;
   GpuLifetimes& operator=(const GpuLifetimes&) = delete;
 
-  // Holds `tensors` (and whatever `captures` holds) until every one of `works` has completed,
+  // Holds `tensors` until every one of `works` has completed,
   // and the GPU has passed `mark` where there is one.
   void hold(std::vector<std::shared_ptr<chorus::Work>> works,
             std::vector<at::Tensor> tensors,
-            std::function<void()> captures,
             std::shared_ptr<StreamMark> mark);
   // Lets go of what the GPU has finished with, oldest first. Cheap when nothing is held.
   void release();
@@ -69,7 +68,6 @@ class GpuLifetimes {
   struct Held {
     std::vector<std::shared_ptr<chorus::Work>> works;
     std::vector<at::Tensor> tensors;
-    std::function<void()> captures;
     std::shared_ptr<StreamMark> mark;
   };
   static bool finished(const Held& held);
