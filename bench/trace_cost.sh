@@ -2,7 +2,9 @@
 # What recording costs (docs/observability.md, "Cost"): the 8 B allreduce latency on 2 ranks with
 # the flight recorder off (CHORUS_RECORDER_SIZE=0), on (the default), and on with a timeline
 # recording (chorus-bench --trace), each run REPEATS times in turns so that noise hits all three
-# alike; prints each configuration's runs and median in microseconds.
+# alike; prints each configuration's runs and median in microseconds. Each rank runs on a core of
+# its own (taskset): migrations, and on a VM the host's placement of the two, otherwise vary a run
+# by more than the 2% and 5% being measured.
 #
 #     bench/trace_cost.sh [BUILD_DIR=build] [REPEATS=3] [ITERS=20000]
 set -euo pipefail
@@ -20,7 +22,8 @@ for ((repeat = 0; repeat < repeats; repeat++)); do
       off) env=(CHORUS_RECORDER_SIZE=0) ;;
       trace) args+=(--trace "$work/trace.json") ;;
     esac
-    env "${env[@]}" "$build/bin/chorusrun" -np 2 "$build/bin/chorus-bench" "${args[@]}" >/dev/null
+    env "${env[@]}" "$build/bin/chorusrun" -np 2 bash -c 'exec taskset -c "$CHORUS_RANK" "$@"' pin \
+      "$build/bin/chorus-bench" "${args[@]}" >/dev/null
   done
 done
 /usr/bin/python3 - "$work" "$repeats" <<'PY'

@@ -36,6 +36,7 @@
 #include "core/collective_args.h"
 #include "core/deadline.h"
 #include "core/stall_watch.h"
+#include "trace/recorder.h"
 #include "transport/transport.h"
 
 namespace chorus::backend {
@@ -45,6 +46,9 @@ class DeviceBackend;
 struct CallContext {
   Fingerprint fingerprint;
   Deadline deadline;
+  // The operation's records, where a backend notes when it saw every peer arrive
+  // (trace::noteAllArrived; Note [Timeline]); null when the caller records none.
+  const trace::Ticket* record = nullptr;
 };
 
 // A posted point-to-point transfer. Its address must stay the same until it is done.

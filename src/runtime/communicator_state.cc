@@ -254,7 +254,7 @@ void CommunicatorState::execute(Work& work,
     if (fingerprint.collective != Collective::kPointToPoint)
       ticket = trace::beginOperation(traceGroup_, fingerprint, bytesOf(fingerprint),
                                      nanoseconds(startedAt));
-    body(backend::CallContext{fingerprint, Deadline(startedAt + timeout)});
+    body(backend::CallContext{fingerprint, Deadline(startedAt + timeout), &ticket});
   } catch (...) {
     error = latchFailure(std::current_exception());
   }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "trace/ring.h"
+#include "trace/timeline_clock.h"  // monotonicNs
 
 namespace chorus::trace {
 
@@ -48,14 +49,15 @@ Ticket beginOperation(uint32_t group,
 Ticket beginMark(const char* label, int64_t index) noexcept;
 // Records the end of what `ticket` began.
 void end(const Ticket& ticket, bool failed) noexcept;
-// Called by a backend where it sees the last peer arrive at the calling thread's running
-// operation (the shm backend's arrival round): the timeline records when, so a trace shows how
-// long each rank waited for its peers without relying on aligned clocks. Does nothing when no
-// timeline records (check timelineActive() first on hot paths: it is cheaper). `waited` false
-// says the backend found every peer there at its first look: the record then says they had
-// arrived by its start, and no clock is read (a TSC read is a third of a timeline's cost per
-// operation; the first look comes well under a microsecond after the start).
-void noteAllArrived(bool waited = true) noexcept;
+// Called by a backend where it sees the last peer of the operation `ticket` began arrive (the shm
+// backend's arrival round): the timeline records when, so a trace shows how long each rank
+// waited for its peers without relying on aligned clocks. Does nothing when `ticket` is null or
+// has no timeline record. `waited` false says the backend found every peer there at its first
+// look: the record then says they had arrived by its start, and no clock is read (a clock read
+// is a third of a timeline's cost per operation; the first look comes well under a microsecond
+// after the start). The ticket travels with the call (backend::CallContext), not in a
+// thread-local: each thread-local access from the shared library costs a __tls_get_addr call.
+void noteAllArrived(const Ticket* ticket, bool waited = true) noexcept;
 
 // This rank's world rank, for the files the recorder writes (default: CHORUS_RANK, else 0).
 void setRank(int worldRank) noexcept;
@@ -73,8 +75,5 @@ bool startTimeline(size_t capacity);
 // Stops it; returns its records (oldest first) and sets `dropped` to how many the ring lost.
 std::vector<Record> stopTimeline(uint64_t& dropped);
 bool timelineActive() noexcept;
-
-// CLOCK_MONOTONIC now, nanoseconds (precise).
-int64_t monotonicNs() noexcept;
 
 }  // namespace chorus::trace

@@ -18,11 +18,11 @@ namespace {
 TEST(Recorder, ArrivalsSeenAtTheFirstLookAreAtTheStart) {
   ASSERT_TRUE(startTimeline(64));
   const Ticket first = beginOperation(0, Fingerprint{}, 8, /*coarseNowNs=*/monotonicNs());
-  noteAllArrived(/*waited=*/false);
+  noteAllArrived(&first, /*waited=*/false);
   end(first, false);
   const Ticket second = beginOperation(0, Fingerprint{}, 8, /*coarseNowNs=*/monotonicNs());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  noteAllArrived(/*waited=*/true);
+  noteAllArrived(&second, /*waited=*/true);
   end(second, false);
   uint64_t dropped = 0;
   const std::vector<Record> records = stopTimeline(dropped);
@@ -37,7 +37,7 @@ TEST(Recorder, TimelineTimesAreMonotonicNanoseconds) {
   const int64_t before = monotonicNs();
   const Ticket operation = beginOperation(0, Fingerprint{}, 8, /*coarseNowNs=*/before);
   const int64_t started = monotonicNs();
-  noteAllArrived();
+  noteAllArrived(&operation);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const int64_t beforeEnd = monotonicNs();
   end(operation, false);

@@ -176,8 +176,7 @@ void MpiBackend::checkFingerprints(const CallContext& call) {
   });
   // An allreduce completes only once every rank has contributed: this rank now knows that every
   // peer has arrived (Note [Timeline], as the shm backend's arrival round notes it).
-  if (trace::timelineActive())
-    trace::noteAllArrived();
+  trace::noteAllArrived(call.record);
   bool agreed = true;
   for (int i = 0; i < kFingerprintWords; ++i)
     agreed = agreed && extremes[i] == -extremes[kFingerprintWords + i];

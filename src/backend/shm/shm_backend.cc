@@ -46,8 +46,7 @@ uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t by
   const uint64_t sequence = ++sequence_;
   group_->arrive(sequence, call.fingerprint, data, bytes);
   const bool waited = group_->waitArrivals(sequence, bytes, call.deadline);
-  if (trace::timelineActive())
-    trace::noteAllArrived(waited);  // Note [Timeline]: when this rank saw the last peer arrive
+  trace::noteAllArrived(call.record, waited);  // Note [Timeline]: when it saw the last peer
   for (int peer = 0; peer < size(); ++peer) {
     const Fingerprint& theirs = group_->arrivalFingerprint(peer, sequence);
     if (!(theirs == call.fingerprint))  // this rank's own record is equal
