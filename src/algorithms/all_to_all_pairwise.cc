@@ -28,6 +28,7 @@ void allToAllPairwise(Peers& peers, const AllToAllArgs& args) {
     const int from = patterns::modulo(rank - step, size);
     peers.sendRecv(to, block(args.input, to), bytes, from, block(args.output, from), bytes);
   }
+  peers.heardFromAll();
 }
 
 }  // namespace chorus::algorithms

@@ -71,6 +71,7 @@ void allgatherRing(Peers& peers, const AllgatherArgs& args) {
   // Untyped: the layout counts bytes, so the p blocks are the p chunks.
   const RingLayout layout{bytes * static_cast<size_t>(size), size};
   ringAllgatherPhase(peers, layout, 1, args.output);
+  peers.heardFromAll();
 }
 
 }  // namespace chorus::algorithms

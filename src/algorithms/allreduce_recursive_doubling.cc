@@ -66,6 +66,7 @@ void allreduceRecursiveDoubling(Peers& peers, const AllreduceArgs& args) {
     peers.send(fold.foldPartner(), args.output, bytes);
     peers.recv(fold.foldPartner(), args.output, bytes);
     peers.waitAll();
+    peers.heardFromAll();  // the result
     return;
   }
 
@@ -80,6 +81,7 @@ void allreduceRecursiveDoubling(Peers& peers, const AllreduceArgs& args) {
 
   // Step 2.
   butterfly(peers, args, fold, incoming);
+  peers.heardFromAll();  // the butterfly's last round brought every core rank's (folded) vector
 
   if (fold.absorbs()) {
     // Step 3: give the folded partner the result.

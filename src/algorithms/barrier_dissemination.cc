@@ -20,6 +20,7 @@ void barrierDissemination(Peers& peers, const BarrierArgs&) {
     peers.sendRecv(patterns::modulo(rank + distance, size), nullptr, 0,
                    patterns::modulo(rank - distance, size), nullptr, 0);
   }
+  peers.heardFromAll();
 }
 
 }  // namespace chorus::algorithms

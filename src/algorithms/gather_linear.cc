@@ -28,6 +28,7 @@ void gatherLinear(Peers& peers, const GatherArgs& args) {
   }
   copyBytes(elementAt(args.output, static_cast<size_t>(args.root), bytes), args.input, bytes);
   peers.waitAll();
+  peers.heardFromAll();
 }
 
 }  // namespace chorus::algorithms

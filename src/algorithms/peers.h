@@ -102,6 +102,25 @@ class Peers {
   size_t segmentBytes() const { return segmentBytes_; }
   void setSegmentBytes(size_t bytes) { segmentBytes_ = bytes == 0 ? 1 : bytes; }
 
+  // Note [Heard from every rank]
+  // An algorithm calls heardFromAll() at the first point where this rank has heard, directly or
+  // through the ranks in between, from every rank of the call: after the last step of a symmetric
+  // collective's first phase (ring reduce-scatter, the butterfly, the pairwise exchange, the
+  // dissemination rounds, the ring allgather), and at the root of a reduce or gather once the
+  // contributions of all are in; never in a broadcast or scatter, whose ranks hear only from the
+  // root's side. The backend hooks it to the timeline (Note [Timeline]): the tcp transport has no
+  // arrival round, so this is when a rank can know that its last peer arrived. It is an upper
+  // bound: the message that brought the news also took its transfer time.
+  using HeardFromAllHook = void (*)(const void* context) noexcept;
+  void onHeardFromAll(HeardFromAllHook hook, const void* context) {
+    heardFromAllHook_ = hook;
+    heardFromAllContext_ = context;
+  }
+  void heardFromAll() const noexcept {
+    if (heardFromAllHook_ != nullptr)
+      heardFromAllHook_(heardFromAllContext_);
+  }
+
  private:
   transport::Transport& transport_;
   Fingerprint fingerprint_;
@@ -111,6 +130,8 @@ class Peers {
   uint64_t tag_;
   int uncaughtAtStart_;  // std::uncaught_exceptions() at construction
   size_t segmentBytes_ = kDefaultSegmentBytes;
+  HeardFromAllHook heardFromAllHook_ = nullptr;
+  const void* heardFromAllContext_ = nullptr;
 };
 
 }  // namespace chorus::algorithms

@@ -63,6 +63,8 @@ void reduceBinomialTree(Peers& peers, const ReduceArgs& args) {
   if (!tree.isRoot())
     peers.send(tree.parent(), accumulator, bytes);
   peers.waitAll();
+  if (tree.isRoot())
+    peers.heardFromAll();
 }
 
 }  // namespace chorus::algorithms

@@ -62,6 +62,8 @@ void reducePipelinedChain(Peers& peers, const ReduceArgs& args) {
         const Block segment = patterns::segmentOf(vector, perSegment, i);
         std::byte* partial = blockAt(incoming, segment, elementSize);
         const std::byte* mine = blockAt(args.input, segment, elementSize);
+        if (upstream < 0 && i == 0)
+          peers.heardFromAll();  // the root: the first segment carries every rank's part
         std::byte* dst = upstream < 0 ? blockAt(args.output, segment, elementSize) : partial;
         if (segment.count > 0) {
           const void* sources[2] = {upstream < 0 ? mine : partial, upstream < 0 ? partial : mine};

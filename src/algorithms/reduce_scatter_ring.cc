@@ -114,6 +114,7 @@ void reduceScatterRing(Peers& peers, const ReduceScatterArgs& args) {
   void* partial = peers.scratch(layout.count * elementSize);
   ringReduceScatterPhase(peers, layout, args.dtype, args.op,
                          RingReduceScatterBuffers{args.input, partial, args.output, nullptr});
+  peers.heardFromAll();
 }
 
 }  // namespace chorus::algorithms

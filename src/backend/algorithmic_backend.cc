@@ -3,8 +3,17 @@
 
 #include "algorithms/algorithm.h"
 #include "core/check.h"
+#include "trace/recorder.h"
 
 namespace chorus::backend {
+namespace {
+
+// Note [Heard from every rank] (algorithms/peers.h): the timeline's peers' arrival.
+void noteHeardFromAll(const void* record) noexcept {
+  trace::noteAllArrived(static_cast<const trace::Ticket*>(record));
+}
+
+}  // namespace
 
 std::unique_ptr<Backend> createTcpBackend(const BackendOptions& options) {
   return std::make_unique<AlgorithmicBackend>(
@@ -40,6 +49,8 @@ void AlgorithmicBackend::run(const CallContext& call,
   Fingerprint fingerprint = call.fingerprint;
   fingerprint.algorithm = static_cast<uint8_t>(algorithm - table.data());
   algorithms::Peers peers(*transport_, fingerprint, call.deadline, workspace_, requests_);
+  if (call.record != nullptr)
+    peers.onHeardFromAll(&noteHeardFromAll, call.record);
   try {
     algorithm->run(peers, args);
   } catch (...) {

@@ -27,9 +27,10 @@ SLOW_S = 0.05  # traced_job.py's sleep before each world allreduce
 JOB_DEADLINE_S = 180
 
 
-def run_job(tmp_path, mode, trace_env):
+def run_job(tmp_path, mode, trace_env, **extra_env):
     path = tmp_path / "trace.json"
-    env = dict(os.environ, CHORUS_TIMEOUT="60", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
+    env = dict(os.environ, CHORUS_TIMEOUT="60", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path),
+               **extra_env)
     env.pop("CHORUS_TRACE", None)
     if trace_env:
         env["CHORUS_TRACE"] = str(path)
@@ -52,7 +53,7 @@ def collectives_by_rank(events):
     return found
 
 
-def check_trace(path, allreduces_on_world):
+def check_trace(path, allreduces_on_world, backend="shm"):
     with open(path) as stream:
         trace = json.load(stream)  # valid JSON, or the test fails here
     events = trace["traceEvents"]
@@ -62,7 +63,7 @@ def check_trace(path, allreduces_on_world):
         if event["ph"] == "X":  # complete events: balanced by construction, never negative
             assert event["dur"] >= 0 and event["ts"] > 0, event
     found = collectives_by_rank(events)
-    world = "group [0, 1, 2, 3] (shm)"
+    world = f"group [0, 1, 2, 3] ({backend})"
     for rank in range(RANKS):
         ops = found[rank]
         on_world = [seq for group, seq, op in ops if group == world and op == "allreduce"]
@@ -141,6 +142,15 @@ def test_mpi_backend_notes_when_every_peer_arrived(tmp_path):
     with open(path) as stream:  # rank 0 merged it when recording() ended
         events = json.load(stream)["traceEvents"]
     check_the_late_rank_is_blamed(path, events, "group [0, 1, 2, 3] (mpi)")
+
+
+def test_tcp_backend_notes_when_it_heard_from_every_rank(tmp_path):
+    """On the tcp backend (no arrival round), a rank notes the arrivals once its algorithm has
+    heard from every rank (Note [Heard from every rank]): the others waited about SLOW_S for the
+    late rank, the late rank hardly at all, and the summary blames it."""
+    path, _ = run_job(tmp_path, "env", trace_env=True, CHORUS_BACKEND="tcp")
+    events = check_trace(path, allreduces_on_world=10, backend="tcp")
+    check_the_late_rank_is_blamed(path, events, "group [0, 1, 2, 3] (tcp)")
 
 
 def test_recording_context_manager_traces_only_its_block(tmp_path):

@@ -13,7 +13,8 @@ namespace chorus::trace {
 namespace {
 
 // Two segments of different slopes: 2 ticks per ns until tick 2000, then 1 tick per ns.
-const std::vector<ClockAnchor> kBentLine = {{1000, 10'000, 0}, {3000, 11'000, 0}, {4000, 12'000, 0}};
+const std::vector<ClockAnchor> kBentLine = {
+    {1000, 10'000, 0}, {3000, 11'000, 0}, {4000, 12'000, 0}};
 
 TEST(TimelineClock, TicksFollowTheSegmentAroundThem) {
   EXPECT_EQ(ticksToNs(2000, kBentLine), 10'500);
@@ -35,7 +36,8 @@ TEST(TimelineClock, NoTimeAndTooFewAnchorsLeaveTheValue) {
 }
 
 TEST(TimelineClock, RepeatedTicksStillFindADistinctSegment) {
-  const std::vector<ClockAnchor> anchors = {{1000, 10'000, 0}, {1000, 10'000, 1}, {3000, 11'000, 0}};
+  const std::vector<ClockAnchor> anchors = {
+      {1000, 10'000, 0}, {1000, 10'000, 1}, {3000, 11'000, 0}};
   EXPECT_EQ(ticksToNs(1000, anchors), 10'000);
   EXPECT_EQ(ticksToNs(2000, anchors), 10'500);
 }

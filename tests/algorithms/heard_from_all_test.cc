@@ -1,0 +1,147 @@
+// Note [Heard from every rank] (algorithms/peers.h), row by row: each row calls
+// Peers::heardFromAll() once on every rank of a symmetric collective and on the root of a reduce
+// or gather, never in a broadcast or scatter, and only once every rank has entered the call. One
+// rank enters 20 ms after the others and says so first; the hook checks that it had. A message
+// from that rank exists only after it entered, so a row that hooks where the Note says can never
+// see it missing, and a row that hooks too early sees it missing on some rank (the 20 ms).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "rank_threads.h"
+
+namespace chorus::algorithms::testing {
+namespace {
+
+constexpr size_t kCount = 4;  // float32 elements per rank, or 16 bytes
+constexpr size_t kBytes = kCount * sizeof(float);
+const std::vector<int> kSizes = {2, 3, 4, 7, 8};
+
+struct Hooked {
+  std::atomic<int> calls{0};
+  std::atomic<bool> sawLateRankMissing{false};
+  const std::atomic<bool>* lateEntered = nullptr;
+};
+
+void onHeard(const void* context) noexcept {
+  auto* hooked = const_cast<Hooked*>(static_cast<const Hooked*>(context));
+  hooked->calls.fetch_add(1);
+  if (!hooked->lateEntered->load())
+    hooked->sawLateRankMissing.store(true);
+}
+
+enum class Expect { kEveryRank, kRootOnly, kNobody };
+
+// Runs every row of `table` at every size, late rank 1 and the last, root 0; checks the hook.
+template <typename Args>
+void checkRows(std::span<const AlgorithmInfo<Args>> table,
+               Collective collective,
+               bool typed,
+               Expect expect,
+               const std::function<Args(float* in, float* out)>& argsOf) {
+  for (const auto& row : table) {
+    for (int size : kSizes) {
+      for (int late : {1, size - 1}) {
+        std::atomic<bool> lateEntered{false};
+        std::vector<Hooked> hooked(size);
+        auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
+          Workspace workspace;
+          RequestPool requests;
+          std::vector<float> in(kCount * size, 1.0f), out(kCount * size, 0.0f);
+          hooked[rank].lateEntered = &lateEntered;
+          if (rank == late) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            lateEntered.store(true);
+          }
+          Peers peers(
+              transport,
+              makeFingerprint(1, collective, typed ? kCount : kBytes, /*root=*/0,
+                              typed ? DataType::kFloat32 : DataType::kUInt8, ReduceOp::kSum, typed),
+              callDeadline(), workspace, requests);
+          peers.onHeardFromAll(&onHeard, &hooked[rank]);
+          row.run(peers, argsOf(in.data(), out.data()));
+        });
+        const std::string where = std::string(row.name) + ", " + std::to_string(size) +
+                                  " ranks, late rank " + std::to_string(late);
+        EXPECT_EQ(describeErrors(errors), "") << where;
+        for (int rank = 0; rank < size; ++rank) {
+          const bool hooks =
+              expect == Expect::kEveryRank || (expect == Expect::kRootOnly && rank == 0);
+          EXPECT_EQ(hooked[rank].calls.load(), hooks ? 1 : 0) << where << ": rank " << rank;
+          EXPECT_FALSE(hooked[rank].sawLateRankMissing.load())
+              << where << ": rank " << rank << " said it heard from every rank before rank " << late
+              << " had entered";
+        }
+      }
+    }
+  }
+}
+
+TEST(HeardFromAll, Allreduce) {
+  checkRows<AllreduceArgs>(
+      allreduceAlgorithms(), Collective::kAllreduce, true, Expect::kEveryRank,
+      [](float* in, float*) {
+        return AllreduceArgs{in, in, kCount, DataType::kFloat32, ReduceOp::kSum};
+      });
+}
+
+TEST(HeardFromAll, ReduceScatter) {
+  checkRows<ReduceScatterArgs>(
+      reduceScatterAlgorithms(), Collective::kReduceScatter, true, Expect::kEveryRank,
+      [](float* in, float* out) {
+        return ReduceScatterArgs{in, out, kCount, DataType::kFloat32, ReduceOp::kSum};
+      });
+}
+
+TEST(HeardFromAll, Allgather) {
+  checkRows<AllgatherArgs>(allgatherAlgorithms(), Collective::kAllgather, false, Expect::kEveryRank,
+                           [](float* in, float* out) {
+                             return AllgatherArgs{in, out, kBytes};
+                           });
+}
+
+TEST(HeardFromAll, AllToAll) {
+  checkRows<AllToAllArgs>(allToAllAlgorithms(), Collective::kAllToAll, false, Expect::kEveryRank,
+                          [](float* in, float* out) {
+                            return AllToAllArgs{in, out, kBytes};
+                          });
+}
+
+TEST(HeardFromAll, Barrier) {
+  checkRows<BarrierArgs>(barrierAlgorithms(), Collective::kBarrier, false, Expect::kEveryRank,
+                         [](float*, float*) { return BarrierArgs{}; });
+}
+
+TEST(HeardFromAll, ReduceAtTheRootOnly) {
+  checkRows<ReduceArgs>(reduceAlgorithms(), Collective::kReduce, true, Expect::kRootOnly,
+                        [](float* in, float* out) {
+                          return ReduceArgs{in, out, kCount, DataType::kFloat32, ReduceOp::kSum, 0};
+                        });
+}
+
+TEST(HeardFromAll, GatherAtTheRootOnly) {
+  checkRows<GatherArgs>(gatherAlgorithms(), Collective::kGather, false, Expect::kRootOnly,
+                        [](float* in, float* out) {
+                          return GatherArgs{in, out, kBytes, 0};
+                        });
+}
+
+TEST(HeardFromAll, NeverInABroadcastOrScatter) {
+  checkRows<BroadcastArgs>(broadcastAlgorithms(), Collective::kBroadcast, false, Expect::kNobody,
+                           [](float* in, float* out) {
+                             return BroadcastArgs{in, out, kBytes, 0};
+                           });
+  checkRows<ScatterArgs>(scatterAlgorithms(), Collective::kScatter, false, Expect::kNobody,
+                         [](float* in, float* out) {
+                           return ScatterArgs{in, out, kBytes, 0};
+                         });
+}
+
+}  // namespace
+}  // namespace chorus::algorithms::testing
