@@ -267,6 +267,69 @@ def test_stage_three_prefetches_the_next_module(comm):
     assert during == [4 * (engine.padded_numel(norm) + engine.padded_numel(block))]
 
 
+class _CountingEngine:
+    """Forwards to the engine and notes each allgather it issues: gather and wait_gathered issue
+    one for a unit not gathered since its last release, and nothing for one that is."""
+
+    def __init__(self, engine):
+        self._engine, self.issued, self._held = engine, [], set()
+
+    def gather(self, unit):
+        self._note(unit)
+        self._engine.gather(unit)
+
+    def wait_gathered(self, unit):
+        self._note(unit)
+        self._engine.wait_gathered(unit)
+
+    def release(self, unit):
+        self._held.discard(unit)
+        self._engine.release(unit)
+
+    def _note(self, unit):
+        if unit not in self._held:
+            self._held.add(unit)
+            self.issued.append(unit)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def test_stage_three_keeps_the_last_module_gathered_for_its_backward(comm):
+    model, zero = train_zero(comm, "sgd", 3, steps=1)  # the first backward fixed the order
+    counting = _CountingEngine(zero._lifecycle._engine)
+    zero._lifecycle._engine = counting
+    units = [zero.engine.unit_of(i) for i in (0, 2, 4, 6)]  # first, norm, block, head
+    x, y = global_batch(comm.size, 1)
+    rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
+    loss = loss_of(model, x[rows], y[rows])
+    assert counting.issued == units
+    # The head ran last in forward and runs first in backward: it stays gathered for it.
+    assert model.head.weight.numel() > 0 and model.block.weight.numel() == 0
+    loss.backward()
+    assert counting.issued[len(units):] == units[-2::-1]  # block, norm, first: the head not again
+    assert all(p.numel() == 0 for p in model.parameters())
+    zero.step()
+
+
+def test_stage_three_step_after_a_forward_without_backward_releases_and_updates(comm):
+    model, zero = train_zero(comm, "sgd", 3, steps=1)  # momentum 0.9: the next step moves them
+    x, _ = global_batch(comm.size, 1)
+    rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
+    model(x[rows])  # grad enabled, no backward: the head stays gathered
+    assert model.head.weight.numel() > 0
+    zero.zero_grad()
+    zero.step()
+    assert all(p.numel() == 0 for p in model.parameters())  # released, not left holding memory
+    reference = make_model(0)
+    with torch.no_grad():
+        for name, value in zero.gathered_parameters().items():
+            reference.get_parameter(name).copy_(value)
+        expected = reference(x[rows])
+        actual = model(x[rows])
+    assert relative_error(actual, expected) <= FP32_TOLERANCE
+
+
 @pytest.fixture
 def shared_directory(comm):
     """A fresh directory with the same name on every rank (rank 0 picks it); removed afterwards."""

@@ -230,6 +230,8 @@ class ZeroOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._lifecycle is not None:
+            self._lifecycle.release_all()  # a unit gathered before the update would be stale
         self._engine.step()
         return loss
 

@@ -3,11 +3,14 @@
 Between uses a parameter's .data is an empty tensor and the ZeroEngine keeps this rank's shard.
 - Forward: a pre-hook gathers the module's unit (allgather), gives its parameters views of the
   gathered memory, and starts gathering the unit that ran next in the first forward (prefetch); the
-  post-hook releases the unit and wraps the outputs in _BeforeBackward.
+  post-hook releases the unit and wraps the outputs in _BeforeBackward. The unit that ran last in
+  forward runs first in backward, so it stays gathered for it (DeepSpeed's reuse distance, here
+  one unit): backward does not gather it again. Once backward has run, the forward order is known.
 - Backward: _BeforeBackward runs when the gradient of the module's output arrives, before the
   module's own backward: it gathers the unit again and prefetches the unit that runs next in
   backward (the one before it in forward). Once every parameter of the unit has its gradient
-  (ZeroOptimizer's hooks), the unit is released; the end of backward releases any left.
+  (ZeroOptimizer's hooks), the unit is released; the end of backward, and step(), release any left
+  (a forward without a backward leaves its last unit gathered, and step() changes the shard).
 Every rank runs the same modules in the same order, so every rank issues the same collectives.
 A parameter is gathered with the module that registers it: using it from another module's forward
 is not supported.
@@ -42,6 +45,7 @@ class ParameterLifecycle:
         # reach the engine; on a GPU, training then stood still).
         self._empty = [p.new_empty(0) for p in params]
         self._forward_order, self._position = [], {}
+        self._order_known = False  # set by the first backward: the forward order is complete
         self._handles = []
         for unit, module in enumerate(unit_modules):
             self._handles.append(module.register_forward_pre_hook(self._pre_forward_hook(unit)))
@@ -79,9 +83,11 @@ class ParameterLifecycle:
 
     def _post_forward_hook(self, unit):
         def post_forward(module, inputs, output):
-            self.release(unit)
             if not torch.is_grad_enabled():
+                self.release(unit)
                 return output
+            if not (self._order_known and unit == self._forward_order[-1]):
+                self.release(unit)
             return self._wrap(output, unit)
         return post_forward
 
@@ -95,5 +101,6 @@ class ParameterLifecycle:
         return output
 
     def before_backward(self, unit):
+        self._order_known = True
         self._materialize(unit)
         self._prefetch_after(unit, -1)
