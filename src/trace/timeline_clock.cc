@@ -3,6 +3,7 @@
 
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -48,14 +49,14 @@ int64_t readTicks() noexcept {
 // Both clocks at one moment: the ticks are the middle of two reads around the ns read. A reading
 // the thread was interrupted in (its two reads far apart) is taken again, up to a few times.
 ClockAnchor readAnchor() noexcept {
-  constexpr int64_t kTightTicks = 1000;  // well under a microsecond
+  constexpr int64_t kTightTicks = 300;  // about 100 ns: a CLOCK_MONOTONIC read and two TSC reads
   ClockAnchor best;
   int64_t bestWidth = std::numeric_limits<int64_t>::max();
-  for (int attempt = 0; attempt < 4 && bestWidth > kTightTicks; ++attempt) {
+  for (int attempt = 0; attempt < 8 && bestWidth > kTightTicks; ++attempt) {
     const int64_t before = readTicks();
     const int64_t ns = monotonicNs();
     const int64_t after = readTicks();
-    if (after - before < bestWidth) {
+    if (after >= before && after - before < bestWidth) {  // not across a move to another CPU
       bestWidth = after - before;
       best.ticks = before + (after - before) / 2;
       best.ns = ns;
@@ -83,18 +84,19 @@ bool cpuSaysTscIsInvariant() {
   return false;
 }
 
-// Readings on every CPU this thread may run on, twice round, the thread moved from one to the
-// next (and back where it was).
+// Readings on every CPU this process may run on, twice round: the thread is moved to each CPU of
+// the machine in turn (those its cpuset forbids refuse the move, and no thread of the process can
+// run there either), then back to the CPUs it was allowed. Empty if that restore fails: the TSC
+// is then not trusted.
 std::vector<ClockAnchor> readingsOnEveryCpu() {
   std::vector<ClockAnchor> readings;
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
     return readings;
+  const long cpus = std::min<long>(sysconf(_SC_NPROCESSORS_CONF), CPU_SETSIZE);
   for (int round = 0; round < 2; ++round) {
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (!CPU_ISSET(cpu, &allowed))
-        continue;
+    for (int cpu = 0; cpu < cpus; ++cpu) {
       cpu_set_t one;
       CPU_ZERO(&one);
       CPU_SET(cpu, &one);
@@ -103,7 +105,8 @@ std::vector<ClockAnchor> readingsOnEveryCpu() {
       readings.push_back(readAnchor());
     }
   }
-  sched_setaffinity(0, sizeof allowed, &allowed);
+  if (sched_setaffinity(0, sizeof allowed, &allowed) != 0)
+    readings.clear();
   return readings;
 }
 
@@ -186,8 +189,9 @@ int64_t ticksToNs(int64_t time, const std::vector<ClockAnchor>& anchors) {
   auto lower = upper - 1;
   while (lower != anchors.begin() && lower->ticks == upper->ticks) --lower;
   while (upper->ticks == lower->ticks) ++upper;  // a distinct pair exists (checked above)
-  const __int128 elapsed = static_cast<__int128>(time - lower->ticks) * (upper->ns - lower->ns);
-  return lower->ns + static_cast<int64_t>(elapsed / (upper->ticks - lower->ticks));
+  using Wide = __int128;  // widened before subtracting: no step overflows for any int64 input
+  const Wide elapsed = (Wide{time} - lower->ticks) * (Wide{upper->ns} - lower->ns);
+  return static_cast<int64_t>(lower->ns + elapsed / (Wide{upper->ticks} - lower->ticks));
 }
 
 bool tscReadingsAgree(const std::vector<ClockAnchor>& readings, int64_t toleranceNs) {

@@ -9,16 +9,21 @@
 //  - the CPU says its TSC is invariant (constant_tsc and nonstop_tsc: one rate, through sleep
 //    states), and
 //  - at the timeline's start, readings of the TSC and CLOCK_MONOTONIC taken on every CPU this
-//    thread may run on, twice round, lie on one line within kTscAgreementNs (tscReadingsAgree).
+//    process may run on, twice round, lie on one line within kTscAgreementNs (tscReadingsAgree),
+//    each reading's ticks above the one before.
 // That second check is what kernels booted with tsc=unstable and a kvm-clock (which itself reads
-// the TSC) leave to us: it catches CPUs whose counters are offset from each other, and counters
-// that do not count at one rate. Elsewhere the timeline records nanoseconds.
+// the TSC) leave to us. It catches CPUs whose counters are offset from each other by more than
+// kTscAgreementNs, and counters whose rate drifts by more than that over the check (a few hundred
+// microseconds to milliseconds). A smaller offset can still put a time of an operation that moved
+// CPUs midway up to that much off. The decision is made once per process, at its first timeline;
+// elsewhere the timeline records nanoseconds.
 // Ticks become nanoseconds by anchors, (ticks, ns) pairs read together: one at the start, one
 // at the stop, and one every kAnchorTicks or so in between, taken by whichever operation first
 // reads the TSC past the next anchor (a compare per read; the anchor's CLOCK_MONOTONIC read once
 // in tens of milliseconds). Each time is placed on the line through the anchors either side of it,
-// so a slewed CLOCK_MONOTONIC or a counter that jumped (a VM restored from a snapshot) misplaces
-// only the times within one anchor interval, not a whole long trace.
+// so a slewed CLOCK_MONOTONIC or a counter that jumped forward misplaces only the times within one
+// anchor interval, not a whole long trace. A counter that went backwards (a VM restored from an
+// older snapshot) is not handled: its times are wrong until the timeline stops.
 //
 // Thread safety: timelineNow() may be called from any thread at any time; start and stop are
 // called by one thread at a time (the recorder's registry lock).
@@ -37,7 +42,7 @@ struct ClockAnchor {
   int cpu = -1;    // where it was read, where known
 };
 
-inline constexpr int64_t kTscAgreementNs = 2000;
+inline constexpr int64_t kTscAgreementNs = 300;
 inline constexpr int64_t kAnchorTicks = int64_t{1} << 26;  // 15-35 ms at 2-4.5 GHz
 inline constexpr size_t kMaxAnchors = size_t{1} << 16;     // about half an hour of anchors
 

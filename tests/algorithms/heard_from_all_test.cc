@@ -19,7 +19,7 @@
 namespace chorus::algorithms::testing {
 namespace {
 
-constexpr size_t kCount = 4;  // float32 elements per rank, or 16 bytes
+constexpr size_t kCount = 24;  // float32 elements per rank, or 96 bytes: in 4-byte segments
 constexpr size_t kBytes = kCount * sizeof(float);
 const std::vector<int> kSizes = {2, 3, 4, 7, 8};
 
@@ -38,47 +38,65 @@ void onHeard(const void* context) noexcept {
 
 enum class Expect { kEveryRank, kRootOnly, kNobody };
 
-// Runs every row of `table` at every size, late rank 1 and the last, root 0; checks the hook.
+template <typename Args>
+using ArgsOf = std::function<Args(float* in, float* out, int root)>;
+
+// One row at one size: rank `late` enters 20 ms after the others; checks the hook on every rank.
+template <typename Args>
+void checkRow(const AlgorithmInfo<Args>& row,
+              int size,
+              int late,
+              int root,
+              Collective collective,
+              bool typed,
+              Expect expect,
+              const ArgsOf<Args>& argsOf) {
+  std::atomic<bool> lateEntered{false};
+  std::vector<Hooked> hooked(size);
+  auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
+    Workspace workspace;
+    RequestPool requests;
+    std::vector<float> in(kCount * size, 1.0f), out(kCount * size, 0.0f);
+    hooked[rank].lateEntered = &lateEntered;
+    if (rank == late) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      lateEntered.store(true);
+    }
+    Peers peers(
+        transport,
+        makeFingerprint(1, collective, typed ? kCount : kBytes, root,
+                        typed ? DataType::kFloat32 : DataType::kUInt8, ReduceOp::kSum, typed),
+        callDeadline(), workspace, requests);
+    peers.setSegmentBytes(4);  // pipelined rows send many segments
+    peers.onHeardFromAll(&onHeard, &hooked[rank]);
+    row.run(peers, argsOf(in.data(), out.data(), root));
+  });
+  const std::string where = std::string(row.name) + ", " + std::to_string(size) +
+                            " ranks, late rank " + std::to_string(late) + ", root " +
+                            std::to_string(root);
+  EXPECT_EQ(describeErrors(errors), "") << where;
+  for (int rank = 0; rank < size; ++rank) {
+    const bool hooks =
+        expect == Expect::kEveryRank || (expect == Expect::kRootOnly && rank == root);
+    EXPECT_EQ(hooked[rank].calls.load(), hooks ? 1 : 0) << where << ": rank " << rank;
+    EXPECT_FALSE(hooked[rank].sawLateRankMissing.load())
+        << where << ": rank " << rank << " said it heard from every rank before rank " << late
+        << " had entered";
+  }
+}
+
+// Every row of `table` at every size: late rank 0 with the middle rank as root, and the last rank
+// late with root 0 (roots matter to the rooted rows only).
 template <typename Args>
 void checkRows(std::span<const AlgorithmInfo<Args>> table,
                Collective collective,
                bool typed,
                Expect expect,
-               const std::function<Args(float* in, float* out)>& argsOf) {
+               const ArgsOf<Args>& argsOf) {
   for (const auto& row : table) {
     for (int size : kSizes) {
-      for (int late : {1, size - 1}) {
-        std::atomic<bool> lateEntered{false};
-        std::vector<Hooked> hooked(size);
-        auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
-          Workspace workspace;
-          RequestPool requests;
-          std::vector<float> in(kCount * size, 1.0f), out(kCount * size, 0.0f);
-          hooked[rank].lateEntered = &lateEntered;
-          if (rank == late) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            lateEntered.store(true);
-          }
-          Peers peers(
-              transport,
-              makeFingerprint(1, collective, typed ? kCount : kBytes, /*root=*/0,
-                              typed ? DataType::kFloat32 : DataType::kUInt8, ReduceOp::kSum, typed),
-              callDeadline(), workspace, requests);
-          peers.onHeardFromAll(&onHeard, &hooked[rank]);
-          row.run(peers, argsOf(in.data(), out.data()));
-        });
-        const std::string where = std::string(row.name) + ", " + std::to_string(size) +
-                                  " ranks, late rank " + std::to_string(late);
-        EXPECT_EQ(describeErrors(errors), "") << where;
-        for (int rank = 0; rank < size; ++rank) {
-          const bool hooks =
-              expect == Expect::kEveryRank || (expect == Expect::kRootOnly && rank == 0);
-          EXPECT_EQ(hooked[rank].calls.load(), hooks ? 1 : 0) << where << ": rank " << rank;
-          EXPECT_FALSE(hooked[rank].sawLateRankMissing.load())
-              << where << ": rank " << rank << " said it heard from every rank before rank " << late
-              << " had entered";
-        }
-      }
+      checkRow(row, size, 0, size / 2, collective, typed, expect, argsOf);
+      checkRow(row, size, size - 1, 0, collective, typed, expect, argsOf);
     }
   }
 }
@@ -86,7 +104,7 @@ void checkRows(std::span<const AlgorithmInfo<Args>> table,
 TEST(HeardFromAll, Allreduce) {
   checkRows<AllreduceArgs>(
       allreduceAlgorithms(), Collective::kAllreduce, true, Expect::kEveryRank,
-      [](float* in, float*) {
+      [](float* in, float*, int) {
         return AllreduceArgs{in, in, kCount, DataType::kFloat32, ReduceOp::kSum};
       });
 }
@@ -94,52 +112,53 @@ TEST(HeardFromAll, Allreduce) {
 TEST(HeardFromAll, ReduceScatter) {
   checkRows<ReduceScatterArgs>(
       reduceScatterAlgorithms(), Collective::kReduceScatter, true, Expect::kEveryRank,
-      [](float* in, float* out) {
+      [](float* in, float* out, int) {
         return ReduceScatterArgs{in, out, kCount, DataType::kFloat32, ReduceOp::kSum};
       });
 }
 
 TEST(HeardFromAll, Allgather) {
   checkRows<AllgatherArgs>(allgatherAlgorithms(), Collective::kAllgather, false, Expect::kEveryRank,
-                           [](float* in, float* out) {
+                           [](float* in, float* out, int) {
                              return AllgatherArgs{in, out, kBytes};
                            });
 }
 
 TEST(HeardFromAll, AllToAll) {
   checkRows<AllToAllArgs>(allToAllAlgorithms(), Collective::kAllToAll, false, Expect::kEveryRank,
-                          [](float* in, float* out) {
+                          [](float* in, float* out, int) {
                             return AllToAllArgs{in, out, kBytes};
                           });
 }
 
 TEST(HeardFromAll, Barrier) {
   checkRows<BarrierArgs>(barrierAlgorithms(), Collective::kBarrier, false, Expect::kEveryRank,
-                         [](float*, float*) { return BarrierArgs{}; });
+                         [](float*, float*, int) { return BarrierArgs{}; });
 }
 
 TEST(HeardFromAll, ReduceAtTheRootOnly) {
   checkRows<ReduceArgs>(reduceAlgorithms(), Collective::kReduce, true, Expect::kRootOnly,
-                        [](float* in, float* out) {
-                          return ReduceArgs{in, out, kCount, DataType::kFloat32, ReduceOp::kSum, 0};
+                        [](float* in, float* out, int root) {
+                          return ReduceArgs{in,  out, kCount, DataType::kFloat32, ReduceOp::kSum,
+                                            root};
                         });
 }
 
 TEST(HeardFromAll, GatherAtTheRootOnly) {
   checkRows<GatherArgs>(gatherAlgorithms(), Collective::kGather, false, Expect::kRootOnly,
-                        [](float* in, float* out) {
-                          return GatherArgs{in, out, kBytes, 0};
+                        [](float* in, float* out, int root) {
+                          return GatherArgs{in, out, kBytes, root};
                         });
 }
 
 TEST(HeardFromAll, NeverInABroadcastOrScatter) {
   checkRows<BroadcastArgs>(broadcastAlgorithms(), Collective::kBroadcast, false, Expect::kNobody,
-                           [](float* in, float* out) {
-                             return BroadcastArgs{in, out, kBytes, 0};
+                           [](float* in, float* out, int root) {
+                             return BroadcastArgs{in, out, kBytes, root};
                            });
   checkRows<ScatterArgs>(scatterAlgorithms(), Collective::kScatter, false, Expect::kNobody,
-                         [](float* in, float* out) {
-                           return ScatterArgs{in, out, kBytes, 0};
+                         [](float* in, float* out, int root) {
+                           return ScatterArgs{in, out, kBytes, root};
                          });
 }
 

@@ -60,8 +60,11 @@ TEST(TimelineClock, CpusWhoseCountersAgreePass) {
 
 TEST(TimelineClock, ACpuWhoseCounterIsOffsetFails) {
   EXPECT_FALSE(tscReadingsAgree(twoCpus(-10'000), kTscAgreementNs));  // 5 us ahead
-  // 1.5 us behind: within the tolerance, yet read later with a smaller count
-  EXPECT_FALSE(tscReadingsAgree(twoCpus(3000), kTscAgreementNs));
+  EXPECT_FALSE(tscReadingsAgree(twoCpus(1'000), kTscAgreementNs));    // 500 ns behind
+  // 100 ns apart, CPU 1 150 ns behind: within the tolerance, yet read later with a smaller count.
+  const std::vector<ClockAnchor> behind = {
+      {2000, 1000, 0}, {2200 - 300, 1100, 1}, {2400, 1200, 0}, {2600 - 300, 1300, 1}};
+  EXPECT_FALSE(tscReadingsAgree(behind, kTscAgreementNs));
 }
 
 TEST(TimelineClock, ACounterThatStandsStillOrHasNoSecondReadingFails) {
