@@ -75,7 +75,8 @@ class ZeroOptimizer:
     - Stage 2: each unit's gradients are reduce-scattered as soon as backward completes the unit;
       this rank keeps only its gradient shard (.grad stays None).
     - Stage 3: parameters are partitioned too: a module's parameters are gathered just before its
-      forward and its backward (the next module's are prefetched) and released after.
+      forward and its backward (the next module's are prefetched) and released after. The module
+      that ran last in forward stays gathered for its backward, which comes next.
     - mixed_precision="bf16": the model's parameters and gradients become bfloat16 (inputs must be
       bfloat16 too); the optimizer keeps float32 master weights and state (the paper's K = 12).
     - comm_dtype="bf16" or "fp16" (float32 models): gradients travel compressed, as with torch
