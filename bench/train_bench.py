@@ -239,6 +239,31 @@ def print_table(results, baselines):
           + " ".join(f"{k}={v}" for k, v in ENVIRONMENT.items()))
 
 
+def plot_phases(results, path):
+    """One horizontal bar per configuration: its median phases stacked (ms), and the measured
+    step (the slowest rank's) as a tick; the gap between the two is time outside the phases'
+    medians (slow steps, the slower rank)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(results)
+    figure, axes = plt.subplots(figsize=(9, 0.6 * len(names) + 2.2))
+    left = [0.0] * len(names)
+    for phase in PHASES:
+        widths = [statistics.median(r[phase + "_ms"] for r in results[n]) for n in names]
+        axes.barh(names, widths, left=left, label=phase)
+        left = [a + b for a, b in zip(left, widths)]
+    steps = [statistics.median(r["step_ms"] for r in results[n]) for n in names]
+    axes.scatter(steps, names, marker="|", s=400, color="black", label="step (slowest rank)")
+    axes.invert_yaxis()
+    axes.set_xlabel("ms per step (medians over runs)")
+    axes.set_title("Where a training step goes: bench/train_bench.py")
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=5, fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    print(f"plot written to {path}", file=sys.stderr)
+
+
 def driver(args):
     if args.zero:
         wires = ("", " bf16") if args.zero_bf16 else ("",)
@@ -264,6 +289,8 @@ def driver(args):
                 for i, r in enumerate(runs):
                     out.write(f"{name},{i}," + ",".join(f"{r[c]:.3f}" for c in columns) + "\n")
     print_table(results, baselines)
+    if args.plot:
+        plot_phases(results, args.plot)
 
 
 def main():
@@ -274,6 +301,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="chorus DP bucket size")
     parser.add_argument("--csv", help="also write every run here")
+    parser.add_argument("--plot", help="also draw the phases per configuration into this PNG")
     parser.add_argument("--zero", type=int, nargs="+", choices=(1, 2, 3),
                         help="compare chorus DP with these ZeRO stages instead")
     parser.add_argument("--zero-bf16", action="store_true",
