@@ -28,7 +28,8 @@ using patterns::RingLayout;
 using patterns::RingPhase;
 using patterns::RingSegmentCursor;
 
-void ringAllgatherPhase(Peers& peers, const RingLayout& layout, size_t elementSize, void* data) {
+void ringAllgatherPhase(
+    Peers& peers, const RingLayout& layout, size_t elementSize, void* data, bool noteHeardFromAll) {
   const Ring ring{peers.rank(), peers.size()};
   const size_t perSegment = patterns::segmentElements(peers.segmentBytes(), elementSize);
 
@@ -42,6 +43,7 @@ void ringAllgatherPhase(Peers& peers, const RingLayout& layout, size_t elementSi
   // (the next rank is the one that owned that chunk).
   RingSegmentCursor posting(ring, layout, RingPhase::kAllgather, perSegment);
   RingSegmentCursor arriving = posting;
+  bool heard = !noteHeardFromAll;  // Note [Heard from every rank]: the last step's first segment
   receiveStream(
       peers, ring.prev(), posting.total(),
       [&](size_t) {
@@ -52,6 +54,10 @@ void ringAllgatherPhase(Peers& peers, const RingLayout& layout, size_t elementSi
       },
       [&](size_t) {
         const Block segment = arriving.segment();
+        if (arriving.lastStep() && !heard) {
+          heard = true;  // the chunk of the next rank, which came through every other rank
+          peers.heardFromAll();
+        }
         if (!arriving.lastStep()) {
           peers.send(ring.next(), blockAt(data, segment, elementSize), segment.count * elementSize);
         }
@@ -70,8 +76,7 @@ void allgatherRing(Peers& peers, const AllgatherArgs& args) {
     return;
   // Untyped: the layout counts bytes, so the p blocks are the p chunks.
   const RingLayout layout{bytes * static_cast<size_t>(size), size};
-  ringAllgatherPhase(peers, layout, 1, args.output);
-  peers.heardFromAll();
+  ringAllgatherPhase(peers, layout, 1, args.output, /*noteHeardFromAll=*/true);
 }
 
 }  // namespace chorus::algorithms

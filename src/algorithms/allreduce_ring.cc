@@ -35,8 +35,7 @@ void allreduceRing(Peers& peers, const AllreduceArgs& args) {
   void* ownChunk = blockAt(args.output, layout.chunk(peers.rank()), elementSize);
   ringReduceScatterPhase(peers, layout, args.dtype, args.op,
                          RingReduceScatterBuffers{args.output, args.output, ownChunk, slots});
-  peers.heardFromAll();  // chunk r holds every rank's contribution
-  ringAllgatherPhase(peers, layout, elementSize, args.output);
+  ringAllgatherPhase(peers, layout, elementSize, args.output, /*noteHeardFromAll=*/false);
 }
 
 }  // namespace chorus::algorithms

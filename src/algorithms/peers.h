@@ -104,16 +104,16 @@ class Peers {
 
   // Note [Heard from every rank]
   // An algorithm calls heardFromAll() once this rank has heard, directly or through the ranks in
-  // between, from every rank of the call: at the end of the step or phase that brings the news.
-  // That is the end of a symmetric collective's first phase (ring reduce-scatter, the butterfly,
-  // the pairwise exchange, the dissemination rounds, the ring allgather), and at the root of a
-  // reduce or gather, once the contributions of all are in (the chain's root at its first
+  // between, from every rank of the call, as the message that brings the news arrives: in a ring
+  // phase (reduce-scatter, allgather), the last step's first segment; after the butterfly's last
+  // round, the pairwise exchange's last step or the dissemination's last round; at the root of a
+  // reduce or gather once the contributions of all are in (the chain's root at its first
   // segment). It is never called in a broadcast or scatter, whose ranks hear only from the root's
   // side. The backend hooks it to the timeline (Note [Timeline]): the tcp transport has no arrival
   // round, so this is when a rank can know that its last peer arrived. It is an upper bound: the
-  // message that brought the news took its transfer time, and a pipelined ring phase also the
-  // segments after its last step's first. (Groups of one never reach an algorithm: the rows that
-  // return early there do not call it.)
+  // message that brought the news took its transfer time (a whole exchange's, where the step is
+  // not pipelined). (Groups of one never reach an algorithm: the rows that return early there do
+  // not call it.)
   using HeardFromAllHook = void (*)(const void* context) noexcept;
   void onHeardFromAll(HeardFromAllHook hook, const void* context) {
     heardFromAllHook_ = hook;

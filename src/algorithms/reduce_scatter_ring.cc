@@ -75,6 +75,7 @@ void ringReduceScatterPhase(Peers& peers,
   // on at once: that send is segment j of the next step.
   RingSegmentCursor posting(ring, layout, RingPhase::kReduceScatter, perSegment);
   RingSegmentCursor arriving = posting;
+  bool heard = false;  // Note [Heard from every rank]: the last step's first segment
   receiveStream(
       peers, ring.prev(), posting.total(),
       [&](size_t i) {
@@ -86,6 +87,10 @@ void ringReduceScatterPhase(Peers& peers,
       [&](size_t i) {
         const Block segment = arriving.segment();
         const bool lastStep = arriving.lastStep();
+        if (lastStep && !heard) {
+          heard = true;  // it carries the contributions of every other rank
+          peers.heardFromAll();
+        }
         std::byte* dst = destination(segment, lastStep);
         const std::byte* mine = blockAt(buffers.input, segment, elementSize);
         if (segment.count > 0) {
@@ -114,7 +119,6 @@ void reduceScatterRing(Peers& peers, const ReduceScatterArgs& args) {
   void* partial = peers.scratch(layout.count * elementSize);
   ringReduceScatterPhase(peers, layout, args.dtype, args.op,
                          RingReduceScatterBuffers{args.input, partial, args.output, nullptr});
-  peers.heardFromAll();
 }
 
 }  // namespace chorus::algorithms

@@ -31,7 +31,8 @@ size_t ringSlotBytes(const patterns::RingLayout& layout, size_t elementSize, siz
 
 // p-1 steps; at step s this rank sends chunk r-s-1 and receives chunk r-s-2, each cut into
 // segments that are received, reduced and forwarded one at a time. On return `result` holds the
-// reduction over all ranks of chunk `rank`, and every send has completed.
+// reduction over all ranks of chunk `rank`, and every send has completed. Calls
+// peers.heardFromAll() when the last step's first segment arrives (Note [Heard from every rank]).
 void ringReduceScatterPhase(Peers& peers,
                             const patterns::RingLayout& layout,
                             DataType dtype,
@@ -40,10 +41,13 @@ void ringReduceScatterPhase(Peers& peers,
 
 // p-1 steps; `data` (layout.count elements of elementSize bytes) holds chunk `rank` on entry and
 // every chunk on return. At step s this rank sends chunk r-s and receives chunk r-s-1 in place,
-// forwarding each segment as soon as it arrives.
+// forwarding each segment as soon as it arrives. With `noteHeardFromAll`, calls
+// peers.heardFromAll() when the last step's first segment arrives (not in an allreduce, whose
+// reduce-scatter phase did).
 void ringAllgatherPhase(Peers& peers,
                         const patterns::RingLayout& layout,
                         size_t elementSize,
-                        void* data);
+                        void* data,
+                        bool noteHeardFromAll);
 
 }  // namespace chorus::algorithms

@@ -15,6 +15,7 @@
 
 #include "algorithms/algorithm.h"
 #include "rank_threads.h"
+#include "rows.h"
 
 namespace chorus::algorithms::testing {
 namespace {
@@ -50,7 +51,8 @@ void checkRow(const AlgorithmInfo<Args>& row,
               Collective collective,
               bool typed,
               Expect expect,
-              const ArgsOf<Args>& argsOf) {
+              const ArgsOf<Args>& argsOf,
+              size_t count = kCount) {
   std::atomic<bool> lateEntered{false};
   std::vector<Hooked> hooked(size);
   auto errors = runRanks(size, [&](int rank, transport::Transport& transport) {
@@ -64,7 +66,7 @@ void checkRow(const AlgorithmInfo<Args>& row,
     }
     Peers peers(
         transport,
-        makeFingerprint(1, collective, typed ? kCount : kBytes, root,
+        makeFingerprint(1, collective, typed ? count : count * sizeof(float), root,
                         typed ? DataType::kFloat32 : DataType::kUInt8, ReduceOp::kSum, typed),
         callDeadline(), workspace, requests);
     peers.setSegmentBytes(4);  // pipelined rows send many segments
@@ -149,6 +151,34 @@ TEST(HeardFromAll, GatherAtTheRootOnly) {
                         [](float* in, float* out, int root) {
                           return GatherArgs{in, out, kBytes, root};
                         });
+}
+
+// Empty calls still send one (empty) segment per step, so the ring phases, which note the arrival
+// with the last step's first segment, still note it exactly once.
+TEST(HeardFromAll, EmptyRingCallsStillHearOnce) {
+  for (int size : {2, 3}) {
+    checkRow<AllreduceArgs>(
+        rowNamed(allreduceAlgorithms(), "ring"), size, size - 1, 0, Collective::kAllreduce, true,
+        Expect::kEveryRank,
+        [](float* in, float*, int) {
+          return AllreduceArgs{in, in, 0, DataType::kFloat32, ReduceOp::kSum};
+        },
+        0);
+    checkRow<ReduceScatterArgs>(
+        rowNamed(reduceScatterAlgorithms(), "ring"), size, size - 1, 0, Collective::kReduceScatter,
+        true, Expect::kEveryRank,
+        [](float* in, float* out, int) {
+          return ReduceScatterArgs{in, out, 0, DataType::kFloat32, ReduceOp::kSum};
+        },
+        0);
+    checkRow<AllgatherArgs>(
+        rowNamed(allgatherAlgorithms(), "ring"), size, size - 1, 0, Collective::kAllgather, false,
+        Expect::kEveryRank,
+        [](float* in, float* out, int) {
+          return AllgatherArgs{in, out, 0};
+        },
+        0);
+  }
 }
 
 TEST(HeardFromAll, NeverInABroadcastOrScatter) {
