@@ -11,6 +11,7 @@ of their own rows, averaged, round differently from the whole batch's bfloat16 g
 at most 4.9e-3 (4 ranks), 2.6e-3 (3), 9.7e-4 (2), 2.7e-7 (1).
 """
 
+import collections
 import os
 import secrets
 import shutil
@@ -328,6 +329,52 @@ def test_stage_three_step_after_a_forward_without_backward_releases_and_updates(
         expected = reference(x[rows])
         actual = model(x[rows])
     assert relative_error(actual, expected) <= FP32_TOLERANCE
+
+
+Output = collections.namedtuple("Output", "y")
+
+
+class StructuredLinear(torch.nn.Linear):
+    """A Linear that returns its output inside a dict or a named tuple (`structure`)."""
+
+    def __init__(self, structure, *sizes):
+        super().__init__(*sizes)
+        self.structure = structure
+
+    def forward(self, x):
+        y = super().forward(x)
+        return {"y": y} if self.structure == "dict" else Output(y)
+
+
+class StructuredNet(Net):
+    """Net, with the block's output inside a dict or a named tuple (the same initial values)."""
+
+    def __init__(self, structure):
+        torch.nn.Module.__init__(self)
+        self.first = torch.nn.Linear(IN, HIDDEN)
+        self.norm = torch.nn.LayerNorm(HIDDEN)
+        self.block = StructuredLinear(structure, HIDDEN, HIDDEN)
+        self.head = torch.nn.Linear(HIDDEN, OUT)
+
+    def forward(self, x):
+        h = torch.relu(self.norm(self.first(x)))
+        out = self.block(h)
+        h = h + torch.tanh(out["y"] if isinstance(out, dict) else out.y)
+        return self.head(h)
+
+
+@pytest.mark.parametrize("structure", ["dict", "namedtuple"])
+def test_stage_three_modules_may_return_dicts_and_named_tuples(comm, monkeypatch, structure):
+    """Stage 3 gathers a module's parameters again before its backward when the gradient of its
+    output arrives, also for outputs inside a dict or a named tuple: what forward saved of a
+    released unit has no memory until then."""
+    def make_structured(seed):
+        torch.manual_seed(seed)
+        return StructuredNet(structure).to(DEVICE)
+    monkeypatch.setitem(globals(), "make_model", make_structured)
+    model, zero = train_zero(comm, "adam", 3)
+    assert isinstance(model, StructuredNet)
+    assert_matches(zero, train_reference("adam", comm.size), FP32_TOLERANCE)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from . import _checkpoint
 from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
                               check_parameters, hook_accumulators)
 from ._zero_device import DeviceZeroEngine
-from ._zero_stage3 import ParameterLifecycle
+from ._zero_stage3 import ParameterLifecycle, as_torch
 
 _WHO = "ZeroOptimizer"
 # Which engine trains host parameters: "c++" (ZeroEngine), or "torch" (DeviceZeroEngine, what CUDA
@@ -172,10 +172,10 @@ class ZeroOptimizer:
 
     def _adopt_parameters(self):
         for index, p in enumerate(self._params):
-            p.data = _dlpack.from_dlpack(self._engine.parameter(index)).view(self._shapes[index])
+            p.data = as_torch(self._engine.parameter(index)).view(self._shapes[index])
 
     def _gradient_view(self, index):
-        return _dlpack.from_dlpack(self._engine.gradient(index)).view(self._shapes[index])
+        return as_torch(self._engine.gradient(index)).view(self._shapes[index])
 
     # ---- backward --------------------------------------------------------------------------
 

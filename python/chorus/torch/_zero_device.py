@@ -67,6 +67,39 @@ class _ReusedBuffers:
         self._free.append(buffer)
 
 
+# Note [Gathered units keep their tensor]
+# Stage 3 gathers each unit into one tensor of its own, made at its first gather, and releases
+# the unit by resizing that tensor's storage to nothing, as torch's FSDP does with its flat
+# parameters; the next gather resizes it back and allgathers into it. A fresh tensor per gather
+# would free nothing at release: autograd keeps views of the parameters that forward used
+# (F.linear saves weight.t()), and those hold the storage until backward, so every unit of the
+# model stayed whole from forward to backward, and backward's gathers came on top. On a GPU,
+# chorus's Python layer also keeps a collective's tensors until the GPU has finished with them,
+# and the host runs ahead of the GPU, so released units piled up over several steps (ZeRO-3 peaked
+# at 602 MiB against FSDP's 162; docs/performance_gpu.md). Resizing frees the memory whoever holds
+# the tensor; the views see the memory again, refilled by the gather, when the unit is gathered
+# for backward (_zero_stage3.py gathers it before any of the module's backward runs). Freeing is
+# safe on a GPU for the same reason as _ReusedBuffers' reuse: a release comes after the current
+# stream was ordered after the gather and after the compute that read the unit, and the caching
+# allocator hands the memory out again only in that stream's order.
+
+
+def _free_memory(tensor):
+    """Frees `tensor`'s memory; its storage, and every view of it, stays (with no bytes)."""
+    if hasattr(tensor, "untyped_storage"):  # torch 2
+        tensor.untyped_storage().resize_(0)
+    else:  # torch 1.13
+        tensor.storage().resize_(0)
+
+
+def _restore_memory(tensor):
+    """Gives `tensor` (which owns its whole storage) memory for its elements again, uninitialized."""
+    if hasattr(tensor, "untyped_storage"):
+        tensor.untyped_storage().resize_(tensor.numel() * tensor.element_size())
+    else:
+        tensor.storage().resize_(tensor.numel())
+
+
 def _torch_optimizer(name, tensors, hyper):
     """torch.optim's optimizer `name` over `tensors`; its refusal of a hyperparameter (a negative
     momentum, say) is an InvalidArgumentError, as the C++ engine's is."""
@@ -161,6 +194,7 @@ class DeviceZeroEngine:
             self._shard = self._zeros(layout.shard_numel, self._dtype, "parameters")
             owned = [self._shard[self._shard_slice(u)] for u in range(layout.num_units)]
             self._gathered, self._gathering = {}, {}
+            self._unit_tensors = [None] * layout.num_units  # made at a unit's first gather
         self._owned = owned
         if float32:
             self._master = owned
@@ -211,12 +245,18 @@ class DeviceZeroEngine:
         return self._unit_view(self._gathered[unit], index)
 
     def gather(self, unit):
-        """Stage 3: starts the allgather of `unit` (asynchronous)."""
+        """Stage 3: starts the allgather of `unit` (asynchronous), into the unit's own tensor (its
+        memory comes back first: Note [Gathered units keep their tensor])."""
         self._check_stage_three("gather")
         if unit in self._gathered or unit in self._gathering:
             return
-        buffer = torch.empty(self._layout.padded_numel(unit), dtype=self._dtype,
-                             device=self._device)
+        buffer = self._unit_tensors[unit]
+        if buffer is None:
+            buffer = torch.empty(self._layout.padded_numel(unit), dtype=self._dtype,
+                                 device=self._device)
+            self._unit_tensors[unit] = buffer
+        else:
+            _restore_memory(buffer)
         self._add_buffer(buffer)
         work = _ops.allgather(self._owned[unit], out=buffer, async_op=True)
         self._gathering[unit] = (buffer, work)
@@ -238,6 +278,7 @@ class DeviceZeroEngine:
         buffer = self._gathered.pop(unit, None)
         if buffer is not None:
             self._memory["buffers"] -= buffer.numel() * buffer.element_size()
+            _free_memory(buffer)  # the current stream is ordered after the gather (wait_gathered)
 
     def is_gathered(self, unit):
         return unit in self._gathered

@@ -16,8 +16,17 @@ A parameter is gathered with the module that registers it: using it from another
 is not supported.
 """
 
+import copy
+
 import torch
 from torch.utils import dlpack as _dlpack
+
+
+def as_torch(view):
+    """An engine's view as a torch tensor: the torch engine's own tensor as it is (a tensor made
+    through DLPack would have a storage of its own, which a release could not free: Note [Gathered
+    units keep their tensor], _zero_device.py), the C++ engine's through DLPack."""
+    return view if isinstance(view, torch.Tensor) else _dlpack.from_dlpack(view)
 
 
 class _BeforeBackward(torch.autograd.Function):
@@ -55,7 +64,7 @@ class ParameterLifecycle:
     def _materialize(self, unit):
         self._engine.wait_gathered(unit)
         for index in self._members[unit]:
-            view = _dlpack.from_dlpack(self._engine.parameter(index))
+            view = as_torch(self._engine.parameter(index))
             self._params[index].data = view.view(self._shapes[index])
 
     def release(self, unit):
@@ -92,12 +101,21 @@ class ParameterLifecycle:
         return post_forward
 
     def _wrap(self, output, unit):
+        """`output` with each tensor that requires grad passed through _BeforeBackward, also
+        inside tuples, named tuples, lists and dicts (as torch's FSDP finds them)."""
         if isinstance(output, torch.Tensor):
             if output.requires_grad:
                 return _BeforeBackward.apply(self, unit, output)
             return output
+        if isinstance(output, tuple) and hasattr(output, "_fields"):  # a named tuple
+            return type(output)(*(self._wrap(item, unit) for item in output))
         if isinstance(output, (tuple, list)):
             return type(output)(self._wrap(item, unit) for item in output)
+        if isinstance(output, dict):
+            wrapped = copy.copy(output)  # its own type (OrderedDict, a model's output class...)
+            for key, value in output.items():
+                wrapped[key] = self._wrap(value, unit)
+            return wrapped
         return output
 
     def before_backward(self, unit):
