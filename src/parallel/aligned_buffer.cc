@@ -1,6 +1,10 @@
 // AlignedBuffer (see aligned_buffer.h).
 #include "parallel/aligned_buffer.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -22,5 +26,18 @@ AlignedBuffer::AlignedBuffer(size_t bytes, const std::string& what) : bytes_(byt
 }
 
 AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+
+size_t AlignedBuffer::discard() {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(data_);
+  const uintptr_t first = (start + page - 1) / page * page;
+  const uintptr_t end = (start + bytes_) / page * page;
+  if (end <= first)
+    return 0;
+  // Private anonymous memory (the heap's and mmap's both): a later read finds a zero page.
+  if (madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED) != 0)
+    return 0;  // the memory stays, and so do its contents: nothing is lost
+  return end - first;
+}
 
 }  // namespace chorus::parallel

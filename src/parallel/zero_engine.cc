@@ -15,6 +15,8 @@
 #include "core/copy_bytes.h"
 #include "core/reduce_kernels.h"
 #include "parallel/aligned_buffer.h"
+#include "parallel/buffer_account.h"
+#include "parallel/gathered_units.h"
 #include "parallel/gradient_wire.h"
 #include "parallel/wait_all.h"
 
@@ -46,8 +48,6 @@ struct ZeroEngine::Impl {
     std::shared_ptr<AlignedBuffer> bucket;
     std::shared_ptr<Work> work;
   };
-
-  struct BufferAccount;
 
   Impl(std::shared_ptr<Communicator> comm,
        std::vector<int64_t> numels,
@@ -124,8 +124,7 @@ struct ZeroEngine::Impl {
   // Stages 1 and 2: every unit whole. Stage 3: this rank's shard, and gathered units.
   std::vector<std::shared_ptr<AlignedBuffer>> unitParameters_;
   std::shared_ptr<AlignedBuffer> parameterShard_;
-  std::vector<std::shared_ptr<AlignedBuffer>> gathered_;
-  std::vector<std::shared_ptr<Work>> gatherWork_;
+  std::unique_ptr<GatheredUnits> gathered_;
   std::shared_ptr<AlignedBuffer> master_;  // float32, mixed precision only
 
   // Stage 1: whole gradients per unit. Stages 2 and 3: the shard, and buckets.
@@ -148,18 +147,6 @@ struct ZeroEngine::Impl {
   int markedThisIteration_ = 0;
   int iterations_ = 0;
   std::shared_ptr<BufferAccount> account_;
-};
-
-struct ZeroEngine::Impl::BufferAccount {
-  std::atomic<size_t> current{0};
-  std::atomic<size_t> peak{0};
-
-  void add(size_t bytes) {
-    size_t now = current += bytes;
-    size_t seen = peak.load();
-    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
-    }
-  }
 };
 
 ZeroEngine::Impl::Impl(std::shared_ptr<Communicator> comm,
@@ -195,8 +182,10 @@ ZeroEngine::Impl::Impl(std::shared_ptr<Communicator> comm,
           allocateState(layout_.plan(u).paddedNumel(), options_.dtype, "ZeRO: parameters"));
   } else {
     parameterShard_ = allocateState(shard, options_.dtype, "ZeRO: parameter shard");
-    gathered_.resize(unitCount);
-    gatherWork_.resize(unitCount);
+    std::vector<size_t> unitBytes;
+    for (int u = 0; u < unitCount; ++u)
+      unitBytes.push_back(static_cast<size_t>(layout_.plan(u).paddedNumel()) * elementBytes());
+    gathered_ = std::make_unique<GatheredUnits>(std::move(unitBytes), account_);
   }
   if (options_.stage == 1) {
     for (int u = 0; u < unitCount; ++u)
@@ -218,9 +207,6 @@ ZeroEngine::Impl::~Impl() {
   // Operations still in flight use our buffers: let them finish first.
   std::vector<std::shared_ptr<Work>> works = std::move(allreduces_);
   for (auto& reduction : reductions_) works.push_back(reduction.work);
-  for (auto& work : gatherWork_)
-    if (work)
-      works.push_back(work);
   try {
     waitAll(works);
   } catch (const std::exception&) {  // already reported, or never asked for
@@ -272,8 +258,7 @@ void ZeroEngine::Impl::checkIdle(const char* what) const {
 }
 
 std::byte* ZeroEngine::Impl::unitParameters(int unit) const {
-  const auto& buffer = options_.stage <= 2 ? unitParameters_[unit] : gathered_[unit];
-  return buffer->as<std::byte>();
+  return options_.stage <= 2 ? unitParameters_[unit]->as<std::byte>() : gathered_->data(unit);
 }
 
 float* ZeroEngine::Impl::ownedMaster(int unit) const {
@@ -337,40 +322,32 @@ Tensor ZeroEngine::Impl::parameter(int index) const {
 std::shared_ptr<const void> ZeroEngine::Impl::parameterStorage(int index) const {
   parameter(index);  // the same checks
   int unit = layout_.unitOf(index);
-  return options_.stage <= 2 ? unitParameters_[unit] : gathered_[unit];
+  if (options_.stage <= 2)
+    return unitParameters_[unit];
+  return gathered_->storage(unit);
 }
 
 void ZeroEngine::Impl::gather(int unit) {
   checkUnit(unit, "gather");
-  if (gathered_[unit])
-    return;
-  gathered_[unit] = allocateBuffer(layout_.plan(unit).paddedNumel(), "ZeRO: a gathered unit");
-  Tensor whole(gathered_[unit]->data(), options_.dtype, {layout_.plan(unit).paddedNumel()});
-  trace::Span mark("zero gather launched", unit);  // Note [Timeline]
-  gatherWork_[unit] = comm_->allgather(shardOf(*parameterShard_, unit), whole);
+  gathered_->gather(unit, [&](void* buffer) {
+    Tensor whole(buffer, options_.dtype, {layout_.plan(unit).paddedNumel()});
+    trace::Span mark("zero gather launched", unit);  // Note [Timeline]
+    return comm_->allgather(shardOf(*parameterShard_, unit), whole);
+  });
 }
 
 void ZeroEngine::Impl::waitGathered(int unit) {
   gather(unit);
-  if (auto work = std::move(gatherWork_[unit])) {
-    try {
-      work->wait();
-    } catch (...) {
-      gathered_[unit].reset();  // never hand out a view of an allgather that failed
-      throw;
-    }
-  }
+  gathered_->wait(unit);
 }
 
 void ZeroEngine::Impl::release(int unit) {
   checkUnit(unit, "release");
-  if (auto work = std::move(gatherWork_[unit]))
-    work->wait();  // the allgather writes into the buffer until it completes
-  gathered_[unit].reset();
+  gathered_->release(unit);
 }
 
 bool ZeroEngine::Impl::isGathered(int unit) const {
-  return options_.stage == 3 && gathered_.at(unit) && !gatherWork_.at(unit);
+  return options_.stage == 3 && gathered_->isGathered(unit);
 }
 
 void ZeroEngine::Impl::dropGathered() {

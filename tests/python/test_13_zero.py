@@ -12,6 +12,7 @@ at most 4.9e-3 (4 ranks), 2.6e-3 (3), 9.7e-4 (2), 2.7e-7 (1).
 """
 
 import collections
+import ctypes
 import os
 import secrets
 import shutil
@@ -329,6 +330,78 @@ def test_stage_three_step_after_a_forward_without_backward_releases_and_updates(
         expected = reference(x[rows])
         actual = model(x[rows])
     assert relative_error(actual, expected) <= FP32_TOLERANCE
+
+
+def storage_of(tensor):
+    return tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
+
+
+def resident_bytes(storage):
+    """What `storage` costs now: on a GPU its size, on the host the bytes of its whole pages that
+    are in memory (mincore(2))."""
+    if storage.device.type != "cpu":
+        return storage.nbytes()
+    page = os.sysconf("SC_PAGE_SIZE")
+    first = -(-storage.data_ptr() // page) * page
+    end = (storage.data_ptr() + storage.nbytes()) // page * page
+    if storage.nbytes() == 0 or end <= first:
+        return 0
+    pages = (ctypes.c_ubyte * ((end - first) // page))()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    assert libc.mincore(first, end - first, pages) == 0, os.strerror(ctypes.get_errno())
+    return page * sum(flags & 1 for flags in pages)
+
+
+def test_stage_three_released_units_cost_no_memory_while_autograd_views_them(comm):
+    """Forward saves views of the weights it used (F.linear keeps weight.t()) until backward. A
+    released unit must cost no memory all the same: between forward and backward, the memory
+    behind autograd's saved views of parameters is the last module's only (it stays gathered for
+    its backward), measured from the memory itself. Each unit, while its module runs, is seen in
+    memory by the same measure. Backward gathers each unit again under those views: the training
+    tests check that its gradients are still right, and this one that the step still matches."""
+    width = 512  # a unit of 1 MiB: whole pages to count
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(IN, width), torch.nn.Linear(width, width),
+              torch.nn.Linear(width, width), torch.nn.Linear(width, OUT)]
+    model = torch.nn.Sequential(layers[0], torch.nn.ReLU(), layers[1], torch.nn.ReLU(),
+                                layers[2], torch.nn.ReLU(), layers[3]).to(DEVICE)
+    zero = ct.ZeroOptimizer(model, stage=3, optim="sgd", lr=0.1)
+    x, y = global_batch(comm.size, 0)
+    rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
+    zero.zero_grad()
+    loss_of(model, x[rows], y[rows]).backward()  # the first iteration learns the forward order
+    zero.step()
+    storages, while_running = {}, []
+
+    def note(module, inputs):  # after ZeroOptimizer's hook has gathered the module's unit
+        for p in module.parameters():  # kept: no other storage can take its address and key
+            storages[storage_of(p)._cdata] = (layers.index(module), storage_of(p))
+        while_running.append(resident_bytes(storage_of(module.weight)))
+    hooks = [layer.register_forward_pre_hook(note) for layer in layers]
+    saved = {}
+
+    def pack(tensor):
+        storage = storage_of(tensor)
+        if storage._cdata in storages:
+            saved[storages[storage._cdata][0]] = storage
+        return tensor
+    zero.zero_grad()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = loss_of(model, x[rows], y[rows])
+    for hook in hooks:
+        hook.remove()
+    weight_bytes = [4 * layer.weight.numel() for layer in layers]
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert [held >= weight - 2 * page for held, weight in zip(while_running, weight_bytes)] == \
+        [True] * 4, while_running
+    assert {1, 2, 3} <= set(saved)  # and the first layer's, if torch saved its weight
+    held = {layer: resident_bytes(storage) for layer, storage in saved.items()}
+    assert all(held[layer] == 0 for layer in saved if layer != 3), held
+    assert held[3] >= weight_bytes[3] - 2 * page, held  # the last module, gathered for backward
+    loss.backward()
+    zero.step()
+    assert all(resident_bytes(storage) == 0 for storage in saved.values())
 
 
 Output = collections.namedtuple("Output", "y")
