@@ -7,6 +7,7 @@ never with chorus. Every rank runs every test in the same order; skips depend on
 """
 
 import datetime
+import os
 
 import numpy as np
 import pytest
@@ -239,6 +240,39 @@ def test_async_works_and_futures(world, size, rank):
         np.testing.assert_array_equal(tensor.double().numpy(), expected.numpy())
         assert torch.equal(future.wait()[0], tensor)
         assert works[k].is_completed()
+
+
+# torch >= 2.7 tells a backend whether a call is asynchronous (the options' asyncOp).
+TORCH_MARKS_ASYNC = (hasattr(tdist.AllreduceOptions(), "asyncOp")
+                     or tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 7))
+
+
+def native_threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not TORCH_MARKS_ASYNC,
+                    reason="torch < 2.7 does not say whether a call is asynchronous")
+def test_calls_without_async_op_run_on_the_calling_thread(world, size, rank, multi_rank):
+    """A call without async_op=True is waited for at once: chorus runs it as a blocking call, on
+    the calling thread, with no hand-off to the communicator's worker thread and back. A fresh
+    group's worker starts with the first operation handed to it, so the process's thread count
+    shows it: unchanged over blocking calls (after the first, which connects), one more after an
+    asynchronous call. Results against closed forms."""
+    group = tdist.new_group(list(range(size)))
+    tensor = values(rank, 9, torch.float32)
+    tdist.all_reduce(tensor, group=group)
+    before = native_threads()
+    for _ in range(3):
+        tdist.all_reduce(tensor, group=group)
+        tdist.broadcast(tensor, 0, group=group)
+        tdist.barrier(group=group)
+        assert native_threads() == before
+    total = sum(values(r, 9, torch.float64) for r in range(size))
+    expected = total * size ** 3  # each all_reduce multiplies the (equal) sums by size once more
+    np.testing.assert_allclose(tensor.double().numpy(), expected.numpy(), rtol=1e-6)
+    tdist.all_reduce(tensor, group=group, async_op=True).wait()
+    assert native_threads() > before  # the measure sees a worker when there is one
 
 
 def test_wait_with_a_timeout_raises_and_the_operation_goes_on(world, size, rank, multi_rank):

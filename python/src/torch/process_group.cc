@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "sparse_allreduce.h"
+#include "torch_blocking.h"
 #include "torch_streams.h"
 #include "torch_tensors.h"
 
@@ -28,6 +29,13 @@ struct ProcessGroupChorus::Issued {
 };
 
 namespace {
+
+// torch >= 2.7 marks its options with asyncOp (torch_blocking.h); torch 1.13 does not.
+struct MarkedOptions {
+  bool asyncOp = true;
+};
+struct UnmarkedOptions {};
+static_assert(HasAsyncOp<MarkedOptions>::value && !HasAsyncOp<UnmarkedOptions>::value);
 
 const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* op) {
   TORCH_CHECK(tensors.size() == 1, "chorus: ", op, " takes one tensor per process, not ",
@@ -124,6 +132,7 @@ WorkPtr ProcessGroupChorus::finish(c10d::OpType type, Issued issued) {
 WorkPtr ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
                                       const c10d::BroadcastOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     const at::Tensor& tensor = single(tensors, "broadcast");
     const TorchStreamScope stream(deviceIndex(tensor));
     at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
@@ -140,6 +149,7 @@ WorkPtr ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
 WorkPtr ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
                                       const c10d::AllreduceOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     const at::Tensor& tensor = single(tensors, "allreduce");
     if (tensor.is_sparse()) {
       TORCH_CHECK(tensor.device().is_cpu(),
@@ -161,6 +171,7 @@ WorkPtr ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
 WorkPtr ProcessGroupChorus::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                 const c10d::AllreduceCoalescedOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     TORCH_CHECK(!tensors.empty(), "chorus: allreduce_coalesced of an empty list");
     const TorchStreamScope stream(deviceIndex(tensors.front()));
     std::vector<chorus::Tensor> views;
@@ -174,6 +185,7 @@ WorkPtr ProcessGroupChorus::allreduce_coalesced(std::vector<at::Tensor>& tensors
 WorkPtr ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
                                    const c10d::ReduceOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     const at::Tensor& tensor = single(tensors, "reduce");
     const TorchStreamScope stream(deviceIndex(tensor));
     auto work = comm_->reduce(typed(tensor, "tensor", "reduce"), static_cast<int>(opts.rootRank),
@@ -185,16 +197,20 @@ WorkPtr ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
 // torch's allgather: outputs[i] holds input i's tensor from every rank (outputs[i][r]).
 WorkPtr ProcessGroupChorus::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                       std::vector<at::Tensor>& inputs,
-                                      const c10d::AllgatherOptions&) {
-  return translated([&] { return allgatherEach(outputs, inputs); });
+                                      const c10d::AllgatherOptions& opts) {
+  return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
+    return allgatherEach(outputs, inputs);
+  });
 }
 
 // torch's allgather_coalesced: outputLists[r] holds rank r's tensor of every input
 // (outputLists[r][i]), the transpose of allgather's.
 WorkPtr ProcessGroupChorus::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
                                                 std::vector<at::Tensor>& inputs,
-                                                const c10d::AllgatherOptions&) {
+                                                const c10d::AllgatherOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     checkListLength(outputLists.size(), getSize(), "the list of output lists",
                     "allgather_coalesced");
     std::vector<std::vector<at::Tensor>> perInput(inputs.size());
@@ -245,8 +261,9 @@ WorkPtr ProcessGroupChorus::allgatherEach(const std::vector<std::vector<at::Tens
 
 WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output,
                                             at::Tensor& input,
-                                            const c10d::AllgatherOptions&) {
+                                            const c10d::AllgatherOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     TORCH_CHECK(output.scalar_type() == input.scalar_type(),
                 "chorus: allgather_into_tensor: the "
                 "output's dtype ",
@@ -268,6 +285,7 @@ WorkPtr ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>>& outputs
                                    std::vector<at::Tensor>& inputs,
                                    const c10d::GatherOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     const int root = static_cast<int>(opts.rootRank);
     at::Tensor input = single(inputs, "gather").contiguous();
     const TorchStreamScope stream(deviceIndex(input));
@@ -299,6 +317,7 @@ WorkPtr ProcessGroupChorus::scatter(std::vector<at::Tensor>& outputs,
                                     std::vector<std::vector<at::Tensor>>& inputs,
                                     const c10d::ScatterOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     const int root = static_cast<int>(opts.rootRank);
     const at::Tensor& output = single(outputs, "scatter");
     const TorchStreamScope stream(deviceIndex(output));
@@ -335,6 +354,7 @@ WorkPtr ProcessGroupChorus::reduce_scatter(std::vector<at::Tensor>& outputs,
                                            std::vector<std::vector<at::Tensor>>& inputs,
                                            const c10d::ReduceScatterOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     const at::Tensor& output = single(outputs, "reduce_scatter");
     const TorchStreamScope stream(deviceIndex(output));
     TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter takes one input list");
@@ -351,6 +371,7 @@ WorkPtr ProcessGroupChorus::_reduce_scatter_base(at::Tensor& output,
                                                  at::Tensor& input,
                                                  const c10d::ReduceScatterOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     const TorchStreamScope stream(deviceIndex(input));
     auto work = comm_->reduceScatter(typed(input.view({-1}), "input", "reduce_scatter_tensor"),
                                      typed(output.view({-1}), "output", "reduce_scatter_tensor"),
@@ -363,8 +384,9 @@ WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
                                           at::Tensor& input,
                                           std::vector<int64_t>& outputSplits,
                                           std::vector<int64_t>& inputSplits,
-                                          const c10d::AllToAllOptions&) {
+                                          const c10d::AllToAllOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     const int p = getSize();
     const TorchStreamScope stream(deviceIndex(input));
     if (outputSplits.empty() && inputSplits.empty()) {
@@ -404,8 +426,9 @@ WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
 
 WorkPtr ProcessGroupChorus::alltoall(std::vector<at::Tensor>& outputs,
                                      std::vector<at::Tensor>& inputs,
-                                     const c10d::AllToAllOptions&) {
+                                     const c10d::AllToAllOptions& opts) {
   return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
     checkListLength(inputs.size(), getSize(), "the input list", "all_to_all");
     checkListLength(outputs.size(), getSize(), "the output list", "all_to_all");
     const TorchStreamScope stream(deviceIndex(inputs.front()));
@@ -471,8 +494,11 @@ WorkPtr ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>& tensors, int 
   return receive(tensors, Communicator::kAnySource, tag, ChorusWork::kSourceOfChorusWork);
 }
 
-WorkPtr ProcessGroupChorus::barrier(const c10d::BarrierOptions&) {
-  return translated([&] { return finish(c10d::OpType::BARRIER, Issued({comm_->barrier()})); });
+WorkPtr ProcessGroupChorus::barrier(const c10d::BarrierOptions& opts) {
+  return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
+    return finish(c10d::OpType::BARRIER, Issued({comm_->barrier()}));
+  });
 }
 
 }  // namespace chorus::torch_backend
