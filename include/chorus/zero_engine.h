@@ -12,10 +12,12 @@
 //    rank). Stages 1 and 2 keep every parameter whole: parameter(i) is a view into its unit's
 //    buffer (parameterStorage(i) keeps it alive) and step() refreshes it. Stage 3 keeps only this
 //    rank's shard: gather(u) starts an allgather of unit u, waitGathered(u) finishes it, after
-//    which parameter(i) views the gathered unit until release(u). Each unit is gathered into the
-//    same memory every time; release(u) returns that memory's pages to the system but keeps its
-//    address, so views still held (autograd saves some until backward) cost nothing and read zeros
-//    until u is gathered again, when they see the unit.
+//    which parameter(i) views the gathered unit until release(u) (the memory lives while views
+//    hold it). releaseKeepingAddress(u) instead returns the memory's pages to the system at once
+//    and gathers u into the same memory next time: views still held cost nothing and read zeros
+//    (stale bytes at the edges, which share a page with other memory) until then. It is for views
+//    that nothing reads before u's next gather (chorus.torch releases a module's unit so after its
+//    forward, and gathers it again before its backward).
 //  - Gradients, one iteration: markReady(i) or markReady(i, values) as backward produces each
 //    gradient, then finalize(). A unit's reduction (avg) is issued, asynchronously, once all its
 //    gradients are ready and every unit before it in the issue order has been issued; markReady
@@ -121,6 +123,7 @@ class ZeroEngine {
   void gather(int unit);
   void waitGathered(int unit);
   void release(int unit);
+  void releaseKeepingAddress(int unit);
   bool isGathered(int unit) const;
 
   Tensor gradient(int index) const;

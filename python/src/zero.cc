@@ -110,7 +110,13 @@ void bindParametersAndGradients(py::class_<ZeroEngine, std::shared_ptr<ZeroEngin
            })
       .def("gather", &ZeroEngine::gather)
       .def("wait_gathered", &ZeroEngine::waitGathered, py::call_guard<py::gil_scoped_release>())
-      .def("release", &ZeroEngine::release, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "release",
+          [](ZeroEngine& e, int unit, bool keepAddress) {
+            keepAddress ? e.releaseKeepingAddress(unit) : e.release(unit);
+          },
+          py::arg("unit"), py::arg("keep_address") = false,
+          py::call_guard<py::gil_scoped_release>())
       .def("is_gathered", &ZeroEngine::isGathered)
       .def("gradient",
            [](ZeroEngine& e, int index) {

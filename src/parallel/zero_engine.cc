@@ -71,6 +71,7 @@ struct ZeroEngine::Impl {
   void gather(int unit);
   void waitGathered(int unit);
   void release(int unit);
+  void releaseKeepingAddress(int unit);
   bool isGathered(int unit) const;
 
   Tensor gradient(int index) const;
@@ -344,6 +345,11 @@ void ZeroEngine::Impl::waitGathered(int unit) {
 void ZeroEngine::Impl::release(int unit) {
   checkUnit(unit, "release");
   gathered_->release(unit);
+}
+
+void ZeroEngine::Impl::releaseKeepingAddress(int unit) {
+  checkUnit(unit, "release");
+  gathered_->releaseKeepingAddress(unit);
 }
 
 bool ZeroEngine::Impl::isGathered(int unit) const {
@@ -731,6 +737,7 @@ std::shared_ptr<const void> ZeroEngine::parameterStorage(int index) const {
 void ZeroEngine::gather(int unit) { impl_->gather(unit); }
 void ZeroEngine::waitGathered(int unit) { impl_->waitGathered(unit); }
 void ZeroEngine::release(int unit) { impl_->release(unit); }
+void ZeroEngine::releaseKeepingAddress(int unit) { impl_->releaseKeepingAddress(unit); }
 bool ZeroEngine::isGathered(int unit) const { return impl_->isGathered(unit); }
 
 Tensor ZeroEngine::gradient(int index) const { return impl_->gradient(index); }

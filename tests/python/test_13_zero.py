@@ -13,6 +13,7 @@ at most 4.9e-3 (4 ranks), 2.6e-3 (3), 9.7e-4 (2), 2.7e-7 (1).
 
 import collections
 import ctypes
+import functools
 import os
 import secrets
 import shutil
@@ -284,9 +285,9 @@ class _CountingEngine:
         self._note(unit)
         self._engine.wait_gathered(unit)
 
-    def release(self, unit):
+    def release(self, unit, keep_address=False):
         self._held.discard(unit)
-        self._engine.release(unit)
+        self._engine.release(unit, keep_address=keep_address)
 
     def _note(self, unit):
         if unit not in self._held:
@@ -353,25 +354,72 @@ def resident_bytes(storage):
     return page * sum(flags & 1 for flags in pages)
 
 
+WIDE = 512  # units of 1 MiB: whole pages, which a release can give back
+
+
+class WideNet(torch.nn.Sequential):
+    """Linear layers of WIDE units, so that each unit spans many pages; with `detached`, the middle
+    layers also use their weights detached (a side term that needs the weight in backward after
+    the weight's own gradient is done)."""
+
+    def __init__(self, detached=False):
+        layers = [torch.nn.Linear(IN, WIDE), torch.nn.Linear(WIDE, WIDE),
+                  torch.nn.Linear(WIDE, WIDE), torch.nn.Linear(WIDE, OUT)]
+        if detached:
+            for layer in layers[1:3]:
+                layer.forward = functools.partial(_with_detached_term, layer)
+        super().__init__(layers[0], torch.nn.ReLU(), layers[1], torch.nn.ReLU(), layers[2],
+                         torch.nn.ReLU(), layers[3])
+        self.layers = layers
+
+
+def _with_detached_term(layer, x):
+    # The side term first: autograd runs later nodes first, so its backward comes after the
+    # weight's gradient is done.
+    side = 0.5 * torch.nn.functional.linear(x, layer.weight.detach())
+    return torch.nn.functional.linear(x, layer.weight, layer.bias) + side
+
+
+def train_wide(comm, steps, detached=False, zero_stage=None):
+    """WideNet trained with SGD (lr 0.1) for `steps` of global_batch: by ZeroOptimizer at
+    `zero_stage` on this rank's rows, or (None) by torch on the whole batch in one process."""
+    torch.manual_seed(0)
+    model = WideNet(detached).to(DEVICE)
+    if zero_stage is None:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        rows = slice(None)
+    else:
+        optimizer = ct.ZeroOptimizer(model, stage=zero_stage, optim="sgd", lr=0.1)
+        rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
+    for step in range(steps):
+        x, y = global_batch(comm.size, step)
+        optimizer.zero_grad()
+        loss_of(model, x[rows], y[rows]).backward()
+        optimizer.step()
+    return model, optimizer
+
+
+@pytest.mark.parametrize("detached", [False, True], ids=["plain", "detached"])
+def test_stage_three_with_units_of_many_pages_matches_one_process(comm, detached):
+    """Units that span many pages, which a release really gives back: training still matches one
+    process, also when a layer uses its weight detached too, so that backward reads it after the
+    weight's gradient is done (a unit released in backward must keep its values for that)."""
+    _, zero = train_wide(comm, 2, detached, zero_stage=3)
+    reference, _ = train_wide(comm, 2, detached)
+    assert_matches(zero, reference, FP32_TOLERANCE)
+
+
 def test_stage_three_released_units_cost_no_memory_while_autograd_views_them(comm):
     """Forward saves views of the weights it used (F.linear keeps weight.t()) until backward. A
-    released unit must cost no memory all the same: between forward and backward, the memory
-    behind autograd's saved views of parameters is the last module's only (it stays gathered for
-    its backward), measured from the memory itself. Each unit, while its module runs, is seen in
-    memory by the same measure. Backward gathers each unit again under those views: the training
-    tests check that its gradients are still right, and this one that the step still matches."""
-    width = 512  # a unit of 1 MiB: whole pages to count
-    torch.manual_seed(0)
-    layers = [torch.nn.Linear(IN, width), torch.nn.Linear(width, width),
-              torch.nn.Linear(width, width), torch.nn.Linear(width, OUT)]
-    model = torch.nn.Sequential(layers[0], torch.nn.ReLU(), layers[1], torch.nn.ReLU(),
-                                layers[2], torch.nn.ReLU(), layers[3]).to(DEVICE)
-    zero = ct.ZeroOptimizer(model, stage=3, optim="sgd", lr=0.1)
-    x, y = global_batch(comm.size, 0)
+    unit released after its module's forward must cost no memory all the same: between forward
+    and backward, the memory behind autograd's saved views of parameters is the last module's
+    only (it stays gathered for its backward), measured from the memory itself. Each unit, while
+    its module runs, is seen in memory by the same measure. Backward gathers each unit again
+    under those views: the step then matches one process."""
+    model, zero = train_wide(comm, 1, zero_stage=3)  # the first iteration learns the order
+    layers = model.layers
+    x, y = global_batch(comm.size, 1)
     rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
-    zero.zero_grad()
-    loss_of(model, x[rows], y[rows]).backward()  # the first iteration learns the forward order
-    zero.step()
     storages, while_running = {}, []
 
     def note(module, inputs):  # after ZeroOptimizer's hook has gathered the module's unit
@@ -401,7 +449,8 @@ def test_stage_three_released_units_cost_no_memory_while_autograd_views_them(com
     assert held[3] >= weight_bytes[3] - 2 * page, held  # the last module, gathered for backward
     loss.backward()
     zero.step()
-    assert all(resident_bytes(storage) == 0 for storage in saved.values())
+    reference, _ = train_wide(comm, 2)
+    assert_matches(zero, reference, FP32_TOLERANCE)
 
 
 Output = collections.namedtuple("Output", "y")
@@ -460,6 +509,24 @@ def shared_directory(comm):
     chorus.barrier()
     if comm.rank == 0:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_stage_three_load_releases_what_a_forward_left_gathered(comm, shared_directory):
+    """A forward without backward leaves its last module gathered. Loading a checkpoint replaces
+    the shard under it, so the parameters must not go on viewing that unit: they are released,
+    and the next forward gathers the loaded values."""
+    model, zero = train_zero(comm, "sgd", 3, steps=1)
+    zero.save_checkpoint(shared_directory)
+    probe = torch.ones(2, IN, device=DEVICE)
+    with torch.no_grad():
+        at_save = model(probe).clone()
+    x, _ = global_batch(comm.size, 1)
+    model(x[comm.rank * BATCH:(comm.rank + 1) * BATCH])  # grad enabled: the head stays gathered
+    assert model.head.weight.numel() > 0
+    zero.load_checkpoint(shared_directory)
+    assert all(p.numel() == 0 for p in model.parameters())
+    with torch.no_grad():
+        assert torch.equal(model(probe), at_save)
 
 
 def test_checkpoint_round_trip_continues_exactly(comm, shared_directory):

@@ -298,5 +298,7 @@ class ZeroOptimizer:
         for name in names:
             self._engine.import_state(name, arrays[name])
         self._engine.steps = int(meta["step"])
+        if self._lifecycle is not None:
+            self._lifecycle.release_all()  # the parameters must not view a unit the load replaces
         self._engine.publish_parameters()
         _ops.barrier()

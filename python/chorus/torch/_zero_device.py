@@ -68,20 +68,23 @@ class _ReusedBuffers:
 
 
 # Note [Gathered units keep their tensor]
-# Stage 3 gathers each unit into one tensor of its own, made at its first gather, and releases
-# the unit by resizing that tensor's storage to nothing, as torch's FSDP does with its flat
-# parameters; the next gather resizes it back and allgathers into it. A fresh tensor per gather
-# would free nothing at release: autograd keeps views of the parameters that forward used
-# (F.linear saves weight.t()), and those hold the storage until backward, so every unit of the
-# model stayed whole from forward to backward, and backward's gathers came on top. On a GPU,
-# chorus's Python layer also keeps a collective's tensors until the GPU has finished with them,
-# and the host runs ahead of the GPU, so released units piled up over several steps (ZeRO-3 peaked
-# at 602 MiB against FSDP's 162; docs/performance_gpu.md). Resizing frees the memory whoever holds
-# the tensor; the views see the memory again, refilled by the gather, when the unit is gathered
-# for backward (_zero_stage3.py gathers it before any of the module's backward runs). Freeing is
-# safe on a GPU for the same reason as _ReusedBuffers' reuse: a release comes after the current
-# stream was ordered after the gather and after the compute that read the unit, and the caching
-# allocator hands the memory out again only in that stream's order.
+# Stage 3 gathers each unit into a tensor of its own. The release after a module's forward
+# (keep_address) resizes that tensor's storage to nothing, as torch's FSDP does with its flat
+# parameters, and the gather before the module's backward resizes it back and allgathers into it.
+# A new tensor per gather freed nothing there: autograd keeps views of the parameters that forward
+# used (F.linear saves weight.t()) until backward, so every unit stayed whole from forward to
+# backward and backward's gathers came on top. On a GPU, chorus's Python layer also keeps a
+# collective's tensors until the GPU has finished with them, and the host runs ahead of the GPU,
+# so those units piled up over several steps (ZeRO-3 peaked at 602 MiB against FSDP's 162;
+# docs/performance_gpu.md). Resizing frees the memory whoever holds the tensor; the views see it
+# again, refilled, once the unit is gathered for backward (_zero_stage3.py gathers it when the
+# gradient of the module's output arrives, before any of the module's backward runs). Every other
+# release (in backward, once the unit's gradients are reduced; at step()) gives the tensor up
+# instead and leaves its memory to the views' lifetime: a node that used a weight detached, say,
+# still reads it after the weight's own gradient is done. Freeing is safe on a GPU for the reason
+# _ReusedBuffers' reuse is: a release comes after the current stream was ordered after the gather
+# and after the compute that read the unit, and the caching allocator hands the memory out again
+# only in that stream's order (forward and backward on one stream, as torch's FSDP assumes too).
 
 
 def _free_memory(tensor):
@@ -257,8 +260,12 @@ class DeviceZeroEngine:
             self._unit_tensors[unit] = buffer
         else:
             _restore_memory(buffer)
+        try:
+            work = _ops.allgather(self._owned[unit], out=buffer, async_op=True)
+        except BaseException:
+            _free_memory(buffer)  # nothing was issued: the unit stays released
+            raise
         self._add_buffer(buffer)
-        work = _ops.allgather(self._owned[unit], out=buffer, async_op=True)
         self._gathering[unit] = (buffer, work)
 
     def wait_gathered(self, unit):
@@ -266,19 +273,30 @@ class DeviceZeroEngine:
             return
         if unit not in self._gathering:
             self.gather(unit)
-        buffer, work = self._gathering[unit]
-        work.wait()
-        del self._gathering[unit]
+        buffer, work = self._gathering.pop(unit)
+        try:
+            work.wait()
+        except BaseException:  # never hand out a view of an allgather that failed
+            self._drop_buffer(buffer)
+            self._unit_tensors[unit] = None
+            raise
         self._gathered[unit] = buffer
 
-    def release(self, unit):
+    def release(self, unit, keep_address=False):
+        """Stage 3: `unit` gives up its memory. With keep_address its tensor's storage is resized
+        to nothing, and the next gather refills the same storage (only for views that nothing
+        reads before then); else the unit gives the tensor up, which lives on with its values
+        while views of it do (Note [Gathered units keep their tensor])."""
         self._check_stage_three("release")
         if unit in self._gathering:
             self.wait_gathered(unit)
         buffer = self._gathered.pop(unit, None)
         if buffer is not None:
             self._memory["buffers"] -= buffer.numel() * buffer.element_size()
-            _free_memory(buffer)  # the current stream is ordered after the gather (wait_gathered)
+            if keep_address:  # the current stream is ordered after the gather (wait_gathered)
+                _free_memory(buffer)
+            else:
+                self._unit_tensors[unit] = None
 
     def is_gathered(self, unit):
         return unit in self._gathered

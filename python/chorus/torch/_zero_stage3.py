@@ -67,10 +67,12 @@ class ParameterLifecycle:
             view = as_torch(self._engine.parameter(index))
             self._params[index].data = view.view(self._shapes[index])
 
-    def release(self, unit):
+    def release(self, unit, keep_address=False):
+        """keep_address: only after the module's forward; its backward gathers the unit into the
+        same memory before it reads what forward saved (the engine's release)."""
         for index in self._members[unit]:
             self._params[index].data = self._empty[index]
-        self._engine.release(unit)
+        self._engine.release(unit, keep_address=keep_address)
 
     def release_all(self):
         for unit in range(len(self._members)):
@@ -93,10 +95,10 @@ class ParameterLifecycle:
     def _post_forward_hook(self, unit):
         def post_forward(module, inputs, output):
             if not torch.is_grad_enabled():
-                self.release(unit)
+                self.release(unit, keep_address=True)  # nothing saved
                 return output
             if not (self._order_known and unit == self._forward_order[-1]):
-                self.release(unit)
+                self.release(unit, keep_address=True)
             return self._wrap(output, unit)
         return post_forward
 
