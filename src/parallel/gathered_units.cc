@@ -80,26 +80,23 @@ void GatheredUnits::wait(int unit) {
   }
 }
 
-void GatheredUnits::release(int unit) {
-  std::exception_ptr failure = finishWork(unit);
-  Unit& u = units_[unit];
-  if (u.gathered) {
-    u.gathered = false;
-    u.buffer.reset();  // its deleter takes its bytes off the account once no view holds it
-    u.counted.reset();
-  }
-  if (failure)
-    std::rethrow_exception(failure);
-}
+void GatheredUnits::release(int unit) { releaseAs(unit, /*keepAddress=*/false); }
 
-void GatheredUnits::releaseKeepingAddress(int unit) {
+void GatheredUnits::releaseKeepingAddress(int unit) { releaseAs(unit, /*keepAddress=*/true); }
+
+void GatheredUnits::releaseAs(int unit, bool keepAddress) {
   std::exception_ptr failure = finishWork(unit);
   Unit& u = units_[unit];
   if (u.gathered) {
     u.gathered = false;
-    u.buffer->discard();
-    if (u.counted->exchange(false))
-      account_->remove(bytes_[unit]);
+    if (keepAddress) {
+      u.buffer->discard();
+      if (u.counted->exchange(false))
+        account_->remove(bytes_[unit]);
+    } else {
+      u.buffer.reset();  // its deleter takes its bytes off the account once no view holds it
+      u.counted.reset();
+    }
   }
   if (failure)
     std::rethrow_exception(failure);

@@ -63,6 +63,7 @@ class GatheredUnits {
   std::shared_ptr<AlignedBuffer> newBuffer(int unit);
   // Waits for u's allgather, if one runs; returns its failure, if any.
   std::exception_ptr finishWork(int unit);
+  void releaseAs(int unit, bool keepAddress);
 
   std::vector<size_t> bytes_;
   std::vector<Unit> units_;
