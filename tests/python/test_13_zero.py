@@ -22,6 +22,7 @@ import tempfile
 import numpy as np
 import pytest
 import torch
+import torch.utils.checkpoint
 
 import chorus
 import chorus.distributed
@@ -358,17 +359,22 @@ WIDE = 512  # units of 1 MiB: whole pages, which a release can give back
 
 
 class WideNet(torch.nn.Sequential):
-    """Linear layers of WIDE units, so that each unit spans many pages; with `detached`, the middle
-    layers also use their weights detached (a side term that needs the weight in backward after
-    the weight's own gradient is done)."""
+    """Linear layers of WIDE units, so that each unit spans many pages. `middle` changes the two
+    middle layers: "detached" adds a side term that uses the weight detached (its backward needs
+    the weight after the weight's own gradient is done); "checkpoint" and "reentrant" run each
+    through torch.utils.checkpoint, which runs the layer's forward again in backward."""
 
-    def __init__(self, detached=False):
+    def __init__(self, middle=None):
         layers = [torch.nn.Linear(IN, WIDE), torch.nn.Linear(WIDE, WIDE),
                   torch.nn.Linear(WIDE, WIDE), torch.nn.Linear(WIDE, OUT)]
-        if detached:
+        middles = layers[1:3]
+        if middle == "detached":
             for layer in layers[1:3]:
                 layer.forward = functools.partial(_with_detached_term, layer)
-        super().__init__(layers[0], torch.nn.ReLU(), layers[1], torch.nn.ReLU(), layers[2],
+        elif middle in ("checkpoint", "reentrant"):
+            middles = [_Checkpointed(layer, reentrant=middle == "reentrant")
+                       for layer in layers[1:3]]
+        super().__init__(layers[0], torch.nn.ReLU(), middles[0], torch.nn.ReLU(), middles[1],
                          torch.nn.ReLU(), layers[3])
         self.layers = layers
 
@@ -380,11 +386,22 @@ def _with_detached_term(layer, x):
     return torch.nn.functional.linear(x, layer.weight, layer.bias) + side
 
 
-def train_wide(comm, steps, detached=False, zero_stage=None):
+class _Checkpointed(torch.nn.Module):
+    """`layer` (a unit of its own) called through torch.utils.checkpoint."""
+
+    def __init__(self, layer, reentrant):
+        super().__init__()
+        self.layer, self.reentrant = layer, reentrant
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(self.layer, x, use_reentrant=self.reentrant)
+
+
+def train_wide(comm, steps, middle=None, zero_stage=None):
     """WideNet trained with SGD (lr 0.1) for `steps` of global_batch: by ZeroOptimizer at
     `zero_stage` on this rank's rows, or (None) by torch on the whole batch in one process."""
     torch.manual_seed(0)
-    model = WideNet(detached).to(DEVICE)
+    model = WideNet(middle).to(DEVICE)
     if zero_stage is None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         rows = slice(None)
@@ -399,13 +416,15 @@ def train_wide(comm, steps, detached=False, zero_stage=None):
     return model, optimizer
 
 
-@pytest.mark.parametrize("detached", [False, True], ids=["plain", "detached"])
-def test_stage_three_with_units_of_many_pages_matches_one_process(comm, detached):
+@pytest.mark.parametrize("middle", [None, "detached", "checkpoint", "reentrant"])
+def test_stage_three_with_units_of_many_pages_matches_one_process(comm, middle):
     """Units that span many pages, which a release really gives back: training still matches one
     process, also when a layer uses its weight detached too, so that backward reads it after the
-    weight's gradient is done (a unit released in backward must keep its values for that)."""
-    _, zero = train_wide(comm, 2, detached, zero_stage=3)
-    reference, _ = train_wide(comm, 2, detached)
+    weight's gradient is done (a unit released in backward must keep its values for that), and
+    when activation checkpointing runs a unit's forward again during backward (it must keep its
+    unit then)."""
+    _, zero = train_wide(comm, 2, middle, zero_stage=3)
+    reference, _ = train_wide(comm, 2, middle)
     assert_matches(zero, reference, FP32_TOLERANCE)
 
 
@@ -520,8 +539,11 @@ def test_stage_three_load_releases_what_a_forward_left_gathered(comm, shared_dir
     probe = torch.ones(2, IN, device=DEVICE)
     with torch.no_grad():
         at_save = model(probe).clone()
-    x, _ = global_batch(comm.size, 1)
-    model(x[comm.rank * BATCH:(comm.rank + 1) * BATCH])  # grad enabled: the head stays gathered
+    x, y = global_batch(comm.size, 1)
+    rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
+    loss_of(model, x[rows], y[rows]).backward()
+    zero.step()  # the parameters move away from the checkpoint's
+    model(x[rows])  # grad enabled, no backward: the head stays gathered
     assert model.head.weight.numel() > 0
     zero.load_checkpoint(shared_directory)
     assert all(p.numel() == 0 for p in model.parameters())

@@ -3,14 +3,19 @@
 Between uses a parameter's .data is an empty tensor and the ZeroEngine keeps this rank's shard.
 - Forward: a pre-hook gathers the module's unit (allgather), gives its parameters views of the
   gathered memory, and starts gathering the unit that ran next in the first forward (prefetch); the
-  post-hook releases the unit and wraps the outputs in _BeforeBackward. The unit that ran last in
-  forward runs first in backward, so it stays gathered for it (DeepSpeed's reuse distance, here
-  one unit): backward does not gather it again. Once backward has run, the forward order is known.
+  post-hook releases the unit, keeping its address (what forward saved views it; the gather for
+  backward refills it), and wraps the outputs in _BeforeBackward (also inside tuples, named
+  tuples, lists and dicts). The unit that ran last in forward runs first in backward, so it stays
+  gathered for it (DeepSpeed's reuse distance, here one unit): backward does not gather it again.
+  Once backward has run, the forward order is known.
 - Backward: _BeforeBackward runs when the gradient of the module's output arrives, before the
   module's own backward: it gathers the unit again and prefetches the unit that runs next in
   backward (the one before it in forward). Once every parameter of the unit has its gradient
-  (ZeroOptimizer's hooks), the unit is released; the end of backward, and step(), release any left
-  (a forward without a backward leaves its last unit gathered, and step() changes the shard).
+  (ZeroOptimizer's hooks), the unit is released, its memory left to the views that still hold it
+  (a detached use of a weight reads it later); the end of backward, and step(), release any left
+  (a forward without a backward leaves its last unit gathered, and step() changes the shard). A
+  module whose forward runs again during backward (activation checkpointing's recompute) keeps
+  its unit gathered: its backward reads what the recompute saved.
 Every rank runs the same modules in the same order, so every rank issues the same collectives.
 A parameter is gathered with the module that registers it: using it from another module's forward
 is not supported.
@@ -55,6 +60,9 @@ class ParameterLifecycle:
         self._empty = [p.new_empty(0) for p in params]
         self._forward_order, self._position = [], {}
         self._order_known = False  # set by the first backward: the forward order is complete
+        # Set from the first gather for backward to the end of backward (release_all): a module
+        # that runs forward then (activation checkpointing recomputes it) keeps its unit.
+        self._in_backward = False
         self._handles = []
         for unit, module in enumerate(unit_modules):
             self._handles.append(module.register_forward_pre_hook(self._pre_forward_hook(unit)))
@@ -75,6 +83,7 @@ class ParameterLifecycle:
         self._engine.release(unit, keep_address=keep_address)
 
     def release_all(self):
+        self._in_backward = False
         for unit in range(len(self._members)):
             self.release(unit)
 
@@ -85,6 +94,9 @@ class ParameterLifecycle:
 
     def _pre_forward_hook(self, unit):
         def pre_forward(module, inputs):
+            if self._in_backward:  # a recompute: the unit only, released with its gradients
+                self._materialize(unit)
+                return
             if unit not in self._position:
                 self._position[unit] = len(self._forward_order)
                 self._forward_order.append(unit)
@@ -94,6 +106,8 @@ class ParameterLifecycle:
 
     def _post_forward_hook(self, unit):
         def post_forward(module, inputs, output):
+            if self._in_backward:  # its backward reads what the recompute saved: keep the unit
+                return output
             if not torch.is_grad_enabled():
                 self.release(unit, keep_address=True)  # nothing saved
                 return output
@@ -122,5 +136,6 @@ class ParameterLifecycle:
 
     def before_backward(self, unit):
         self._order_known = True
+        self._in_backward = True
         self._materialize(unit)
         self._prefetch_after(unit, -1)
