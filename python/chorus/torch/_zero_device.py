@@ -292,7 +292,7 @@ class DeviceZeroEngine:
             self.wait_gathered(unit)
         buffer = self._gathered.pop(unit, None)
         if buffer is not None:
-            self._memory["buffers"] -= buffer.numel() * buffer.element_size()
+            self._drop_buffer(buffer)
             if keep_address:  # the current stream is ordered after the gather (wait_gathered)
                 _free_memory(buffer)
             else:
