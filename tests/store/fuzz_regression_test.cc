@@ -36,7 +36,7 @@ std::vector<uint8_t> lengthPrefix(uint32_t size) {
 TEST(StoreFuzzRegression, LengthPrefixAloneCommitsNoMemory) {
   auto [client, server] = net::testing::connectedPair();
   std::vector<uint8_t> stream = lengthPrefix(kMaxFrameBytes);
-  stream.resize(stream.size() + 100, 0x5a);  // 100 of the 64 MiB announced, then EOF
+  stream.insert(stream.end(), 100, 0x5a);  // 100 of the 64 MiB announced, then EOF
   net::sendAll(client.fd(), stream.data(), stream.size(), Deadline::after(10s));
   ::shutdown(client.fd(), SHUT_WR);
   chorus::testing::resetLargestAllocation();

@@ -178,8 +178,9 @@ TEST_P(Conformance, AnyPeerReceiveFailsWhenAPeerCrashes) {
       t.postRecv(kAnyPeer, kTag, stamp(), &value, 8, request);
       waitOne(t, request, Deadline::after(std::chrono::seconds(10)));
     });
-    if (const auto* e = expectError<PeerError>(error))
+    if (const auto* e = expectError<PeerError>(error)) {
       EXPECT_EQ(e->peerRank(), dead) << e->what();
+    }
   });
 }
 
