@@ -3,8 +3,10 @@
 // Contract:
 //  - start(path) begins recording every operation of this process (collectives, send/recv, with
 //    sequence number, collective, bytes, dtype, communicator, backend, algorithm row, start and
-//    end) and every Span into a ring of `capacity` records allocated here; recording adds no
-//    allocation to an operation. stop() ends it and writes this rank's part of the trace,
+//    end) and every Span into a ring of `capacity` records, allocated by the first start of that
+//    capacity and used again by later ones (a process keeps one ring per capacity it asked for,
+//    however often it starts); recording adds no allocation to an operation. stop() ends it and
+//    writes this rank's part of the trace,
 //    "<path>.rank<R>.part" (Note [Timeline], src/trace/timeline.h). merge(path) joins every part
 //    into one Chrome / Perfetto trace at `path` (one track per rank) and removes the parts.
 //  - CHORUS_TRACE=path starts a trace when the process's first communicator is made, measuring the

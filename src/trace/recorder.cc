@@ -1,6 +1,7 @@
 // See Note [Flight recorder] (recorder.h).
 #include "trace/recorder.h"
 
+#include <bit>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -27,13 +28,33 @@ OperationRing& flightRing() {
   return *ring;
 }
 
+// Note [Timeline rings are reused]
+// An operation that began while a timeline recorded may end after stopTimeline(), and writes its
+// end into the ring it began in: so a timeline's ring is never freed before exit. It is used
+// again instead, by the next timeline of the same capacity, so that a program that starts and
+// stops timelines over and over (one per epoch, say) keeps one ring, not one per timeline (23 MB
+// each at the default capacity). Tickets go on rising across uses, and a use reads back only the
+// tickets above the count at its start. A late end of an earlier use's operation then finds
+// either its own record, which the new use leaves out, or a newer ticket in the slot, and changes
+// nothing (Note [Record ring]). An operation that read the active ring just before a stop and
+// begins in it after the next start belongs to the new timeline, as any operation that overlaps
+// a start may.
 struct Registry {
   std::mutex mutex;
   std::deque<std::string> groups;
-  // Timeline rings are never freed before exit: an operation that began in one may end after
-  // stopTimeline().
-  std::vector<std::unique_ptr<OperationRing>> timelines;
+  std::vector<std::unique_ptr<OperationRing>> timelines;  // every ring made, never freed
+  uint64_t activeFirstTicket = 0;  // begun() of the active ring when its timeline started
 };
+
+// A ring of `capacity` (rounded as OperationRing rounds it) that no timeline uses; made if none.
+OperationRing& idleRing(Registry& r, size_t capacity) {
+  const size_t rounded = capacity > 0 ? std::bit_ceil(capacity) : 0;
+  for (const auto& ring : r.timelines) {
+    if (ring->capacity() == rounded)
+      return *ring;
+  }
+  return *r.timelines.emplace_back(std::make_unique<OperationRing>(capacity));
+}
 
 Registry& registry() {
   static Registry* instance = new Registry;
@@ -135,9 +156,10 @@ bool startTimeline(size_t capacity) {
   std::lock_guard lock(r.mutex);
   if (activeTimeline.load() != nullptr)
     return false;
-  r.timelines.push_back(std::make_unique<OperationRing>(capacity));
+  OperationRing& ring = idleRing(r, capacity);  // no timeline is active: every ring is idle
+  r.activeFirstTicket = ring.begun();
   startTimelineClock();
-  activeTimeline.store(r.timelines.back().get(), std::memory_order_release);
+  activeTimeline.store(&ring, std::memory_order_release);
   return true;
 }
 
@@ -148,15 +170,16 @@ std::vector<Record> stopTimeline(uint64_t& dropped) {
   dropped = 0;
   if (ring == nullptr)
     return {};
-  const uint64_t begun = ring->begun();
+  const uint64_t begun = ring->begun() - r.activeFirstTicket;
   dropped = begun > ring->capacity() ? begun - ring->capacity() : 0;
-  std::vector<Record> records = ring->snapshot();
+  std::vector<Record> records = ring->snapshot(r.activeFirstTicket);
   const std::vector<ClockAnchor> anchors = stopTimelineClock();
-  if (!anchors.empty()) {
-    for (Record& record : records) {
-      for (int64_t* time : {&record.startNs, &record.endNs, &record.arrivedNs})
-        *time = ticksToNs(*time, anchors);
-    }
+  for (Record& record : records) {
+    record.ticket -= r.activeFirstTicket;  // 1, 2, ... in each timeline
+    if (anchors.empty())
+      continue;
+    for (int64_t* time : {&record.startNs, &record.endNs, &record.arrivedNs})
+      *time = ticksToNs(*time, anchors);
   }
   return records;
 }

@@ -69,8 +69,9 @@ int64_t clockOffset() noexcept;
 // The flight ring's records, oldest first.
 std::vector<Record> flightRecords();
 
-// Starts recording a timeline into a fresh ring of `capacity` records; records from now on go
-// there too. Returns false if one is already recording.
+// Starts recording a timeline into a ring of `capacity` records (an earlier timeline's of that
+// capacity, else a new one: Note [Timeline rings are reused]); records from now on go there too.
+// Returns false if one is already recording.
 bool startTimeline(size_t capacity);
 // Stops it; returns its records (oldest first) and sets `dropped` to how many the ring lost.
 std::vector<Record> stopTimeline(uint64_t& dropped);

@@ -1,6 +1,7 @@
 // See Note [Record ring] (ring.h).
 #include "trace/ring.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -77,10 +78,12 @@ void OperationRing::noteArrivedAtStart(uint64_t ticket) noexcept {
     slot.arrivedNs.store(slot.startNs.load(kRelaxed), std::memory_order_release);
 }
 
-std::vector<Record> OperationRing::snapshot() const {
+std::vector<Record> OperationRing::snapshot(uint64_t after) const {
   std::vector<Record> records;
   const uint64_t last = next_.load(std::memory_order_acquire);
-  const uint64_t first = last > capacity_ ? last - capacity_ + 1 : 1;
+  const uint64_t first = std::max(last > capacity_ ? last - capacity_ + 1 : 1, after + 1);
+  if (last < first)
+    return records;
   records.reserve(last - first + 1);
   for (uint64_t ticket = first; ticket <= last && capacity_ > 0; ++ticket) {
     const Slot& slot = slots_[(ticket - 1) & mask_];

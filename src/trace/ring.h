@@ -67,8 +67,10 @@ class OperationRing {
   void noteArrived(uint64_t ticket, int64_t arrivedNs) noexcept;
   // Notes that every peer of record `ticket` had arrived by its start (no clock read).
   void noteArrivedAtStart(uint64_t ticket) noexcept;
-  // The records now in the ring, oldest first (running ones included).
-  std::vector<Record> snapshot() const;
+  // The records now in the ring with a ticket above `after`, oldest first (running ones
+  // included). Tickets go on rising when a ring is used again (Note [Timeline rings are reused]),
+  // so `after` = begun() at a use's start leaves out every record of the uses before.
+  std::vector<Record> snapshot(uint64_t after = 0) const;
   // How many records were begun: more than capacity() means the oldest were overwritten.
   uint64_t begun() const noexcept { return next_.load(std::memory_order_relaxed); }
 
