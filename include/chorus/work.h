@@ -13,7 +13,10 @@
 //    timeout (kNoTimeout) waits as wait() does, and then returns true.
 //  - isCompleted() and exception() never block. exception() is null while running or after success.
 //  - Work is thread-safe: any thread may wait. Buffers passed to the operation must stay alive and
-//    untouched until the Work completes.
+//    untouched while buffersInUse() says so: until the Work completes, for host operations; for
+//    collectives on CUDA tensors, until the device has finished with them, which after a failure
+//    may be later than the Work's completion (the error is raised at once, while an aborted NCCL
+//    kernel may still be running).
 //  - Only the implementation completes a Work, exactly once, with the protected finish(); a
 //    progress thread never throws, it finishes the Work with the exception instead. Users cannot
 //    complete a Work they were given.
@@ -57,6 +60,10 @@ class Work {
   // finished them (wait() only orders the current stream after them). Bounded by the operation's
   // own deadline (CHORUS_TIMEOUT), which the communicator enforces.
   virtual void synchronize();
+  // Whether the operation may still read or write the buffers it was given (never blocks, never
+  // throws): true while it runs; for a collective on CUDA tensors, until the device has finished
+  // or stopped its work, also after the Work completed with a failure.
+  virtual bool buffersInUse() const;
   std::exception_ptr exception() const;
   // For a recv: the rank (of its communicator) that sent the message, once completed successfully
   // (a recv from Communicator::kAnySource learns it then). -1 for other operations.

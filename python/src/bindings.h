@@ -67,8 +67,11 @@ py::object finishOperation(std::shared_ptr<Work> work, py::object keepAlive, boo
 // Drops the Python references held for async operations that completed after their handle was
 // discarded. Call with the GIL held.
 void sweepAbandonedWork();
-// Keeps `keepAlive` until `work` is complete (sweepAbandonedWork drops it then). GIL held.
+// Keeps `keepAlive` while `work` may use its buffers (sweepAbandonedWork drops it once
+// Work::buffersInUse() is false). GIL held.
 void abandon(std::shared_ptr<Work> work, py::object keepAlive);
+// Drops `keepAlive` now if `work` no longer uses its buffers, else abandons it. GIL held.
+void releaseWhenUnused(const std::shared_ptr<Work>& work, py::object& keepAlive);
 
 // Runs one operation for Python, GIL held on entry: `issue()` issues it (returning its Work) with
 // the GIL released, under BlockingCalls unless `async` (so a blocking call on an idle communicator
@@ -81,18 +84,23 @@ py::object runOperation(bool async, Issue&& issue, KeepAlive&& keepAlive) {
   sweepAbandonedWork();
   std::shared_ptr<Work> work;
   bool done;
-  {
+  try {
     py::gil_scoped_release release;
     std::optional<BlockingCalls> blocking;
     if (!async)
       blocking.emplace();
     work = issue();
     done = !async && work->waitFor(std::chrono::milliseconds::zero());  // rethrows its failure
+  } catch (...) {
+    // A failed collective on CUDA tensors: the GPU may still be stopping it (GIL held again).
+    if (work != nullptr && work->buffersInUse())
+      abandon(std::move(work), keepAlive());
+    throw;
   }
   if (done) {
     // A collective on CUDA tensors is done for the caller once its stream is ordered after it,
     // while the GPU may still be running it: its memory lives on until the GPU has finished.
-    if (!work->isCompleted())
+    if (work->buffersInUse())
       abandon(std::move(work), keepAlive());
     return py::none();
   }

@@ -2,10 +2,12 @@
 // synchronous call.
 //
 // Lifetime rule: the C++ operation reads and writes the memory of Python arrays, so their DLPack
-// capsules (which own a reference to the array) must live until the operation completes. A
-// PendingWork holds them; if Python drops the handle before completion, the references move to a
-// process-wide "abandoned" list that is swept (GIL held) at the next operation, and drained at
-// shutdown. Python objects are only ever released with the GIL held.
+// capsules (which own a reference to the array) must live while the operation may touch them
+// (Work::buffersInUse: until it completes; on CUDA tensors, until the GPU has finished or stopped
+// it, which after a failure comes later than the error). A PendingWork holds them; if Python drops
+// the handle before then, or the wait ends before then, the references move to a process-wide
+// "abandoned" list that is swept (GIL held) at the next operation, and drained at shutdown.
+// Python objects are only ever released with the GIL held.
 //
 // Waiting: the GIL is released and the wait proceeds in slices of kSlice (Work::waitFor, which
 // returns false when a slice ends first), checking for Python signals (Ctrl-C) between slices; an
@@ -75,7 +77,7 @@ class PendingWork {
   PendingWork& operator=(const PendingWork&) = delete;
   ~PendingWork() {
     // Runs with the GIL held (pybind11 deallocates holders under the GIL).
-    if (!keepAlive_.is_none() && !work_->isCompleted())
+    if (!keepAlive_.is_none() && work_->buffersInUse())
       abandon(work_, std::move(keepAlive_));
   }
 
@@ -85,22 +87,29 @@ class PendingWork {
     auto timeout = Work::kNoTimeout;
     if (timeoutSeconds)
       timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeoutSeconds * 1000.0));
-    bool done = waitReleasingGil(work_, timeout, keepAlive_);
-    if (done && !keepAlive_.is_none()) {
+    bool done;
+    try {
+      done = waitReleasingGil(work_, timeout, keepAlive_);
+    } catch (...) {  // failed: the GPU may still be stopping it
+      releaseWhenUnused(work_, keepAlive_);
+      throw;
+    }
+    if (done) {
       // CUDA: the wait ordered the caller's stream, and the GPU may still run the collective:
       // its memory lives on (with the abandoned) until the GPU has finished.
-      if (!work_->isCompleted())
-        abandon(work_, std::move(keepAlive_));
-      keepAlive_ = py::none();
+      releaseWhenUnused(work_, keepAlive_);
     }
     return done;
   }
   // Blocks (GIL released) until the operation's effects are complete where they happen: on the
   // GPU for CUDA tensors (Work::synchronize). Rethrows the operation's failure.
   void synchronize() {
-    {
+    try {
       py::gil_scoped_release release;
       work_->synchronize();
+    } catch (...) {  // failed: the GPU may still be stopping it
+      releaseWhenUnused(work_, keepAlive_);
+      throw;
     }
     keepAlive_ = py::none();
   }
@@ -119,11 +128,19 @@ void abandon(std::shared_ptr<Work> work, py::object keepAlive) {
   abandonedList().push_back({std::move(work), std::move(keepAlive)});
 }
 
+void releaseWhenUnused(const std::shared_ptr<Work>& work, py::object& keepAlive) {
+  if (keepAlive.is_none())
+    return;
+  if (work->buffersInUse())
+    abandon(work, std::move(keepAlive));
+  keepAlive = py::none();
+}
+
 void sweepAbandonedWork() {
   auto& list = abandonedList();
   if (list.empty())
     return;
-  std::erase_if(list, [](const Abandoned& item) { return item.work->isCompleted(); });
+  std::erase_if(list, [](const Abandoned& item) { return !item.work->buffersInUse(); });
 }
 
 void drainAbandonedWork() {
@@ -142,7 +159,13 @@ void drainAbandonedWork() {
 py::object finishOperation(std::shared_ptr<Work> work, py::object keepAlive, bool async) {
   if (async)
     return py::cast(std::make_unique<PendingWork>(std::move(work), std::move(keepAlive)));
-  waitReleasingGil(work, Work::kNoTimeout, keepAlive);
+  try {
+    waitReleasingGil(work, Work::kNoTimeout, keepAlive);
+  } catch (...) {
+    releaseWhenUnused(work, keepAlive);
+    throw;
+  }
+  releaseWhenUnused(work, keepAlive);
   return py::none();
 }
 

@@ -58,6 +58,11 @@ class DeviceCompletion {
   // Blocks the host until the work is done. TimeoutError (naming the ranks when known) when
   // `deadline` passes first, after aborting the backend; the backend's failure if it failed.
   virtual void synchronize(Deadline deadline) = 0;
+  // Whether the device is done with the work's memory: it finished the work, or stopped it after
+  // an abort (NCCL's kernels see the abort and exit, some time after the failure is known).
+  // Unlike isCompleted(), it ignores the backend's failure and never throws: after a failure, the
+  // buffers must live until this is true.
+  virtual bool deviceStopped() noexcept = 0;
 };
 
 class DeviceBackend {

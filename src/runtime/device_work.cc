@@ -59,6 +59,10 @@ bool DeviceWork::isCompleted() const {
   }
 }
 
+bool DeviceWork::buffersInUse() const {
+  return completion_ != nullptr && !completion_->deviceStopped();
+}
+
 void DeviceWork::synchronize(Deadline deadline) {
   if (completion_ != nullptr) {
     try {

@@ -37,6 +37,8 @@ class DeviceWork final : public Work {
   void synchronize(Deadline deadline);
   // Until the watchdog or the check ends it, if it does not end by itself.
   void synchronize() override { synchronize(Deadline::never()); }
+  // Until the device has finished or stopped the collective, whatever the Work's completion says.
+  bool buffersInUse() const override;
 
  protected:
   void beforeWait() noexcept override;

@@ -60,6 +60,8 @@ bool Work::isCompleted() const { return completed_.load(std::memory_order_acquir
 
 void Work::synchronize() { wait(); }
 
+bool Work::buffersInUse() const { return !isCompleted(); }
+
 std::exception_ptr Work::exception() const {
   return completed_.load(std::memory_order_acquire) != 0 ? error_ : nullptr;
 }

@@ -45,7 +45,7 @@ TEST(Launcher, HelpDescribesUsage) {
   EXPECT_EQ(result.exitCode, 0);
   EXPECT_NE(result.out.find("Usage: chorusrun -np N"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("--kill-grace"), std::string::npos) << result.out;
-  for (const char* multiNode : {"--nnodes", "--node-rank", "--master", "--hostfile", "-H,--hosts",
+  for (const char* multiNode : {"--nnodes", "--node-rank", "--master", "--hostfile", "--hosts",
                                 "--token-file", "CHORUS_RSH"}) {
     EXPECT_NE(result.out.find(multiNode), std::string::npos) << multiNode;
   }

@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,7 @@ class DeviceChecks : public ::testing::Test {
   }
   void TearDown() override {
     testing::setFakeDeviceHangs(false);
+    testing::setFakeDeviceStopsLate(false);
     testing::setFakeDeviceConnectWaits(false);
     testing::setFakeDeviceEnqueueFailsOn(-1);
   }
@@ -217,6 +220,44 @@ TEST_F(DeviceChecks, TheWatchdogEndsDeviceWorkThatNeverFinishes) {
         EXPECT_THROW(comm.allreduce(onFakeGpu(values))->wait(), TimeoutError);
       },
       options);
+}
+
+TEST_F(DeviceChecks, AFailedCollectivesBuffersStayInUseUntilTheDeviceStopsIt) {
+  // The watchdog fails device work that never ends, and the error is raised at once; but the
+  // device may still run the aborted kernel for a while (NCCL's exit when they see the abort), so
+  // its buffers must outlive the failure until the device has stopped it. Before, whoever kept a
+  // collective's memory alive let it go at the failure.
+  testing::setFakeDeviceHangs(true);
+  testing::setFakeDeviceStopsLate(true);
+  RankOptions options;
+  options.timeout = std::chrono::milliseconds(1000);
+  std::mutex mutex;
+  std::vector<std::shared_ptr<Work>> failed;
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        std::vector<float> values(4, 1.0f);
+        auto work = comm.allreduce(onFakeGpu(values));
+        comm.barrier()->wait();  // after the check: it passed on both ranks
+        EXPECT_TRUE(work->buffersInUse()) << "running device work";
+        EXPECT_THROW(work->synchronize(), TimeoutError);
+        EXPECT_TRUE(work->isCompleted());
+        EXPECT_TRUE(work->buffersInUse()) << "the device has not stopped the failed work yet";
+        std::lock_guard lock(mutex);
+        failed.push_back(work);
+      },
+      options);
+  ASSERT_EQ(failed.size(), 2u);
+  testing::setFakeDeviceStopsLate(false);  // the kernels saw the abort
+  for (const auto& work : failed) EXPECT_FALSE(work->buffersInUse());
+
+  testing::setFakeDeviceHangs(false);
+  runRanks(2, [&](Communicator& comm) {
+    std::vector<float> values(4, 1.0f);
+    auto work = comm.allreduce(onFakeGpu(values));
+    work->synchronize();
+    EXPECT_FALSE(work->buffersInUse()) << "device work that ended";
+  });
 }
 
 TEST_F(DeviceChecks, TheWatchdogNamesTheFirstStuckWorkBehindManyThatEnded) {

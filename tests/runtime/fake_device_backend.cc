@@ -19,6 +19,7 @@ namespace {
 std::atomic<bool> hangs{false};
 std::atomic<bool> peerGone{false};
 std::atomic<bool> connectWaits{false};
+std::atomic<bool> stopsLate{false};
 std::atomic<int> enqueueFailsOn{-1};
 std::atomic<int> calls{0};
 std::atomic<int> onCallerStreamCalls{0};
@@ -48,6 +49,12 @@ class FakeCompletion final : public backend::DeviceCompletion {
     if (peerGone.load())  // as NCCL says it: a closed socket, no rank named
       throw PeerError("fake NCCL: remote process exited or there was a network error", -1);
     return ends_;
+  }
+  bool deviceStopped() noexcept override {
+    if (ends_)
+      return true;
+    std::lock_guard lock(state_->mutex);  // work that never ends stops at an abort, or later
+    return state_->failure != nullptr && !stopsLate.load();
   }
   void orderBefore(backend::StreamHandle) override { state_->throwIfFailed(); }
   void synchronize(Deadline deadline) override {
@@ -193,6 +200,7 @@ std::unique_ptr<backend::Backend> makeFake(const backend::BackendOptions& option
 
 void installFakeDeviceBackend() { backend::setDeviceBackendMakerForTesting(&makeFake); }
 void setFakeDeviceHangs(bool value) { hangs.store(value); }
+void setFakeDeviceStopsLate(bool value) { stopsLate.store(value); }
 void setFakeDevicePeerGone(bool value) { peerGone.store(value); }
 void setFakeDeviceConnectWaits(bool value) { connectWaits.store(value); }
 void setFakeDeviceEnqueueFailsOn(int rank) { enqueueFailsOn.store(rank); }

@@ -16,6 +16,10 @@ void installFakeDeviceBackend();
 // Whether the work of later calls never ends on its own (until an abort); per process. As on a
 // stream, once some work never ends, no later work of that backend ends either.
 void setFakeDeviceHangs(bool hangs);
+// Whether work that never ends stays running on the "device" after an abort, as an NCCL kernel
+// does until it sees the abort: its completion then raises the failure, while deviceStopped()
+// stays false until this is set back to false (default: it stops at the abort). Per process.
+void setFakeDeviceStopsLate(bool late);
 // Whether every completion now fails as NCCL's does once a peer's socket closes: a PeerError that
 // names no rank. Per process.
 void setFakeDevicePeerGone(bool gone);

@@ -2,6 +2,7 @@
 
 #include <ATen/core/jit_type.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -13,29 +14,28 @@
 namespace chorus::torch_backend {
 
 GpuLifetimes::~GpuLifetimes() {
-  for (const Held& held : held_) {
+  for (Held& held : held_) {
     for (const auto& work : held.works) {
       try {
         work->synchronize();  // until the GPU has finished (or the operation failed)
       } catch (...) {
       }
     }
-    while (held.mark != nullptr && !held.mark->reached())  // the copy-out, queued after them
+    // A failed operation's kernel exits once it sees the abort; the copy-out (`mark`) runs after.
+    const auto giveUp = std::chrono::steady_clock::now() + kStopGrace;
+    while (!finished(held) && std::chrono::steady_clock::now() < giveUp)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (!finished(held))  // the GPU never stopped: its memory is leaked rather than reused
+      new std::vector<at::Tensor>(std::move(held.tensors));
   }
 }
 
 bool GpuLifetimes::finished(const Held& held) {
   if (held.mark != nullptr && !held.mark->reached())
     return false;
-  for (const auto& work : held.works) {
-    try {
-      if (!work->isCompleted())
-        return false;
-    } catch (...) {  // failed: its communicator was aborted, so NCCL no longer touches the memory
-    }
-  }
-  return true;
+  // A failed work is complete at once, but its memory is in use until the GPU has stopped it.
+  return std::none_of(held.works.begin(), held.works.end(),
+                      [](const auto& work) { return work->buffersInUse(); });
 }
 
 void GpuLifetimes::hold(std::vector<std::shared_ptr<chorus::Work>> works,

@@ -51,13 +51,17 @@ class GpuLifetimes {
  public:
   GpuLifetimes() = default;
   // Waits until the GPU has finished with what it holds (each operation's own deadline,
-  // CHORUS_TIMEOUT, bounds that), then lets go.
+  // CHORUS_TIMEOUT, bounds that, and a failed one's kStopGrace), then lets go; what the GPU
+  // still uses after that is leaked, never handed back to torch's allocator.
   ~GpuLifetimes();
   GpuLifetimes(const GpuLifetimes&) = delete;
   GpuLifetimes& operator=(const GpuLifetimes&) = delete;
 
-  // Holds `tensors` until every one of `works` has completed,
-  // and the GPU has passed `mark` where there is one.
+  // How long the destructor waits for the GPU to stop a failed operation's kernel.
+  static constexpr std::chrono::seconds kStopGrace{10};
+
+  // Holds `tensors` until none of `works` uses its buffers (Work::buffersInUse: after a failure,
+  // until the GPU has stopped it), and the GPU has passed `mark` where there is one.
   void hold(std::vector<std::shared_ptr<chorus::Work>> works,
             std::vector<at::Tensor> tensors,
             std::shared_ptr<StreamMark> mark);

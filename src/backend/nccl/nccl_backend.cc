@@ -61,6 +61,9 @@ class NcclCompletion final : public DeviceCompletion {
     return true;
   }
 
+  // The end event has passed on the stream (or the device failed, and runs nothing more).
+  bool deviceStopped() noexcept override { return cudaEventQuery(event_) != cudaErrorNotReady; }
+
   void orderBefore(StreamHandle stream) override {
     if (sameStream(asStream(stream), stream_))
       return;  // a blocking call's own stream is in order already
