@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "bindings.h"
@@ -25,6 +26,8 @@ namespace chorus::python {
 namespace {
 
 constexpr std::chrono::milliseconds kSlice{200};
+// How long a drain waits, in all, for the GPU to finish or stop abandoned collectives.
+constexpr std::chrono::seconds kStopGrace{10};
 
 struct Abandoned {
   std::shared_ptr<Work> work;
@@ -144,16 +147,24 @@ void sweepAbandonedWork() {
 }
 
 void drainAbandonedWork() {
-  auto& list = abandonedList();
+  std::vector<Abandoned> list;
+  list.swap(abandonedList());  // GIL held: no other thread changes the list while it is drained
+  const auto giveUp = std::chrono::steady_clock::now() + kStopGrace;
   for (auto& item : list) {
-    py::gil_scoped_release release;
-    try {
-      item.work->wait();
-    } catch (const Error&) {
-      // The failure was the abandoned operation's; nobody is left to receive it.
+    {
+      py::gil_scoped_release release;
+      try {
+        item.work->wait();  // bounded by the operation's own deadline
+      } catch (const Error&) {
+        // The failure was the abandoned operation's; nobody is left to receive it.
+      }
+      // CUDA: until the GPU has finished, or stopped a failed collective's kernel.
+      while (item.work->buffersInUse() && std::chrono::steady_clock::now() < giveUp)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
+    if (item.work->buffersInUse())
+      item.keepAlive.release();  // the GPU never stopped: the memory is kept, never reused
   }
-  list.clear();
 }
 
 py::object finishOperation(std::shared_ptr<Work> work, py::object keepAlive, bool async) {

@@ -110,6 +110,11 @@ class DeviceBackend {
   // ordered one after another, whichever streams they run on).
   virtual void* scratch(size_t bytes) = 0;
   virtual std::shared_ptr<DeviceCompletion> recordEnd() = 0;
+  // After a call failed part way (a failure latched while its body enqueued, say): a completion
+  // recorded on the call's stream whatever the failure, so that the buffers of kernels it may
+  // have launched stay in use until deviceStopped(); its isCompleted() raises the failure. Null
+  // when none can be recorded. Never throws.
+  virtual std::shared_ptr<DeviceCompletion> recordStop() noexcept = 0;
 
   // Collective over this backend's members, in call order with its collectives (ncclCommSplit):
   // the members passing the same `color` >= 0 form a new device backend on the same device, ranked

@@ -485,6 +485,7 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
   if (earlier)
     return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, earlier);
   std::shared_ptr<Work> check;
+  std::shared_ptr<backend::DeviceCompletion> stopped;  // where a failed call's launches end
   try {
     const backend::DeviceCallContext call{fingerprint, Deadline::after(timeout)};
     // The host check starts first (on the worker thread; nothing here waits for it): NCCL
@@ -507,6 +508,7 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
       completion = backend->recordEnd();
     } catch (...) {
       trace::end(ticket, /*failed=*/true);
+      stopped = backend->recordStop();  // the body may have launched kernels before it failed
       throw;
     }
     // The GPU's CHORUS_TIMEOUT counts from the launch (an enqueue may have waited on NCCL).
@@ -520,7 +522,7 @@ std::shared_ptr<Work> CommunicatorState::submitDevice(Fingerprint fingerprint,
     // point) bad arguments are still refused at the call, and the communicator still works.
     if (check == nullptr)
       rethrowIfBadInput(std::current_exception());
-    return failDevice(fingerprint, std::current_exception());
+    return failDevice(fingerprint, std::current_exception(), std::move(stopped));
   }
 }
 
@@ -534,8 +536,10 @@ std::shared_ptr<Work> CommunicatorState::checkOnHost(const Fingerprint& fingerpr
       /*number=*/false);
 }
 
-std::shared_ptr<Work> CommunicatorState::failDevice(const Fingerprint& fingerprint,
-                                                    std::exception_ptr error) {
+std::shared_ptr<Work> CommunicatorState::failDevice(
+    const Fingerprint& fingerprint,
+    std::exception_ptr error,
+    std::shared_ptr<backend::DeviceCompletion> stopped) {
   failWith(error);  // peers must hear of it: they are entering the same collective
   // The communicator's first failure, which may be what ended this call and explains it better
   // (a check that named an absent rank, which aborted an enqueue waiting for that rank).
@@ -544,7 +548,7 @@ std::shared_ptr<Work> CommunicatorState::failDevice(const Fingerprint& fingerpri
     std::lock_guard lock(mutex_);
     first = failure_;
   }
-  return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, nullptr, first);
+  return std::make_shared<DeviceWork>(info_.worldRank, fingerprint, std::move(stopped), first);
 }
 
 void CommunicatorState::failWith(std::exception_ptr error) noexcept {

@@ -220,7 +220,11 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   backend::DeviceBackend& deviceBackend(int device);
   // Latches `error` as the communicator's failure (unless it already failed); a DeviceWork failed
   // with the communicator's first failure.
-  std::shared_ptr<Work> failDevice(const Fingerprint& fingerprint, std::exception_ptr error);
+  // `stopped`: where the failed call's launched work ends on the stream (its buffers stay in use
+  // until the device has stopped it), or null when nothing was launched.
+  std::shared_ptr<Work> failDevice(const Fingerprint& fingerprint,
+                                   std::exception_ptr error,
+                                   std::shared_ptr<backend::DeviceCompletion> stopped = nullptr);
 
   // The error of an operation or an abort, saying which group it arose in (group_context.h).
   std::exception_ptr inContext(std::exception_ptr error) const noexcept;

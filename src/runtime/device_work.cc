@@ -16,6 +16,7 @@ DeviceWork::DeviceWork(int worldRank,
     : worldRank_(worldRank),
       fingerprint_(fingerprint),
       completion_(std::move(completion)),
+      failedAtCall_(error != nullptr),
       check_(std::move(check)),
       jobStore_(std::move(jobStore)) {
   if (error || completion_ == nullptr)
@@ -64,7 +65,7 @@ bool DeviceWork::buffersInUse() const {
 }
 
 void DeviceWork::synchronize(Deadline deadline) {
-  if (completion_ != nullptr) {
+  if (completion_ != nullptr && !failedAtCall_) {
     try {
       completion_->synchronize(deadline);
       if (check_ != nullptr)

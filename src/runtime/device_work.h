@@ -21,7 +21,8 @@ namespace chorus::detail {
 
 class DeviceWork final : public Work {
  public:
-  // `completion` null: a Work that failed before anything was enqueued, with `error`. `check`:
+  // `error`: a Work that failed at the call, whose `completion` (null if nothing was enqueued)
+  // only says when the device has stopped what the call launched (buffersInUse). `check`:
   // the call's host check, or null when it has none. `jobStore`: where chorusrun records a dead
   // rank, which a host wait's failure is named after (nameFailedRank in device_watchdog.h).
   DeviceWork(int worldRank,
@@ -51,6 +52,7 @@ class DeviceWork final : public Work {
   std::exception_ptr checkFailure() const;
 
   const std::shared_ptr<backend::DeviceCompletion> completion_;
+  const bool failedAtCall_;
   const std::shared_ptr<Work> check_;
   const std::shared_ptr<store::Store> jobStore_;
 };

@@ -240,7 +240,8 @@ TEST_F(DeviceChecks, AFailedCollectivesBuffersStayInUseUntilTheDeviceStopsIt) {
         auto work = comm.allreduce(onFakeGpu(values));
         comm.barrier()->wait();  // after the check: it passed on both ranks
         EXPECT_TRUE(work->buffersInUse()) << "running device work";
-        EXPECT_THROW(work->synchronize(), TimeoutError);
+        auto& device = dynamic_cast<detail::DeviceWork&>(*work);
+        EXPECT_THROW(device.synchronize(Deadline::after(std::chrono::seconds(20))), TimeoutError);
         EXPECT_TRUE(work->isCompleted());
         EXPECT_TRUE(work->buffersInUse()) << "the device has not stopped the failed work yet";
         std::lock_guard lock(mutex);
@@ -258,6 +259,39 @@ TEST_F(DeviceChecks, AFailedCollectivesBuffersStayInUseUntilTheDeviceStopsIt) {
     work->synchronize();
     EXPECT_FALSE(work->buffersInUse()) << "device work that ended";
   });
+}
+
+// A call that fails part way, after its body may have launched kernels (here an enqueue that
+// fails on rank 1 alone), keeps its buffers in use too: its Work carries a completion recorded on
+// the stream after the failure. Before, it carried none, and its buffers were free at once.
+TEST_F(DeviceChecks, ACallThatFailsPartWayKeepsItsBuffersInUseUntilTheDeviceStops) {
+  testing::setFakeDeviceEnqueueFailsOn(1);
+  testing::setFakeDeviceHangs(true);
+  testing::setFakeDeviceStopsLate(true);
+  RankOptions options;
+  options.timeout = std::chrono::milliseconds(20000);
+  std::promise<void> rankZeroDone;
+  auto done = rankZeroDone.get_future().share();
+  std::shared_ptr<Work> failedCall;
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        std::vector<float> values(4, 1.0f);
+        auto work = comm.allreduce(onFakeGpu(values));
+        if (comm.rank() == 1) {
+          EXPECT_THROW(work->wait(), InvalidArgumentError);
+          EXPECT_TRUE(work->buffersInUse()) << "the device has not stopped what the call launched";
+          failedCall = work;
+          done.wait();  // alive until rank 0 has its error
+          return;
+        }
+        EXPECT_THROW(comm.barrier()->wait(), Error);
+        rankZeroDone.set_value();
+      },
+      options);
+  ASSERT_NE(failedCall, nullptr);
+  testing::setFakeDeviceStopsLate(false);
+  EXPECT_FALSE(failedCall->buffersInUse());
 }
 
 TEST_F(DeviceChecks, TheWatchdogNamesTheFirstStuckWorkBehindManyThatEnded) {

@@ -149,6 +149,11 @@ class FakeDeviceBackend final : public backend::Backend, public backend::DeviceB
       state_->stuck.store(true);
     return std::make_shared<FakeCompletion>(state_, !state_->stuck.load());
   }
+  std::shared_ptr<backend::DeviceCompletion> recordStop() noexcept override {
+    if (hangs.load())
+      state_->stuck.store(true);
+    return std::make_shared<FakeCompletion>(state_, !state_->stuck.load());
+  }
   std::unique_ptr<backend::Backend> split(int color,
                                           int,
                                           const backend::BackendOptions& options) override {

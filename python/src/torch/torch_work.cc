@@ -14,19 +14,18 @@
 namespace chorus::torch_backend {
 
 GpuLifetimes::~GpuLifetimes() {
+  // The GPU finishes what it was given, or stops it once its communicator is aborted (a failed
+  // operation's kernel exits when it sees the abort); the copy-outs (`mark`) run after.
+  const auto giveUp = std::chrono::steady_clock::now() + kStopGrace;
   for (Held& held : held_) {
-    for (const auto& work : held.works) {
-      try {
-        work->synchronize();  // until the GPU has finished (or the operation failed)
-      } catch (...) {
-      }
-    }
-    // A failed operation's kernel exits once it sees the abort; the copy-out (`mark`) runs after.
-    const auto giveUp = std::chrono::steady_clock::now() + kStopGrace;
     while (!finished(held) && std::chrono::steady_clock::now() < giveUp)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
-    if (!finished(held))  // the GPU never stopped: its memory is leaked rather than reused
-      new std::vector<at::Tensor>(std::move(held.tensors));
+    if (!finished(held)) {  // the GPU never stopped: its memory is kept rather than reused
+      static auto* neverFreed = new std::vector<at::Tensor>();
+      static std::mutex neverFreedMutex;
+      std::lock_guard lock(neverFreedMutex);
+      neverFreed->insert(neverFreed->end(), held.tensors.begin(), held.tensors.end());
+    }
   }
 }
 

@@ -50,14 +50,14 @@ class FutureCompleter;
 class GpuLifetimes {
  public:
   GpuLifetimes() = default;
-  // Waits until the GPU has finished with what it holds (each operation's own deadline,
-  // CHORUS_TIMEOUT, bounds that, and a failed one's kStopGrace), then lets go; what the GPU
-  // still uses after that is leaked, never handed back to torch's allocator.
+  // Waits, at most kStopGrace in all, until the GPU has finished or stopped what it holds, then
+  // lets go; what the GPU still uses after that is kept to the end of the process, never handed
+  // back to torch's allocator.
   ~GpuLifetimes();
   GpuLifetimes(const GpuLifetimes&) = delete;
   GpuLifetimes& operator=(const GpuLifetimes&) = delete;
 
-  // How long the destructor waits for the GPU to stop a failed operation's kernel.
+  // How long the destructor waits for the GPU to finish or stop what it holds.
   static constexpr std::chrono::seconds kStopGrace{10};
 
   // Holds `tensors` until none of `works` uses its buffers (Work::buffersInUse: after a failure,

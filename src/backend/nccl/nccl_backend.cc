@@ -453,6 +453,17 @@ std::shared_ptr<DeviceCompletion> NcclBackend::recordEnd() {
   return completion;
 }
 
+std::shared_ptr<DeviceCompletion> NcclBackend::recordStop() noexcept {
+  try {
+    auto completion = std::make_shared<NcclCompletion>(state_, state_->takeEvent(), callStream_);
+    if (cudaEventRecord(completion->event(), callStream_) != cudaSuccess)
+      return nullptr;
+    return completion;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 std::unique_ptr<Backend> NcclBackend::split(int color, int key, const BackendOptions& options) {
   state_->throwIfFailed();
   const int worldRank = worldRanks_[rank_];

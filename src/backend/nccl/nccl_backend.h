@@ -122,6 +122,7 @@ class NcclBackend final : public Backend, public DeviceBackend {
                 size_t rows) override;
   void* scratch(size_t bytes) override;
   std::shared_ptr<DeviceCompletion> recordEnd() override;
+  std::shared_ptr<DeviceCompletion> recordStop() noexcept override;
   std::unique_ptr<Backend> split(int color, int key, const BackendOptions& options) override;
 
  private:
