@@ -36,7 +36,8 @@ std::unique_ptr<Transport> makeMpiTransport(MPI_Comm comm, Deadline deadline) {
   return mpi::createMpiTransport(comm, deadline);
 }
 
-// Point-to-point tags up to MPI_TAG_UB - 1025 and 1024 collective tags (transport/mpi/transport.h).
+// Point-to-point tags in two halves of h = (MPI_TAG_UB - 1024) / 2, the largest 2^30 + h - 1, and
+// 1024 collective tags (transport/mpi/transport.h).
 Capabilities mpiCapabilities() {
   int* tagUb = nullptr;
   int flag = 0;
@@ -45,7 +46,8 @@ Capabilities mpiCapabilities() {
     throw std::runtime_error("MPI_COMM_WORLD has no MPI_TAG_UB");
   Capabilities capabilities;
   capabilities.canCrash = false;
-  capabilities.tagLimits = Capabilities::TagLimits{uint64_t(*tagUb) - 1025, 1024};
+  const uint64_t half = (uint64_t(*tagUb) - 1024) / 2;
+  capabilities.tagLimits = Capabilities::TagLimits{(uint64_t{1} << 30) + half - 1, 1024};
   return capabilities;
 }
 

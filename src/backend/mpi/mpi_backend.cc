@@ -13,6 +13,7 @@
 #include "backend/mpi/mpi_types.h"
 #include "connector/mpi_environment.h"
 #include "core/check.h"
+#include "core/mpi_tag_halves.h"
 #include "core/stall_watch.h"
 #include "trace/recorder.h"
 #include "transport/transport.h"
@@ -305,24 +306,32 @@ void MpiBackend::barrier(const CallContext& call) {
 }
 
 void MpiBackend::send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) {
-  CHORUS_CHECK_ARG(tag >= 0 && tag <= tagUpperBound_, "tag ", tag,
-                   " is outside the MPI library's range 0..", tagUpperBound_);
+  const int onMpi = mpiTag(tag);
   if (!fitsInt(bytes))
     return fallback("send").send(call, data, bytes, peer, tag);
   run(call, "MPI_Isend", peer, [&](MPI_Request* request) {
-    return MPI_Isend(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, request);
+    return MPI_Isend(data, asInt(bytes), MPI_BYTE, peer, onMpi, comm_, request);
   });
 }
 
 void MpiBackend::recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) {
-  CHORUS_CHECK_ARG(tag >= 0 && tag <= tagUpperBound_, "tag ", tag,
-                   " is outside the MPI library's range 0..", tagUpperBound_);
+  const int onMpi = mpiTag(tag);
   if (!fitsInt(bytes))
     return fallback("recv").recv(call, data, bytes, peer, tag);
   MPI_Status status = run(call, "MPI_Irecv", peer, [&](MPI_Request* request) {
-    return MPI_Irecv(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, request);
+    return MPI_Irecv(data, asInt(bytes), MPI_BYTE, peer, onMpi, comm_, request);
   });
   checkReceivedBytes(status, bytes, peer, tag);
+}
+
+int MpiBackend::mpiTag(int tag) const {
+  // Note [Two halves of the MPI tags] (core/mpi_tag_halves.h), over the whole MPI range.
+  const int64_t onMpi = tag < 0 ? -1 : detail::mpiTagInHalves(uint64_t(tag), 0, tagUpperBound_);
+  CHORUS_CHECK_ARG(onMpi >= 0, "rank ", names_(rank_), " (this process): tag ", tag,
+                   " is beyond backend mpi's tags, which are ",
+                   detail::tagsInHalves(0, tagUpperBound_), " with this MPI (MPI_TAG_UB ",
+                   tagUpperBound_, "); use a smaller tag");
+  return static_cast<int>(onMpi);
 }
 
 void MpiBackend::checkReceivedBytes(const MPI_Status& status, size_t bytes, int peer, int tag) {
@@ -360,8 +369,7 @@ void MpiBackend::post(const CallContext& call,
                       int tag,
                       Transfer& transfer,
                       bool isSend) {
-  CHORUS_CHECK_ARG(tag >= 0 && tag <= tagUpperBound_, "tag ", tag,
-                   " is outside the MPI library's range 0..", tagUpperBound_);
+  const int onMpi = mpiTag(tag);
   const bool anyPeer = !isSend && peer == transport::kAnyPeer;
   if (!fitsInt(bytes)) {  // whole, through the fallback
     if (anyPeer) {
@@ -381,9 +389,9 @@ void MpiBackend::post(const CallContext& call,
   posted = Posted{MPI_REQUEST_NULL, isSend, bytes, peer, tag};
   const char* what = isSend ? "MPI_Isend" : "MPI_Irecv";
   try {
-    int code = isSend ? MPI_Isend(data, asInt(bytes), MPI_BYTE, peer, tag, comm_, &posted.request)
+    int code = isSend ? MPI_Isend(data, asInt(bytes), MPI_BYTE, peer, onMpi, comm_, &posted.request)
                       : MPI_Irecv(data, asInt(bytes), MPI_BYTE, anyPeer ? MPI_ANY_SOURCE : peer,
-                                  tag, comm_, &posted.request);
+                                  onMpi, comm_, &posted.request);
     connector::checkMpi(code, what, names_(rank_), names_(peer));
   } catch (...) {
     posted_.erase(&transfer);

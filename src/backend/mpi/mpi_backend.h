@@ -113,6 +113,8 @@ class MpiBackend : public Backend {
   Backend& fallback(const char* what);
   // A MismatchError (failing the backend) unless a receive of `bytes` from `peer` got that many.
   void checkReceivedBytes(const MPI_Status& status, size_t bytes, int peer, int tag);
+  // The MPI tag of point-to-point tag `tag`; InvalidArgumentError when it has none.
+  int mpiTag(int tag) const;
   // postSend (`isSend`) or postRecv.
   void post(const CallContext& call,
             void* data,

@@ -52,6 +52,7 @@
 #include "connector/mpi_environment.h"
 #include "core/check.h"
 #include "core/error_codec.h"
+#include "core/mpi_tag_halves.h"
 #include "core/stall_watch.h"
 #include "transport/core.h"
 
@@ -268,11 +269,13 @@ int MpiTransport::mpiTagFor(uint64_t tag) const {
                      kCollectiveMpiTags, " collective tags");
     return kFirstCollectiveMpiTag + static_cast<int>(tag - kCollectiveTag);
   }
-  uint64_t limit = static_cast<uint64_t>(tagUb_ - kFirstUserMpiTag);
-  CHORUS_CHECK_ARG(tag <= limit, "rank ", worldRank(rank()), " (this process): tag ", tag,
-                   " is too large for the MPI transport, whose tags go up to ", limit,
-                   " (MPI_TAG_UB - ", kFirstUserMpiTag, "); use a smaller tag");
-  return static_cast<int>(tag) + kFirstUserMpiTag;
+  // Note [Two halves of the MPI tags] (core/mpi_tag_halves.h).
+  const int64_t mpiTag = detail::mpiTagInHalves(tag, kFirstUserMpiTag, tagUb_);
+  CHORUS_CHECK_ARG(mpiTag >= 0, "rank ", worldRank(rank()), " (this process): tag ", tag,
+                   " is beyond the MPI transport's tags, which are ",
+                   detail::tagsInHalves(kFirstUserMpiTag, tagUb_), " with this MPI (MPI_TAG_UB ",
+                   tagUb_, "); use a smaller tag");
+  return static_cast<int>(mpiTag);
 }
 
 void MpiTransport::startSend(Op& op) {

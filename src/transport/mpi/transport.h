@@ -6,9 +6,11 @@
 // Limits:
 //  - MPI must be initialized (MPI_Init_thread, MPI_THREAD_MULTIPLE when several threads use MPI)
 //    before createMpiTransport and still initialized when the transport is destroyed.
-//  - Point-to-point tags must be at most MPI_TAG_UB - 1025 (MPI guarantees MPI_TAG_UB >= 32767;
-//    Open MPI gives 2^31 - 1), and collective tags below kCollectiveTag + 1024; others are
-//    InvalidArgumentError. MPI tag 0 is reserved for control notices.
+//  - Point-to-point tags are the two halves of Note [Two halves of the MPI tags]
+//    (core/mpi_tag_halves.h) over MPI tags 1025 .. MPI_TAG_UB: 0 .. h - 1 and 2^30 .. 2^30 + h - 1,
+//    h = (MPI_TAG_UB - 1024) / 2 (MPI guarantees MPI_TAG_UB >= 32767; Open MPI 4 gives 2^31 - 1);
+//    collective tags are below kCollectiveTag + 1024; others are InvalidArgumentError. MPI tag 0
+//    is reserved for control notices.
 //  - A peer that dies is usually handled by the MPI library itself: Open MPI (mpirun) kills the
 //    whole job when a rank exits without MPI_Finalize, so chorus never sees a "dead peer". With
 //    ULFM-style libraries the failed MPI call is reported as PeerError.

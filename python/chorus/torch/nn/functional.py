@@ -43,7 +43,8 @@ recv(...)'s output requires grad, and its backward sends the gradient back to sr
 travels in the reverse direction with tag `tag + GRAD_TAG_OFFSET` (2**30), so it can never be taken
 for a user message of the same pair: user tags of these two functions must be below
 GRAD_TAG_OFFSET (a ValueError otherwise), and other chorus.send/recv traffic between the same pair
-must keep below it too. If x does not require grad (or is not floating point), the pair carries no
+must keep below it too. Under MPI both ranges are as wide as half the MPI tags the library has
+(tags below 15871 where its MPI_TAG_UB is 32767, the least MPI allows). If x does not require grad (or is not floating point), the pair carries no
 gradient: pass requires_grad=False to recv on the other side, or a gradient is sent that nobody
 receives. The receiver's loss must use the output of recv, and the sender must backpropagate
 through the token, once per send, or the pair's gradients are left unmatched.
