@@ -518,6 +518,78 @@ def test_stage_three_modules_may_return_dicts_and_named_tuples(comm, monkeypatch
     assert_matches(zero, train_reference("adam", comm.size), FP32_TOLERANCE)
 
 
+VOCABULARY = 11
+
+
+class SharedWeights(torch.nn.Module):
+    """Parameters used by more than one module: the embedding's weight is the head's (a tied
+    language model), two layers of a Sequential share a weight, two layers of a ModuleList (which
+    has no forward) share one, and the model's own forward uses the gate's parameters, which the
+    gate registers but never runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCABULARY, HIDDEN)
+        self.body = torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
+                                        torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh())
+        self.body[2].weight = self.body[0].weight
+        self.extras = torch.nn.ModuleList([torch.nn.Linear(HIDDEN, HIDDEN) for _ in range(2)])
+        self.extras[1].weight = self.extras[0].weight
+        self.gate = torch.nn.Linear(HIDDEN, 1)
+        self.head = torch.nn.Linear(HIDDEN, VOCABULARY, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        h = self.body(self.embed(tokens))
+        for layer in self.extras:
+            h = h + torch.tanh(layer(h))
+        h = h * torch.sigmoid(torch.nn.functional.linear(h, self.gate.weight, self.gate.bias))
+        return self.head(h)
+
+
+def train_shared_weights(size, rank=None, stage=None):
+    """Three SGD steps on token batches: one process on the whole batch (rank None), or this
+    rank's rows under ZeroOptimizer."""
+    torch.manual_seed(0 if rank is None else rank)
+    model = SharedWeights().to(DEVICE)
+    if rank is None:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+        rows = slice(None)
+    else:
+        ct.register_external_parameter(model, model.gate.weight)
+        ct.register_external_parameter(model, model.gate.bias)
+        optimizer = ct.ZeroOptimizer(model, stage=stage, optim="sgd", lr=0.2, momentum=0.9)
+        rows = slice(rank * BATCH, (rank + 1) * BATCH)
+    for step in range(3):
+        generator = torch.Generator().manual_seed(3000 + step)
+        tokens = torch.randint(0, VOCABULARY, (size * BATCH,), generator=generator)
+        targets = torch.randint(0, VOCABULARY, (size * BATCH,), generator=generator)
+        optimizer.zero_grad()
+        logits = model(tokens[rows].to(DEVICE))
+        torch.nn.functional.cross_entropy(logits, targets[rows].to(DEVICE)).backward()
+        optimizer.step()
+    return model, optimizer
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_parameters_shared_between_modules_train_as_in_one_process(comm, stage):
+    """Tied weights, and a parameter that another module's forward uses (declared with
+    register_external_parameter): stage 3 gathers such a parameter with the lowest common
+    ancestor of its users that has a forward, which encloses every use. It used to gather each
+    with the first module that registers it, so the head found the tied weight released."""
+    model, zero = train_shared_weights(comm.size, comm.rank, stage)
+    if stage == 3:
+        names = [name for name, _ in model.named_parameters()]
+        units = [[names[i] for i in zero.engine.unit_parameters(u)]
+                 for u in range(zero.engine.num_units)]
+        # Worked out by hand: module order, each parameter with the module that gathers it.
+        assert units == [["embed.weight", "extras.0.weight", "gate.weight", "gate.bias"],
+                         ["body.0.weight"], ["body.0.bias"], ["body.2.bias"],
+                         ["extras.0.bias"], ["extras.1.bias"]]
+    reference, _ = train_shared_weights(comm.size)
+    assert_matches(zero, reference, FP32_TOLERANCE)
+
+
 @pytest.fixture
 def shared_directory(comm):
     """A fresh directory with the same name on every rank (rank 0 picks it); removed afterwards."""

@@ -37,7 +37,8 @@ RERUN = ["test_bad_arguments_are_refused", "test_bfloat16_mixed_precision",
          "test_stage_three_modules_may_return_dicts_and_named_tuples",
          "test_stage_three_released_units_cost_no_memory_while_autograd_views_them",
          "test_stage_three_with_units_of_many_pages_matches_one_process",
-         "test_stage_three_load_releases_what_a_forward_left_gathered"]
+         "test_stage_three_load_releases_what_a_forward_left_gathered",
+         "test_parameters_shared_between_modules_train_as_in_one_process"]
 globals().update({name: getattr(test_13_zero, name) for name in RERUN + ["shared_directory"]})
 OPTIMIZERS = test_13_zero.OPTIMIZERS
 

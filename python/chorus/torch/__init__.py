@@ -14,6 +14,7 @@ from ._ddp import DistributedDataParallel
 from ._distribute import distribute
 from ._sampler import DistributedSampler
 from ._zero import ZeroOptimizer
+from ._zero_stage3 import register_external_parameter
 from ._checkpoint import consolidate as consolidate_checkpoint, load_state_dict
 from ._zero_memory import predict as zero_memory_prediction
 from . import _backend
@@ -21,4 +22,5 @@ from . import _backend
 _backend.register()
 
 __all__ = ["DistributedDataParallel", "DistributedSampler", "ZeroOptimizer", "distribute",
-           "consolidate_checkpoint", "load_state_dict", "zero_memory_prediction"]
+           "consolidate_checkpoint", "load_state_dict", "zero_memory_prediction",
+           "register_external_parameter"]

@@ -18,7 +18,7 @@ from . import _checkpoint
 from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
                               check_parameters, hook_accumulators)
 from ._zero_device import DeviceZeroEngine
-from ._zero_stage3 import ParameterLifecycle, as_torch
+from ._zero_stage3 import ParameterLifecycle, as_torch, stage_three_units
 
 _WHO = "ZeroOptimizer"
 # Which engine trains host parameters: "c++" (ZeroEngine), or "torch" (DeviceZeroEngine, what CUDA
@@ -44,20 +44,6 @@ def _named_parameters(params):
     return None, [(f"param.{i}", p) for i, p in enumerate(params)]
 
 
-def _unit_modules(module, params):
-    """Stage 3's units: the parameters each module registers itself, in module order."""
-    index_of = {id(p): i for i, p in enumerate(params)}
-    units, modules, taken = [], [], set()
-    for submodule in module.modules():
-        members = [index_of[id(p)] for p in submodule.parameters(recurse=False)
-                   if id(p) in index_of and id(p) not in taken]
-        if members:
-            taken.update(id(params[i]) for i in members)
-            units.append(members)
-            modules.append(submodule)
-    return units, modules
-
-
 class ZeroOptimizer:
     """Data-parallel training with ZeRO-partitioned optimizer state, gradients and parameters.
 
@@ -76,7 +62,10 @@ class ZeroOptimizer:
       this rank keeps only its gradient shard (.grad stays None).
     - Stage 3: parameters are partitioned too: a module's parameters are gathered just before its
       forward and its backward (the next module's are prefetched) and released after. The module
-      that ran last in forward stays gathered for its backward, which comes next.
+      that ran last in forward stays gathered for its backward, which comes next. A parameter
+      that several modules register (tied weights) is gathered with their lowest common
+      ancestor; one used by a module that does not register it must be declared with
+      chorus.torch.register_external_parameter(module, parameter) before construction.
     - mixed_precision="bf16": the model's parameters and gradients become bfloat16 (inputs must be
       bfloat16 too); the optimizer keeps float32 master weights and state (the paper's K = 12).
     - comm_dtype="bf16" or "fp16" (float32 models): gradients travel compressed, as with torch
@@ -135,7 +124,7 @@ class ZeroOptimizer:
         numels = [p.numel() for p in self._params]
         unit_modules = None
         if self.stage == 3:
-            units, unit_modules = _unit_modules(module, self._params)
+            units, unit_modules = stage_three_units(module, self._params)
         else:
             units = _chorus.plan_zero_units(numels, dtype_name,
                                             *bucket_limits(bucket_cap_mb, _WHO))

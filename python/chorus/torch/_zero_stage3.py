@@ -17,14 +17,83 @@ Between uses a parameter's .data is an empty tensor and the ZeroEngine keeps thi
   module whose forward runs again during backward (activation checkpointing's recompute) keeps
   its unit gathered: its backward reads what the recompute saved.
 Every rank runs the same modules in the same order, so every rank issues the same collectives.
-A parameter is gathered with the module that registers it: using it from another module's forward
-is not supported.
+A parameter is gathered with the module that registers it, or, when several modules register it
+(tied weights) or declare that they use it (register_external_parameter), with their lowest common
+ancestor that has a forward (stage_three_units).
 """
 
 import copy
 
 import torch
 from torch.utils import dlpack as _dlpack
+
+from .. import _chorus
+
+# The attribute of a module that lists the parameters register_external_parameter declared for it.
+_EXTERNAL = "_chorus_external_parameters"
+
+
+def register_external_parameter(module, parameter):
+    """Declares that `module`'s forward uses `parameter`, which another module registers (as
+    DeepSpeed's deepspeed.zero.register_external_parameter does). ZeroOptimizer's stage 3 then
+    gathers the parameter for the whole forward and backward of the lowest common ancestor of
+    `module` and the module that registers it. Without it, such a use finds the parameter released.
+    Call it before constructing the ZeroOptimizer. Parameters that several modules register
+    (tied weights: `head.weight = embed.weight`) need no declaration."""
+    if not isinstance(module, torch.nn.Module):
+        raise _chorus.InvalidArgumentError(
+            f"register_external_parameter: module must be a torch.nn.Module, not "
+            f"{type(module).__name__}")
+    if not isinstance(parameter, torch.nn.Parameter):
+        raise _chorus.InvalidArgumentError(
+            f"register_external_parameter: parameter must be a torch.nn.Parameter, not "
+            f"{type(parameter).__name__}")
+    declared = module.__dict__.setdefault(_EXTERNAL, [])
+    if not any(p is parameter for p in declared):
+        declared.append(parameter)
+
+
+def _has_forward(module):
+    return type(module).forward is not torch.nn.Module.forward  # ModuleList, ModuleDict: none
+
+
+def _enclosing_module(root, paths):
+    """The deepest module on every path (tuples of names from root) that has a forward: its forward
+    encloses the forwards of the modules at the paths."""
+    common = []
+    for names in zip(*paths):
+        if any(name != names[0] for name in names):
+            break
+        common.append(names[0])
+    while common and not _has_forward(root.get_submodule(".".join(common))):
+        common.pop()
+    return root.get_submodule(".".join(common))
+
+
+def stage_three_units(root, params):
+    """Stage 3's units (lists of indices into `params`) and the module that gathers each, in
+    module order. A parameter belongs to the module that registers it. One that several modules
+    register or use (register_external_parameter) belongs to their lowest common ancestor that
+    has a forward, which encloses every use, as torch's FSDP places shared parameters. A module
+    reached by two paths (one module called twice) is still one module."""
+    index_of = {id(p): i for i, p in enumerate(params)}
+    users = {}  # parameter index -> {id(module): (module, [its paths])}
+    for path, module in root.named_modules(remove_duplicate=False):
+        used = list(module.parameters(recurse=False)) + module.__dict__.get(_EXTERNAL, [])
+        for p in used:
+            if id(p) in index_of:
+                entry = users.setdefault(index_of[id(p)], {}).setdefault(id(module), (module, []))
+                entry[1].append(tuple(path.split(".")) if path else ())
+    members = {}  # id(module) -> the indices of the parameters it gathers
+    for index, by_module in sorted(users.items()):
+        if len(by_module) == 1:
+            owner = next(iter(by_module.values()))[0]
+        else:
+            paths = [path for _, module_paths in by_module.values() for path in module_paths]
+            owner = _enclosing_module(root, paths)
+        members.setdefault(id(owner), []).append(index)
+    modules = [module for module in root.modules() if id(module) in members]
+    return [members[id(module)] for module in modules], modules
 
 
 def as_torch(view):
