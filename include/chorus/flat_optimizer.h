@@ -22,6 +22,11 @@
 //    "exp_avg", "exp_avg_sq"), state(name) (numel floats), and setSteps() for the step count.
 //  - Invalid hyperparameters (lr < 0, momentum < 0, betas outside [0, 1), eps < 0, nesterov
 //    without momentum or with dampening) are InvalidArgumentError, naming the value.
+//  - setOptions(sgd, adam) changes the hyperparameters between steps (a learning-rate schedule):
+//    SGD takes `sgd`, Adam and AdamW take `adam` (AdamW stays AdamW), and the state is kept. The
+//    values are checked as at construction; so is a change of SGD's momentum between zero and
+//    non-zero, which would add or drop state (InvalidArgumentError). A refused call changes
+//    nothing.
 //  - Ownership: the caller owns params and grads; an optimizer reads and writes them only during
 //    the call and keeps no pointer to them. state(name) points into the optimizer's own memory,
 //    valid while the optimizer lives.
@@ -64,6 +69,7 @@ class FlatOptimizer {
   }
   void beginStep() { ++steps_; }
   virtual void update(size_t begin, size_t count, float* params, const float* grads) = 0;
+  virtual void setOptions(const SgdOptions& sgd, const AdamOptions& adam) = 0;
   virtual size_t stateBytes() const = 0;
   virtual std::vector<std::string> stateNames() const = 0;
   // The named state array (numel floats); InvalidArgumentError for an unknown name.

@@ -36,10 +36,17 @@
 //      reduction (a sum), and widened after it, as torch's bf16_compress_hook does, so they move
 //      half the bytes where the backend reduces half precision (shm; it accumulates in float32
 //      and rounds once). Stage 1's units then hold the widened average.
+//  - ownedGradients(u) (after finalize): this rank's shard of unit u's reduced gradients, in the
+//    model's dtype, padding included (plan(u).shardNumel() elements); the optimizer reads exactly
+//    these, so scaling them (gradient clipping) scales the update's gradient. Stage 1: a view
+//    into u's whole gradients (the rest are other ranks' shards); stages 2 and 3: into the
+//    gradient shard. ownedGradientsStorage(u) keeps the memory alive.
 //  - step() (after finalize): the optimizer updates this rank's float32 shard (the master weights,
 //    or the owned part of the parameters in float32 training), then publishParameters() makes the
 //    model's parameters match: stages 1 and 2 allgather every unit, stage 3 writes its shard (the
 //    next gather reads it).
+//  - setHyperparameters(sgd, adam) changes the optimizer's hyperparameters for the next step()
+//    (FlatOptimizer::setOptions; a learning-rate schedule), not between markReady and finalize().
 //  - Checkpoints: stateNames() ("param" and the optimizer's), exportState(name) and
 //    importState(name) move the owned pieces (layout().ownedPieces(), padding excluded) as float32;
 //    after importing, call publishParameters(). gatherParameters() returns every parameter whole in
@@ -130,6 +137,8 @@ class ZeroEngine {
   std::shared_ptr<const void> gradientStorage(int index) const;
   int markReady(int index);
   int markReady(int index, const Tensor& values);
+  Tensor ownedGradients(int unit) const;
+  std::shared_ptr<const void> ownedGradientsStorage(int unit) const;
   bool isReady(int index) const;
   void finalize();
   void zeroGradients();
@@ -138,6 +147,7 @@ class ZeroEngine {
   void publishParameters();
   int64_t steps() const;
   void setSteps(int64_t steps);
+  void setHyperparameters(const SgdOptions& sgd, const AdamOptions& adam);
   std::vector<std::string> stateNames() const;
   std::vector<float> exportState(const std::string& name);
   void importState(const std::string& name, const std::vector<float>& values);

@@ -13,6 +13,29 @@ namespace {
 using parallel::ZeroEngine;
 using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
+struct Hyperparameters {
+  parallel::SgdOptions sgd;
+  parallel::AdamOptions adam;
+};
+
+// The optimizer's options from the dict ZeroOptimizer keeps (lr, beta1, beta2, eps, weight_decay,
+// momentum, dampening, nesterov; a missing key takes the default).
+Hyperparameters hyperparametersOf(const py::dict& hyper, const std::string& optimizer) {
+  Hyperparameters h;
+  auto get = [&](const char* key, double fallback) {
+    return hyper.contains(key) ? hyper[key].cast<double>() : fallback;
+  };
+  h.sgd.lr = h.adam.lr = get("lr", optimizer == "sgd" ? h.sgd.lr : h.adam.lr);
+  h.sgd.weightDecay = h.adam.weightDecay = get("weight_decay", 0.0);
+  h.sgd.momentum = get("momentum", 0.0);
+  h.sgd.dampening = get("dampening", 0.0);
+  h.sgd.nesterov = get("nesterov", 0.0) != 0.0;
+  h.adam.beta1 = get("beta1", h.adam.beta1);
+  h.adam.beta2 = get("beta2", h.adam.beta2);
+  h.adam.eps = get("eps", h.adam.eps);
+  return h;
+}
+
 std::shared_ptr<ZeroEngine> makeEngine(std::shared_ptr<Communicator> comm,
                                        std::vector<int64_t> numels,
                                        std::vector<std::vector<int>> units,
@@ -21,19 +44,7 @@ std::shared_ptr<ZeroEngine> makeEngine(std::shared_ptr<Communicator> comm,
                                        const std::string& optimizer,
                                        py::dict hyper,
                                        const std::optional<std::string>& commDtype) {
-  parallel::SgdOptions sgd;
-  parallel::AdamOptions adam;
-  auto get = [&](const char* key, double fallback) {
-    return hyper.contains(key) ? hyper[key].cast<double>() : fallback;
-  };
-  sgd.lr = adam.lr = get("lr", optimizer == "sgd" ? sgd.lr : adam.lr);
-  sgd.weightDecay = adam.weightDecay = get("weight_decay", 0.0);
-  sgd.momentum = get("momentum", 0.0);
-  sgd.dampening = get("dampening", 0.0);
-  sgd.nesterov = get("nesterov", 0.0) != 0.0;
-  adam.beta1 = get("beta1", adam.beta1);
-  adam.beta2 = get("beta2", adam.beta2);
-  adam.eps = get("eps", adam.eps);
+  const auto [sgd, adam] = hyperparametersOf(hyper, optimizer);
   parallel::ZeroOptions options;
   options.stage = stage;
   options.dtype = parseDataType(dtype);
@@ -130,6 +141,10 @@ void bindParametersAndGradients(py::class_<ZeroEngine, std::shared_ptr<ZeroEngin
              py::gil_scoped_release release;
              return e.markReady(index, tensor);
            })
+      .def("owned_gradients",
+           [](ZeroEngine& e, int unit) {
+             return ownedViewCapsule(e.ownedGradients(unit), e.ownedGradientsStorage(unit));
+           })
       .def("is_ready", &ZeroEngine::isReady)
       .def("finalize", &ZeroEngine::finalize, py::call_guard<py::gil_scoped_release>())
       .def("zero_gradients", &ZeroEngine::zeroGradients);
@@ -146,6 +161,11 @@ void bindZero(py::module_& module) {
       .def_property_readonly("stage", &ZeroEngine::stage)
       .def_property_readonly("optimizer_name", [](ZeroEngine& e) { return e.optimizer().name(); })
       .def_property("steps", &ZeroEngine::steps, &ZeroEngine::setSteps)
+      .def("set_hyperparameters",
+           [](ZeroEngine& e, py::dict hyper) {
+             const auto [sgd, adam] = hyperparametersOf(hyper, e.optimizer().name());
+             e.setHyperparameters(sgd, adam);
+           })
       .def("step", &ZeroEngine::step, py::call_guard<py::gil_scoped_release>())
       .def("publish_parameters", &ZeroEngine::publishParameters,
            py::call_guard<py::gil_scoped_release>())

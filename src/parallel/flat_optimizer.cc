@@ -23,17 +23,38 @@ void require(bool ok, const std::string& what, double value) {
     throw InvalidArgumentError("optimizer: invalid " + what + " " + std::to_string(value));
 }
 
+void check(const SgdOptions& options) {
+  require(options.lr >= 0, "learning rate", options.lr);
+  require(options.momentum >= 0, "momentum", options.momentum);
+  require(options.weightDecay >= 0, "weight_decay", options.weightDecay);
+  if (options.nesterov && (options.momentum <= 0 || options.dampening != 0))
+    throw InvalidArgumentError(
+        "optimizer: nesterov momentum requires a momentum and zero dampening");
+}
+
+void check(const AdamOptions& options) {
+  require(options.lr >= 0, "learning rate", options.lr);
+  require(options.beta1 >= 0 && options.beta1 < 1, "beta1", options.beta1);
+  require(options.beta2 >= 0 && options.beta2 < 1, "beta2", options.beta2);
+  require(options.eps >= 0, "eps", options.eps);
+  require(options.weightDecay >= 0, "weight_decay", options.weightDecay);
+}
+
 class Sgd final : public FlatOptimizer {
  public:
   Sgd(size_t numel, const SgdOptions& options)
       : FlatOptimizer(numel), options_(options), momentum_(options.momentum > 0 ? numel : 0) {
-    require(options.lr >= 0, "learning rate", options.lr);
-    require(options.momentum >= 0, "momentum", options.momentum);
-    require(options.weightDecay >= 0, "weight_decay", options.weightDecay);
-    if (options.nesterov && (options.momentum <= 0 || options.dampening != 0))
+    check(options);
+  }
+
+  void setOptions(const SgdOptions& sgd, const AdamOptions& /*adam*/) override {
+    check(sgd);
+    if ((sgd.momentum > 0) != (options_.momentum > 0))
       throw InvalidArgumentError(
-          "optimizer: nesterov momentum requires a momentum and zero "
-          "dampening");
+          "optimizer: SGD's momentum cannot change between zero and non-zero (from " +
+          std::to_string(options_.momentum) + " to " + std::to_string(sgd.momentum) +
+          "): the momentum buffer is state made at construction");
+    options_ = sgd;
   }
 
   std::string name() const override { return "sgd"; }
@@ -79,11 +100,14 @@ class Adam final : public FlatOptimizer {
  public:
   Adam(size_t numel, const AdamOptions& options)
       : FlatOptimizer(numel), options_(options), m_(numel), v_(numel) {
-    require(options.lr >= 0, "learning rate", options.lr);
-    require(options.beta1 >= 0 && options.beta1 < 1, "beta1", options.beta1);
-    require(options.beta2 >= 0 && options.beta2 < 1, "beta2", options.beta2);
-    require(options.eps >= 0, "eps", options.eps);
-    require(options.weightDecay >= 0, "weight_decay", options.weightDecay);
+    check(options);
+  }
+
+  void setOptions(const SgdOptions& /*sgd*/, const AdamOptions& adam) override {
+    check(adam);
+    const bool decoupled = options_.decoupledWeightDecay;
+    options_ = adam;
+    options_.decoupledWeightDecay = decoupled;
   }
 
   std::string name() const override { return options_.decoupledWeightDecay ? "adamw" : "adam"; }

@@ -75,6 +75,7 @@ struct ZeroEngine::Impl {
   bool isGathered(int unit) const;
 
   Tensor gradient(int index) const;
+  Tensor ownedGradients(int unit) const;
   std::shared_ptr<const void> gradientStorage(int index) const;
   int markReady(int index);
   int markReady(int index, const Tensor& values);
@@ -378,6 +379,18 @@ std::shared_ptr<const void> ZeroEngine::Impl::gradientStorage(int index) const {
   return unitGradients_[layout_.unitOf(index)];
 }
 
+Tensor ZeroEngine::Impl::ownedGradients(int unit) const {
+  if (unit < 0 || unit >= layout_.numUnits())
+    throw InvalidArgumentError(detail::concat("ZeRO: owned gradients of unit ", unit,
+                                              ", but there are ", layout_.numUnits(), " units"));
+  if (options_.stage != 1)
+    return shardOf(*gradientShard_, unit);
+  const ShardPlan& plan = layout_.plan(unit);
+  return Tensor(
+      unitGradients_[unit]->as<std::byte>() + plan.shardBegin(layout_.rank()) * elementBytes(),
+      options_.dtype, {plan.shardNumel()});
+}
+
 bool ZeroEngine::Impl::isReady(int index) const {
   checkIndex(index, "readiness");
   return ready_[index];
@@ -595,10 +608,7 @@ void ZeroEngine::Impl::updateShard(int unit) {
   const ShardPlan& plan = layout_.plan(unit);
   const auto count = static_cast<size_t>(plan.shardNumel());
   const auto begin = static_cast<size_t>(layout_.shardOffset(unit));
-  const std::byte* grads =
-      options_.stage == 1
-          ? unitGradients_[unit]->as<std::byte>() + plan.shardBegin(layout_.rank()) * elementBytes()
-          : static_cast<const std::byte*>(shardOf(*gradientShard_, unit).data());
+  const auto* grads = static_cast<const std::byte*>(ownedGradients(unit).data());
   float* params = ownedMaster(unit);
   if (options_.dtype == DataType::kFloat32) {
     optimizer_->update(begin, count, params, reinterpret_cast<const float*>(grads));
@@ -748,6 +758,11 @@ int ZeroEngine::markReady(int index) { return impl_->markReady(index); }
 int ZeroEngine::markReady(int index, const Tensor& values) {
   return impl_->markReady(index, values);
 }
+Tensor ZeroEngine::ownedGradients(int unit) const { return impl_->ownedGradients(unit); }
+std::shared_ptr<const void> ZeroEngine::ownedGradientsStorage(int unit) const {
+  ownedGradients(unit);  // the same checks
+  return impl_->options_.stage == 1 ? impl_->unitGradients_[unit] : impl_->gradientShard_;
+}
 bool ZeroEngine::isReady(int index) const { return impl_->isReady(index); }
 void ZeroEngine::finalize() { impl_->finalize(); }
 void ZeroEngine::zeroGradients() { impl_->zeroGradients(); }
@@ -756,6 +771,10 @@ void ZeroEngine::step() { impl_->step(); }
 void ZeroEngine::publishParameters() { impl_->publishParameters(); }
 int64_t ZeroEngine::steps() const { return impl_->optimizer_->steps(); }
 void ZeroEngine::setSteps(int64_t steps) { impl_->optimizer_->setSteps(steps); }
+void ZeroEngine::setHyperparameters(const SgdOptions& sgd, const AdamOptions& adam) {
+  impl_->checkIdle("setting hyperparameters");
+  impl_->optimizer_->setOptions(sgd, adam);
+}
 std::vector<std::string> ZeroEngine::stateNames() const { return impl_->stateNames(); }
 std::vector<float> ZeroEngine::exportState(const std::string& name) {
   return impl_->exportState(name);

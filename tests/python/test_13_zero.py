@@ -683,6 +683,103 @@ def test_stage_one_gradients_are_averages_that_travelled_in_half_precision(comm,
         del zero
 
 
+SCHEDULES = {
+    # lr changes at every step.
+    "lambda": lambda optimizer: torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 1.0 / (1 + 2 * step)),
+    # lr and momentum (SGD) or beta1 (Adam, AdamW) change at every step, and at construction.
+    "one-cycle": lambda optimizer: torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=0.05, total_steps=STEPS, pct_start=0.5),
+}
+
+
+def train_clipped_and_scheduled(optim, size, rank=None, stage=None, schedule=None,
+                                max_norm=None, norm_type=2.0):
+    """STEPS steps with a learning-rate schedule and gradient clipping, each optional: torch.optim
+    and torch's clip_grad_norm_ on one process on the whole batch (rank None), or ZeroOptimizer
+    on this rank's rows. Returns (model, optimizer, the norms clipping saw, the lrs used)."""
+    model = make_model(0 if rank is None else rank)
+    if rank is None:
+        optimizer = OPTIMIZERS[optim][1](model.parameters())
+        rows = slice(None)
+    else:
+        optimizer = ct.ZeroOptimizer(model, stage=stage, **OPTIMIZERS[optim][0])
+        rows = slice(rank * BATCH, (rank + 1) * BATCH)
+    scheduler = SCHEDULES[schedule](optimizer) if schedule else None
+    norms, lrs = [], []
+    for step in range(STEPS):
+        x, y = global_batch(size, step)
+        optimizer.zero_grad()
+        loss_of(model, x[rows], y[rows]).backward()
+        if max_norm is not None:
+            if rank is None:
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, norm_type)
+            else:
+                norm = optimizer.clip_grad_norm_(max_norm, norm_type)
+            norms.append(float(norm))
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+    return model, optimizer, norms, lrs
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("optim", ["sgd", "adamw"])
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_learning_rate_schedulers_drive_it(comm, stage, optim, schedule):
+    """A torch.optim.lr_scheduler on the ZeroOptimizer changes its updates as on torch.optim's
+    optimizer on one process (OneCycleLR also moves SGD's momentum and Adam's beta1)."""
+    _, zero, _, lrs = train_clipped_and_scheduled(optim, comm.size, comm.rank, stage, schedule)
+    reference, _, _, reference_lrs = train_clipped_and_scheduled(optim, comm.size,
+                                                                 schedule=schedule)
+    assert lrs == pytest.approx(reference_lrs)
+    assert len(set(lrs)) == STEPS  # the schedule moved the learning rate at every step
+    assert_matches(zero, reference, FP32_TOLERANCE)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_clip_grad_norm_clips_the_whole_model(comm, stage, norm_type):
+    """clip_grad_norm_ sees the norm of the whole averaged gradient, which no rank holds at stages
+    2 and 3, and clips as torch.nn.utils.clip_grad_norm_ does on one process."""
+    max_norm = 0.05
+    # SGD: Adam would turn the rounding noise of near-zero gradient entries into whole steps.
+    model, zero, norms, _ = train_clipped_and_scheduled("sgd", comm.size, comm.rank, stage,
+                                                        max_norm=max_norm, norm_type=norm_type)
+    reference, _, reference_norms, _ = train_clipped_and_scheduled(
+        "sgd", comm.size, max_norm=max_norm, norm_type=norm_type)
+    assert norms == pytest.approx(reference_norms, rel=1e-5)
+    assert min(norms) > max_norm  # every step was clipped
+    assert_matches(zero, reference, FP32_TOLERANCE)
+    if stage == 1:  # .grad holds the whole clipped average, as torch's function leaves it
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            error = relative_error(p.grad, q.grad)
+            assert error <= FP32_TOLERANCE, f"{name}.grad: relative error {error:.3g}"
+
+
+def test_scheduler_and_clipping_misuse_is_refused(comm):
+    model = make_model(0)
+    zero = ct.ZeroOptimizer(model, stage=2, optim="sgd", lr=0.1)
+    with pytest.raises(chorus.UnsupportedError, match="save_checkpoint"):
+        zero.state_dict()
+    with pytest.raises(chorus.UnsupportedError, match="parameter groups"):
+        zero.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+    with pytest.raises(chorus.InvalidArgumentError, match="norm_type"):
+        zero.clip_grad_norm_(1.0, norm_type=0)
+    x, y = global_batch(comm.size, 0)
+    zero.param_groups[0]["momentum"] = 0.9  # SGD made without momentum has no buffer for it
+    loss_of(model, x, y).backward()
+    with pytest.raises(chorus.InvalidArgumentError, match="momentum cannot change"):
+        zero.step()
+    zero.param_groups[0]["momentum"] = 0.0
+    zero.param_groups[0]["lr"] = -1.0
+    with pytest.raises(chorus.InvalidArgumentError, match="learning rate|Invalid learning rate"):
+        zero.step()
+    zero.param_groups[0]["lr"] = 0.1
+    zero.step()  # a refused change left the engine as it was
+
+
 def test_bad_arguments_are_refused(comm):
     model = make_model(0)
     with pytest.raises(chorus.InvalidArgumentError, match="pass the module"):

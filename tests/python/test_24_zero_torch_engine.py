@@ -38,7 +38,9 @@ RERUN = ["test_bad_arguments_are_refused", "test_bfloat16_mixed_precision",
          "test_stage_three_released_units_cost_no_memory_while_autograd_views_them",
          "test_stage_three_with_units_of_many_pages_matches_one_process",
          "test_stage_three_load_releases_what_a_forward_left_gathered",
-         "test_parameters_shared_between_modules_train_as_in_one_process"]
+         "test_parameters_shared_between_modules_train_as_in_one_process",
+         "test_learning_rate_schedulers_drive_it", "test_clip_grad_norm_clips_the_whole_model",
+         "test_scheduler_and_clipping_misuse_is_refused"]
 globals().update({name: getattr(test_13_zero, name) for name in RERUN + ["shared_directory"]})
 OPTIMIZERS = test_13_zero.OPTIMIZERS
 

@@ -17,6 +17,7 @@ from .. import _arrays, _chorus, _groups, _ops
 from . import _checkpoint
 from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
                               check_parameters, hook_accumulators)
+from ._zero_clipping import clip_grad_norm, owned_runs
 from ._zero_device import DeviceZeroEngine
 from ._zero_stage3 import ParameterLifecycle, as_torch, stage_three_units
 
@@ -44,7 +45,17 @@ def _named_parameters(params):
     return None, [(f"param.{i}", p) for i, p in enumerate(params)]
 
 
-class ZeroOptimizer:
+def _torch_names(optim, hyper):
+    """The hyperparameters under torch.optim's names: param_groups[0], which torch's learning-rate
+    schedulers read and write."""
+    common = {"lr": hyper["lr"], "weight_decay": hyper["weight_decay"]}
+    if optim == "sgd":
+        return dict(common, momentum=hyper["momentum"], dampening=hyper["dampening"],
+                    nesterov=bool(hyper["nesterov"]))
+    return dict(common, betas=(hyper["beta1"], hyper["beta2"]), eps=hyper["eps"])
+
+
+class ZeroOptimizer(torch.optim.Optimizer):
     """Data-parallel training with ZeRO-partitioned optimizer state, gradients and parameters.
 
     ZeroOptimizer(params, optim="adam"|"adamw"|"sgd", stage=1|2|3, lr=..., betas=(0.9, 0.999),
@@ -77,6 +88,12 @@ class ZeroOptimizer:
     - CUDA models (chorus built with the GPU backend): every buffer is device memory from torch's
       allocator, the reductions and gathers run on NCCL without host waits, and the update is
       torch.optim's own on the float32 shard.
+    - A torch.optim.Optimizer with one parameter group, so torch's learning-rate schedulers
+      (torch.optim.lr_scheduler) drive it: step() takes param_groups[0]'s values under
+      torch.optim's names (lr, weight_decay; momentum, dampening, nesterov for SGD; betas, eps
+      for Adam and AdamW). SGD's momentum cannot change between zero and non-zero.
+    - clip_grad_norm_(max_norm) clips the whole model's gradient (see there). The state is
+      sharded: save_checkpoint/load_checkpoint, not state_dict/load_state_dict.
     """
 
     def __init__(self, params, optim="adam", stage=1, lr=None, betas=(0.9, 0.999), eps=1e-8,
@@ -102,11 +119,13 @@ class ZeroOptimizer:
             raise _invalid("no parameters that require gradients")
         self.stage, self.optim, self.mixed_precision = stage, optim, mixed_precision
         self.comm_dtype = comm_dtype
-        self.hyperparameters = {
+        self._engine_hyperparameters = {
             "lr": (0.01 if optim == "sgd" else 1e-3) if lr is None else float(lr),
             "beta1": float(betas[0]), "beta2": float(betas[1]), "eps": float(eps),
             "weight_decay": float(weight_decay), "momentum": float(momentum),
             "dampening": float(dampening), "nesterov": float(bool(nesterov))}
+        super().__init__([p for _, p in named],
+                         _torch_names(optim, self._engine_hyperparameters))
         self._comm = _groups.get(None)
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
@@ -114,6 +133,7 @@ class ZeroOptimizer:
         self._dtype = _MIXED_PRECISION[mixed_precision]
         self._sync = True
         self._end_of_backward = EndOfBackward(self._finalize)
+        self._owned_runs = None  # clip_grad_norm_'s runs of this rank's shards, made at first use
         self._build_engine(module, bucket_cap_mb)
 
     def _build_engine(self, module, bucket_cap_mb):
@@ -158,6 +178,37 @@ class ZeroOptimizer:
         if self.stage == 1:
             for index, p in enumerate(self._params):
                 p.grad = self._gradient_view(index)
+
+    @property
+    def hyperparameters(self):
+        """The engine's hyperparameters (lr, beta1, beta2, eps, weight_decay, momentum,
+        dampening, nesterov) as param_groups[0] now sets them."""
+        group = self.param_groups[0]
+        hyper = dict(self._engine_hyperparameters)
+        hyper.update(lr=float(group["lr"]), weight_decay=float(group["weight_decay"]))
+        if self.optim == "sgd":
+            hyper.update(momentum=float(group["momentum"]), dampening=float(group["dampening"]),
+                         nesterov=float(bool(group["nesterov"])))
+        else:
+            beta1, beta2 = group["betas"]
+            hyper.update(beta1=float(beta1), beta2=float(beta2), eps=float(group["eps"]))
+        return hyper
+
+    def add_param_group(self, param_group):
+        if self.param_groups:  # torch.optim.Optimizer's constructor adds the one group
+            raise _chorus.UnsupportedError(
+                f"{_WHO}: parameter groups are not supported; one group holds every parameter")
+        super().add_param_group(param_group)
+
+    def state_dict(self):
+        raise _chorus.UnsupportedError(
+            f"{_WHO}: the optimizer state is sharded across the ranks; save it with "
+            "save_checkpoint(directory) (and a scheduler's with its own state_dict())")
+
+    def load_state_dict(self, state_dict):
+        raise _chorus.UnsupportedError(
+            f"{_WHO}: the optimizer state is sharded across the ranks; load it with "
+            "load_checkpoint(directory)")
 
     def _adopt_parameters(self):
         for index, p in enumerate(self._params):
@@ -222,8 +273,25 @@ class ZeroOptimizer:
                 loss = closure()
         if self._lifecycle is not None:
             self._lifecycle.release_all()  # a unit gathered before the update would be stale
+        hyper = self.hyperparameters  # a learning-rate scheduler may have changed them
+        if hyper != self._engine_hyperparameters:
+            self._engine.set_hyperparameters(hyper)
+            self._engine_hyperparameters = hyper
         self._engine.step()
         return loss
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
+        """Clips the gradients of the whole model as torch.nn.utils.clip_grad_norm_ does on one
+        process: their total norm of order norm_type (inf: the largest |g|) over every
+        parameter, and when it exceeds max_norm every gradient is scaled by
+        max_norm / (norm + 1e-6). Returns the norm (a float32 tensor on the parameters' device).
+        Collective: every rank calls it after backward and before step(). Stages 2 and 3 keep
+        no .grad, so torch.nn.utils.clip_grad_norm_(model.parameters()) would find nothing to
+        clip there; this works at every stage (FSDP's clip_grad_norm_ is the same)."""
+        if self._owned_runs is None:
+            self._owned_runs = owned_runs(self._engine)
+        return clip_grad_norm(self._engine, self._owned_runs, self._params, max_norm, norm_type,
+                              error_if_nonfinite)
 
     def zero_grad(self, set_to_none=True):
         """Zeroes the gradients. They live in the engine's buffers, so set_to_none only zeroes."""

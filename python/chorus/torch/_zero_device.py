@@ -166,8 +166,11 @@ class DeviceZeroEngine:
     def padded_numel(self, unit):
         return self._layout.padded_numel(unit)
 
-    def owned_pieces(self):
-        return self._layout.owned_pieces()
+    def owned_pieces(self, with_shard_offset=False):
+        return self._layout.owned_pieces(with_shard_offset)
+
+    def shard_offset(self, unit):
+        return self._layout.shard_offset(unit)
 
     def _zeros(self, numel, dtype, kind):
         tensor = torch.zeros(numel, dtype=dtype, device=self._device)
@@ -335,6 +338,13 @@ class DeviceZeroEngine:
             raise _invalid(f"stage {self.stage} keeps gradient shards only, not gradient {index}")
         return self._unit_view(self._grad_units[self._layout.unit_of(index)], index)
 
+    def owned_gradients(self, unit):
+        """This rank's shard of `unit`'s reduced gradients (after finalize), padding included: what
+        step() reads (stage 1: a view into the unit's whole gradients)."""
+        if not 0 <= unit < self.num_units:
+            raise _invalid(f"owned gradients of unit {unit}, but there are {self.num_units}")
+        return self._shard_gradients(unit)
+
     def is_ready(self, index):
         self._check_index(index, "readiness")
         return self._ready[index]
@@ -489,6 +499,25 @@ class DeviceZeroEngine:
             state = self._optimizer.state.get(tensor)
             if state and "step" in state:  # in place: torch.optim chose its dtype and device
                 state["step"].fill_(float(self._steps))
+
+    def set_hyperparameters(self, hyper):
+        """The optimizer's hyperparameters for the next step (a learning-rate schedule), checked
+        as at construction; SGD's momentum cannot turn on or off (the C++ engine's rule)."""
+        self._check_idle("setting hyperparameters")
+        hyper = dict(hyper)
+        _torch_optimizer(self.optimizer_name, [torch.zeros(1, device=self._device)], hyper)
+        if self.optimizer_name == "sgd" and (hyper["momentum"] > 0) != (self._hyper["momentum"] > 0):
+            raise _invalid(f"SGD's momentum cannot change between zero and non-zero (from "
+                           f"{self._hyper['momentum']} to {hyper['momentum']}): the momentum "
+                           "buffer is state made at construction")
+        group = self._optimizer.param_groups[0]
+        group.update(lr=hyper["lr"], weight_decay=hyper["weight_decay"])
+        if self.optimizer_name == "sgd":
+            group.update(momentum=hyper["momentum"], dampening=hyper["dampening"],
+                         nesterov=bool(hyper["nesterov"]))
+        else:
+            group.update(betas=(hyper["beta1"], hyper["beta2"]), eps=hyper["eps"])
+        self._hyper = hyper
 
     def _shard_gradients(self, unit):
         if self.stage == 1:
