@@ -45,8 +45,13 @@
 //    or the owned part of the parameters in float32 training), then publishParameters() makes the
 //    model's parameters match: stages 1 and 2 allgather every unit, stage 3 writes its shard (the
 //    next gather reads it).
-//  - setHyperparameters(sgd, adam) changes the optimizer's hyperparameters for the next step()
-//    (FlatOptimizer::setOptions; a learning-rate schedule), not between markReady and finalize().
+//  - Parameter groups (torch.optim's param_groups): ZeroOptions::parameterGroups gives each
+//    parameter's group (empty: one group), parameterGroups() their count. setHyperparameters(g,
+//    sgd, adam) sets group g's hyperparameters, setHyperparameters(sgd, adam) every group's, for
+//    the next step() (FlatOptimizer::setOptions: checked, and all groups share the optimizer's
+//    state, so SGD's momentum is zero in all or in none). One group starts with the optimizer's
+//    own; with several, every group must be set before step(). Not between markReady and
+//    finalize(). A learning-rate schedule calls them between steps.
 //  - Checkpoints: stateNames() ("param" and the optimizer's), exportState(name) and
 //    importState(name) move the owned pieces (layout().ownedPieces(), padding excluded) as float32;
 //    after importing, call publishParameters(). gatherParameters() returns every parameter whole in
@@ -91,6 +96,8 @@ struct ZeroOptions {
   // The dtype gradients travel in: unset for the model's dtype, or bfloat16/float16 to compress a
   // float32 model's gradients (see "Compression" above).
   std::optional<DataType> commDtype;
+  // Each parameter's group (see "Parameter groups"); empty: one group.
+  std::vector<int> parameterGroups;
 };
 
 // Bytes this rank holds. parameters, gradients and optimizerState are the model states of the
@@ -148,6 +155,8 @@ class ZeroEngine {
   int64_t steps() const;
   void setSteps(int64_t steps);
   void setHyperparameters(const SgdOptions& sgd, const AdamOptions& adam);
+  void setHyperparameters(int group, const SgdOptions& sgd, const AdamOptions& adam);
+  int parameterGroups() const;
   std::vector<std::string> stateNames() const;
   std::vector<float> exportState(const std::string& name);
   void importState(const std::string& name, const std::vector<float>& values);

@@ -36,23 +36,44 @@ Hyperparameters hyperparametersOf(const py::dict& hyper, const std::string& opti
   return h;
 }
 
+// `hyper`: one dict for every group, or a list of them, one per group (parameter_groups).
 std::shared_ptr<ZeroEngine> makeEngine(std::shared_ptr<Communicator> comm,
                                        std::vector<int64_t> numels,
                                        std::vector<std::vector<int>> units,
                                        int stage,
                                        const std::string& dtype,
                                        const std::string& optimizer,
-                                       py::dict hyper,
-                                       const std::optional<std::string>& commDtype) {
-  const auto [sgd, adam] = hyperparametersOf(hyper, optimizer);
+                                       py::object hyper,
+                                       const std::optional<std::string>& commDtype,
+                                       std::vector<int> parameterGroups) {
+  std::vector<py::dict> groups;
+  if (py::isinstance<py::dict>(hyper))
+    groups.push_back(hyper.cast<py::dict>());
+  else
+    groups = hyper.cast<std::vector<py::dict>>();
+  if (groups.empty())
+    throw InvalidArgumentError("ZeroEngine: no hyperparameters");
+  const auto [sgd, adam] = hyperparametersOf(groups.front(), optimizer);
   parallel::ZeroOptions options;
+  options.parameterGroups = std::move(parameterGroups);
   options.stage = stage;
   options.dtype = parseDataType(dtype);
   if (commDtype)
     options.commDtype = parseDataType(*commDtype);
   auto factory = [&](size_t numel) { return parallel::makeOptimizer(optimizer, numel, sgd, adam); };
-  return std::make_shared<ZeroEngine>(std::move(comm), std::move(numels), std::move(units), options,
-                                      factory);
+  auto engine = std::make_shared<ZeroEngine>(std::move(comm), std::move(numels), std::move(units),
+                                             options, factory);
+  if (groups.size() > 1 || engine->parameterGroups() > 1) {
+    if (static_cast<int>(groups.size()) != engine->parameterGroups())
+      throw InvalidArgumentError("ZeroEngine: " + std::to_string(groups.size()) +
+                                 " hyperparameter dicts for " +
+                                 std::to_string(engine->parameterGroups()) + " parameter groups");
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto [groupSgd, groupAdam] = hyperparametersOf(groups[g], optimizer);
+      engine->setHyperparameters(static_cast<int>(g), groupSgd, groupAdam);
+    }
+  }
+  return engine;
 }
 
 Floats toNumpy(std::vector<float> values) {
@@ -157,15 +178,18 @@ void bindZero(py::module_& module) {
   engine
       .def(py::init(&makeEngine), py::arg("communicator"), py::arg("numels"), py::arg("units"),
            py::arg("stage"), py::arg("dtype"), py::arg("optimizer"), py::arg("hyperparameters"),
-           py::arg("comm_dtype") = py::none())
+           py::arg("comm_dtype") = py::none(), py::arg("parameter_groups") = std::vector<int>{})
       .def_property_readonly("stage", &ZeroEngine::stage)
       .def_property_readonly("optimizer_name", [](ZeroEngine& e) { return e.optimizer().name(); })
       .def_property("steps", &ZeroEngine::steps, &ZeroEngine::setSteps)
-      .def("set_hyperparameters",
-           [](ZeroEngine& e, py::dict hyper) {
-             const auto [sgd, adam] = hyperparametersOf(hyper, e.optimizer().name());
-             e.setHyperparameters(sgd, adam);
-           })
+      .def(
+          "set_hyperparameters",
+          [](ZeroEngine& e, py::dict hyper, std::optional<int> group) {
+            const auto [sgd, adam] = hyperparametersOf(hyper, e.optimizer().name());
+            group ? e.setHyperparameters(*group, sgd, adam) : e.setHyperparameters(sgd, adam);
+          },
+          py::arg("hyperparameters"), py::arg("group") = py::none())
+      .def_property_readonly("parameter_groups", &ZeroEngine::parameterGroups)
       .def("step", &ZeroEngine::step, py::call_guard<py::gil_scoped_release>())
       .def("publish_parameters", &ZeroEngine::publishParameters,
            py::call_guard<py::gil_scoped_release>())

@@ -53,7 +53,9 @@ class Sgd final : public FlatOptimizer {
       throw InvalidArgumentError(
           "optimizer: SGD's momentum cannot change between zero and non-zero (from " +
           std::to_string(options_.momentum) + " to " + std::to_string(sgd.momentum) +
-          "): the momentum buffer is state made at construction");
+          "): the momentum buffer is state made at construction (a schedule that cycles "
+          "momentum, as OneCycleLR and CyclicLR do by default, needs an SGD made with momentum, "
+          "or cycle_momentum=False)");
     options_ = sgd;
   }
 

@@ -1,6 +1,7 @@
 // ZeroEngine (see include/chorus/zero_engine.h): the buffers of each stage, the gradient
 // reductions issued in a fixed order as units complete, and the sharded optimizer step. The state
-// lives in ZeroEngine::Impl, which the public methods at the end forward to.
+// lives in ZeroEngine::Impl (zero_engine_impl.h); zero_engine_state.cc holds the checkpoints, the
+// reports and the public methods.
 #include "chorus/zero_engine.h"
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "parallel/gathered_units.h"
 #include "parallel/gradient_wire.h"
 #include "parallel/wait_all.h"
+#include "parallel/zero_engine_impl.h"
 
 namespace chorus::parallel {
 namespace {
@@ -41,116 +43,6 @@ void storeFloat32(DataType dtype, const float* src, void* dst, size_t count) {
 
 }  // namespace
 
-// The engine's state and work; the public methods at the end forward here.
-struct ZeroEngine::Impl {
-  struct ReduceInFlight {
-    int unit = 0;
-    std::shared_ptr<AlignedBuffer> bucket;
-    std::shared_ptr<Work> work;
-  };
-
-  Impl(std::shared_ptr<Communicator> comm,
-       std::vector<int64_t> numels,
-       std::vector<std::vector<int>> units,
-       ZeroOptions options,
-       const OptimizerFactory& makeOptimizer);
-  ~Impl();
-
-  bool hasMasterWeights() const { return options_.dtype != DataType::kFloat32; }
-  // The dtype gradients travel in, and whether that compresses them (ZeroOptions::commDtype).
-  DataType wireDtype() const { return options_.commDtype.value_or(options_.dtype); }
-  bool compresses() const { return wireDtype() != options_.dtype; }
-  // The gradients' reduction: avg, or sum of the already divided values when compressing (kAvg
-  // would stage half precision in float32 and move as many bytes as before; a sum of 16-bit
-  // values stays 16-bit on the wire where the backend reduces half precision, as shm does).
-  ReduceOp reductionOp() const { return compresses() ? ReduceOp::kSum : ReduceOp::kAvg; }
-
-  void setParameter(int index, const Tensor& values);
-  Tensor parameter(int index) const;
-  std::shared_ptr<const void> parameterStorage(int index) const;
-  void gather(int unit);
-  void waitGathered(int unit);
-  void release(int unit);
-  void releaseKeepingAddress(int unit);
-  bool isGathered(int unit) const;
-
-  Tensor gradient(int index) const;
-  Tensor ownedGradients(int unit) const;
-  std::shared_ptr<const void> gradientStorage(int index) const;
-  int markReady(int index);
-  int markReady(int index, const Tensor& values);
-  bool isReady(int index) const;
-  void finalize();
-  void zeroGradients();
-
-  void step();
-  void publishParameters();
-  std::vector<std::string> stateNames() const;
-  std::vector<float> exportState(const std::string& name);
-  void importState(const std::string& name, const std::vector<float>& values);
-  std::vector<float> gatherParameters();
-
-  ZeroMemory memory() const;
-
-  size_t elementBytes() const { return dataTypeSize(options_.dtype); }
-  std::shared_ptr<AlignedBuffer> allocateState(int64_t numel, DataType dtype, const char* what);
-  // A communication buffer: counted in memory().buffers while it lives.
-  std::shared_ptr<AlignedBuffer> allocateBuffer(int64_t numel, const char* what);
-  std::shared_ptr<AlignedBuffer> allocateBuffer(int64_t numel, DataType dtype, const char* what);
-  void checkIndex(int index, const char* what) const;
-  void checkUnit(int unit, const char* what) const;
-  void checkIdle(const char* what) const;
-  std::byte* unitParameters(int unit) const;
-  float* ownedMaster(int unit) const;
-  float* ownedState(const std::string& name, int unit);
-  Tensor shardOf(const AlignedBuffer& buffer, int unit) const;
-
-  void startIteration();
-  AlignedBuffer& bucketFor(int unit);
-  int completeOne(int index);
-  void launchReadyUnits();
-  void issueReduction(int unit);
-  // Stages 2 and 3, compressing: `bucket`'s unit narrowed into a wire buffer; `bucket` is free.
-  std::shared_ptr<AlignedBuffer> compressBucket(int unit, std::shared_ptr<AlignedBuffer> bucket);
-  void widenStageOneUnits();
-  void retireOldestReduction();
-  void adoptRankZeroOrder();
-  void updateShard(int unit);
-  void dropGathered();
-
-  std::shared_ptr<Communicator> comm_;
-  ZeroOptions options_;
-  ZeroLayout layout_;
-  std::unique_ptr<FlatOptimizer> optimizer_;
-
-  // Stages 1 and 2: every unit whole. Stage 3: this rank's shard, and gathered units.
-  std::vector<std::shared_ptr<AlignedBuffer>> unitParameters_;
-  std::shared_ptr<AlignedBuffer> parameterShard_;
-  std::unique_ptr<GatheredUnits> gathered_;
-  std::shared_ptr<AlignedBuffer> master_;  // float32, mixed precision only
-
-  // Stage 1: whole gradients per unit. Stages 2 and 3: the shard, and buckets.
-  std::vector<std::shared_ptr<AlignedBuffer>> unitGradients_;
-  std::shared_ptr<AlignedBuffer> gradientShard_;
-  std::vector<std::shared_ptr<AlignedBuffer>> bucketOfUnit_;
-  std::vector<std::shared_ptr<AlignedBuffer>> freeBuckets_;
-  std::deque<ReduceInFlight> reductions_;
-  std::vector<std::shared_ptr<Work>> allreduces_;
-  int64_t bucketNumel_ = 0;
-  // Compression: stage 1's wire copy of each unit (made once); stages 2 and 3's free wire buffers.
-  std::vector<std::shared_ptr<AlignedBuffer>> unitWires_;
-  std::vector<std::shared_ptr<AlignedBuffer>> freeWires_;
-
-  std::vector<bool> ready_;
-  std::vector<int> pendingInUnit_;
-  std::vector<int> issueOrder_;
-  std::vector<int> completedOrder_;
-  int nextToIssue_ = 0;
-  int markedThisIteration_ = 0;
-  int iterations_ = 0;
-  std::shared_ptr<BufferAccount> account_;
-};
-
 ZeroEngine::Impl::Impl(std::shared_ptr<Communicator> comm,
                        std::vector<int64_t> numels,
                        std::vector<std::vector<int>> units,
@@ -160,6 +52,7 @@ ZeroEngine::Impl::Impl(std::shared_ptr<Communicator> comm,
       options_(options),
       layout_(
           std::move(numels), std::move(units), comm_->size(), comm_->rank(), options.alignElements),
+      groups_(layout_, options.parameterGroups),
       account_(std::make_shared<BufferAccount>()) {
   if (options_.stage < 1 || options_.stage > 3)
     throw InvalidArgumentError("ZeRO: stage must be 1, 2 or 3, not " +
@@ -599,17 +492,30 @@ void ZeroEngine::Impl::step() {
   // update writes; it ends first, and its unit, stale after the update, goes.
   if (options_.stage == 3)
     dropGathered();
+  groups_.requireSet();
   optimizer_->beginStep();
   for (int u = 0; u < layout_.numUnits(); ++u) updateShard(u);
   publishParameters();
 }
 
 void ZeroEngine::Impl::updateShard(int unit) {
-  const ShardPlan& plan = layout_.plan(unit);
-  const auto count = static_cast<size_t>(plan.shardNumel());
   const auto begin = static_cast<size_t>(layout_.shardOffset(unit));
   const auto* grads = static_cast<const std::byte*>(ownedGradients(unit).data());
   float* params = ownedMaster(unit);
+  for (const OptimizerRun& run : groups_.runs(unit)) {  // one run a unit, unless groups differ
+    groups_.select(*optimizer_, run.group);
+    const auto offset = static_cast<size_t>(run.offset);
+    updateRun(begin + offset, static_cast<size_t>(run.numel), params + offset,
+              grads + offset * elementBytes());
+  }
+}
+
+// The optimizer's update of `count` elements from `begin` of the shard (widening the gradients of
+// a half-precision model in chunks).
+void ZeroEngine::Impl::updateRun(size_t begin,
+                                 size_t count,
+                                 float* params,
+                                 const std::byte* grads) {
   if (options_.dtype == DataType::kFloat32) {
     optimizer_->update(begin, count, params, reinterpret_cast<const float*>(grads));
     return;
@@ -644,146 +550,5 @@ void ZeroEngine::Impl::publishParameters() {
   }
   waitAll(works);
 }
-
-// ---- checkpoints and reports -------------------------------------------------------------------
-
-std::vector<std::string> ZeroEngine::Impl::stateNames() const {
-  std::vector<std::string> names{"param"};
-  for (auto& name : optimizer_->stateNames()) names.push_back(name);
-  return names;
-}
-
-std::vector<float> ZeroEngine::Impl::exportState(const std::string& name) {
-  ownedState(name, 0);  // an unknown name fails on every rank, even one that owns nothing
-  std::vector<float> values(static_cast<size_t>(layout_.ownedNumel()));
-  float* out = values.data();
-  for (const OwnedPiece& piece : layout_.ownedPieces()) {
-    int unit = layout_.unitOf(piece.parameter);
-    const float* from = ownedState(name, unit) + (piece.shardOffset - layout_.shardOffset(unit));
-    out = std::copy(from, from + piece.numel, out);
-  }
-  return values;
-}
-
-void ZeroEngine::Impl::importState(const std::string& name, const std::vector<float>& values) {
-  if (static_cast<int64_t>(values.size()) != layout_.ownedNumel())
-    throw InvalidArgumentError("ZeRO: state \"" + name + "\" has " + std::to_string(values.size()) +
-                               " values; this rank owns " + std::to_string(layout_.ownedNumel()));
-  ownedState(name, 0);  // an unknown name fails on every rank, even one that owns nothing
-  const float* in = values.data();
-  for (const OwnedPiece& piece : layout_.ownedPieces()) {
-    int unit = layout_.unitOf(piece.parameter);
-    float* to = ownedState(name, unit) + (piece.shardOffset - layout_.shardOffset(unit));
-    std::copy(in, in + piece.numel, to);
-    in += piece.numel;
-  }
-}
-
-std::vector<float> ZeroEngine::Impl::gatherParameters() {
-  checkIdle("gathering parameters");
-  std::vector<int64_t> starts;
-  int64_t total = 0;
-  for (int p = 0; p < layout_.numParameters(); ++p) {
-    starts.push_back(total);
-    total += layout_.parameterNumel(p);
-  }
-  std::vector<float> values(static_cast<size_t>(total));
-  for (int u = 0; u < layout_.numUnits(); ++u) {
-    const ShardPlan& plan = layout_.plan(u);
-    std::vector<float> whole(static_cast<size_t>(plan.paddedNumel()));
-    comm_
-        ->allgather(Tensor(ownedMaster(u), DataType::kFloat32, {plan.shardNumel()}),
-                    Tensor(whole.data(), {plan.paddedNumel()}))
-        ->wait();
-    const auto& members = layout_.unitParameters(u);
-    for (size_t k = 0; k < members.size(); ++k) {
-      const float* from = whole.data() + plan.flatOffset(static_cast<int>(k));
-      std::copy(from, from + plan.parameterNumel(static_cast<int>(k)),
-                values.data() + starts[members[k]]);
-    }
-  }
-  return values;
-}
-
-ZeroMemory ZeroEngine::Impl::memory() const {
-  ZeroMemory memory;
-  for (const auto& buffer : unitParameters_) memory.parameters += buffer->bytes();
-  if (parameterShard_)
-    memory.parameters += parameterShard_->bytes();
-  for (const auto& buffer : unitGradients_) memory.gradients += buffer->bytes();
-  if (gradientShard_)
-    memory.gradients += gradientShard_->bytes();
-  memory.optimizerState = optimizer_->stateBytes() + (master_ ? master_->bytes() : 0);
-  memory.buffers = account_->current.load();
-  memory.peakBuffers = account_->peak.load();
-  return memory;
-}
-
-// ---- the public methods ------------------------------------------------------------------------
-
-ZeroEngine::ZeroEngine(std::shared_ptr<Communicator> comm,
-                       std::vector<int64_t> numels,
-                       std::vector<std::vector<int>> units,
-                       ZeroOptions options,
-                       const OptimizerFactory& makeOptimizer)
-    : impl_(std::make_unique<Impl>(
-          std::move(comm), std::move(numels), std::move(units), options, makeOptimizer)) {}
-
-ZeroEngine::~ZeroEngine() = default;
-
-const ZeroLayout& ZeroEngine::layout() const { return impl_->layout_; }
-int ZeroEngine::stage() const { return impl_->options_.stage; }
-DataType ZeroEngine::dtype() const { return impl_->options_.dtype; }
-bool ZeroEngine::hasMasterWeights() const { return impl_->hasMasterWeights(); }
-const FlatOptimizer& ZeroEngine::optimizer() const { return *impl_->optimizer_; }
-
-void ZeroEngine::setParameter(int index, const Tensor& values) {
-  impl_->setParameter(index, values);
-}
-Tensor ZeroEngine::parameter(int index) const { return impl_->parameter(index); }
-std::shared_ptr<const void> ZeroEngine::parameterStorage(int index) const {
-  return impl_->parameterStorage(index);
-}
-void ZeroEngine::gather(int unit) { impl_->gather(unit); }
-void ZeroEngine::waitGathered(int unit) { impl_->waitGathered(unit); }
-void ZeroEngine::release(int unit) { impl_->release(unit); }
-void ZeroEngine::releaseKeepingAddress(int unit) { impl_->releaseKeepingAddress(unit); }
-bool ZeroEngine::isGathered(int unit) const { return impl_->isGathered(unit); }
-
-Tensor ZeroEngine::gradient(int index) const { return impl_->gradient(index); }
-std::shared_ptr<const void> ZeroEngine::gradientStorage(int index) const {
-  return impl_->gradientStorage(index);
-}
-int ZeroEngine::markReady(int index) { return impl_->markReady(index); }
-int ZeroEngine::markReady(int index, const Tensor& values) {
-  return impl_->markReady(index, values);
-}
-Tensor ZeroEngine::ownedGradients(int unit) const { return impl_->ownedGradients(unit); }
-std::shared_ptr<const void> ZeroEngine::ownedGradientsStorage(int unit) const {
-  ownedGradients(unit);  // the same checks
-  return impl_->options_.stage == 1 ? impl_->unitGradients_[unit] : impl_->gradientShard_;
-}
-bool ZeroEngine::isReady(int index) const { return impl_->isReady(index); }
-void ZeroEngine::finalize() { impl_->finalize(); }
-void ZeroEngine::zeroGradients() { impl_->zeroGradients(); }
-
-void ZeroEngine::step() { impl_->step(); }
-void ZeroEngine::publishParameters() { impl_->publishParameters(); }
-int64_t ZeroEngine::steps() const { return impl_->optimizer_->steps(); }
-void ZeroEngine::setSteps(int64_t steps) { impl_->optimizer_->setSteps(steps); }
-void ZeroEngine::setHyperparameters(const SgdOptions& sgd, const AdamOptions& adam) {
-  impl_->checkIdle("setting hyperparameters");
-  impl_->optimizer_->setOptions(sgd, adam);
-}
-std::vector<std::string> ZeroEngine::stateNames() const { return impl_->stateNames(); }
-std::vector<float> ZeroEngine::exportState(const std::string& name) {
-  return impl_->exportState(name);
-}
-void ZeroEngine::importState(const std::string& name, const std::vector<float>& values) {
-  impl_->importState(name, values);
-}
-std::vector<float> ZeroEngine::gatherParameters() { return impl_->gatherParameters(); }
-
-ZeroMemory ZeroEngine::memory() const { return impl_->memory(); }
 
 }  // namespace chorus::parallel

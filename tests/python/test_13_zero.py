@@ -12,6 +12,7 @@ at most 4.9e-3 (4 ranks), 2.6e-3 (3), 9.7e-4 (2), 2.7e-7 (1).
 """
 
 import collections
+import copy
 import ctypes
 import functools
 import os
@@ -590,6 +591,72 @@ def test_parameters_shared_between_modules_train_as_in_one_process(comm, stage):
     assert_matches(zero, reference, FP32_TOLERANCE)
 
 
+class WithFrozenPartsAndBuffers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.frozen = torch.nn.Linear(IN, HIDDEN).requires_grad_(False)
+        self.norm = torch.nn.BatchNorm1d(HIDDEN)
+        self.head = torch.nn.Linear(HIDDEN, OUT)
+
+    def forward(self, x):
+        return self.head(self.norm(self.frozen(x)))
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_construction_broadcasts_frozen_parameters_and_buffers(comm, stage):
+    """Every rank starts from rank 0's model: the parameters it trains, and also its frozen
+    parameters and its buffers (BatchNorm's statistics and its int64 count), as torch's DDP
+    broadcasts module states. Before, those stayed as each rank made them."""
+    def make(seed):
+        torch.manual_seed(seed)
+        model = WithFrozenPartsAndBuffers().to(DEVICE)
+        model.norm.running_mean.uniform_()
+        model.norm.num_batches_tracked.fill_(seed + 3)
+        return model
+    model = make(comm.rank)
+    ct.ZeroOptimizer(model, stage=stage, optim="sgd", lr=0.1)
+    rank_zeros = make(0)
+    for name, expected in list(rank_zeros.named_buffers()) + [
+            ("frozen.weight", rank_zeros.frozen.weight), ("frozen.bias", rank_zeros.frozen.bias)]:
+        actual = dict(model.named_buffers()).get(name)
+        actual = actual if actual is not None else dict(model.named_parameters())[name]
+        assert torch.equal(actual, expected), name
+
+
+class ParametersOutsideAForward(torch.nn.Module):
+    """Scales in a ParameterList and a bias in a ParameterDict, which have no forward: the
+    model's own forward uses them."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(IN, OUT)
+        self.scales = torch.nn.ParameterList([torch.nn.Parameter(torch.rand(OUT) + 0.5)])
+        self.extra = torch.nn.ParameterDict({"bias": torch.nn.Parameter(torch.rand(OUT))})
+
+    def forward(self, x):
+        return self.lin(x) * self.scales[0] + self.extra["bias"]
+
+
+def test_stage_three_gathers_parameter_lists_with_the_module_that_runs(comm, monkeypatch):
+    """A ParameterList's or ParameterDict's parameters go to the nearest module above with a
+    forward (here the model). They used to stay in units of their own that nothing gathered, so
+    the forward found them empty. A model with no forward anywhere is refused at construction."""
+    def make(seed):
+        torch.manual_seed(seed)
+        return ParametersOutsideAForward().to(DEVICE)
+    monkeypatch.setitem(globals(), "make_model", make)
+    model, zero = train_zero(comm, "sgd", 3)
+    names = [name for name, _ in model.named_parameters()]
+    assert [[names[i] for i in zero.engine.unit_parameters(u)]
+            for u in range(zero.engine.num_units)] == [["scales.0", "extra.bias"],
+                                                       ["lin.weight", "lin.bias"]]
+    assert_matches(zero, train_reference("sgd", comm.size), FP32_TOLERANCE)
+    halves = torch.nn.ModuleDict({"a": torch.nn.Linear(2, 2), "b": torch.nn.Linear(2, 2)})
+    halves["b"].weight = halves["a"].weight
+    with pytest.raises(chorus.InvalidArgumentError, match="has a forward: the model is a ModuleDict"):
+        ct.ZeroOptimizer(halves, stage=3)
+
+
 @pytest.fixture
 def shared_directory(comm):
     """A fresh directory with the same name on every rank (rank 0 picks it); removed afterwards."""
@@ -758,6 +825,96 @@ def test_clip_grad_norm_clips_the_whole_model(comm, stage, norm_type):
             assert error <= FP32_TOLERANCE, f"{name}.grad: relative error {error:.3g}"
 
 
+def no_decay_groups(model, **options):
+    """The usual split: no weight decay for biases and norms, and its own learning rate for the
+    head (torch.optim's parameter groups; the other hyperparameters are the optimizer's)."""
+    decay = [p for name, p in model.named_parameters()
+             if name.endswith("weight") and not name.startswith(("norm", "head"))]
+    no_decay = [p for name, p in model.named_parameters()
+                if not name.endswith("weight") or name.startswith("norm")]
+    return [dict({"params": decay}, **options), {"params": no_decay, "weight_decay": 0.0},
+            {"params": [model.head.weight], "lr": 0.02}]
+
+
+@pytest.mark.parametrize("optim", ["sgd", "adamw"])
+@pytest.mark.parametrize("stage", [1, 2, 3])
+@pytest.mark.parametrize("through", ["constructor", "distribute"])
+def test_parameter_groups_train_as_in_one_process(comm, stage, optim, through):
+    """Parameter groups (each its own weight decay or learning rate), each group stepped by its
+    own lambda of a LambdaLR, as torch.optim and its scheduler do on one process. distribute()
+    takes them from the torch optimizer it replaces."""
+    lambdas = [lambda step: 1.0, lambda step: 1.0 / (1 + step), lambda step: 0.5 ** step]
+
+    def train(rank):
+        model = make_model(0 if rank is None else rank)
+        torch_optimizer = OPTIMIZERS[optim][1](no_decay_groups(model, weight_decay=0.05))
+        rows = slice(None)
+        optimizer = torch_optimizer
+        if rank is not None:
+            rows = slice(rank * BATCH, (rank + 1) * BATCH)
+            if through == "constructor":
+                optimizer = ct.ZeroOptimizer(no_decay_groups(model, weight_decay=0.05),
+                                             module=model, stage=stage, **OPTIMIZERS[optim][0])
+            else:
+                config = chorus.distributed.get_config()
+                saved, config.zero_opt_level = config.zero_opt_level, stage
+                try:
+                    _, optimizer = ct.distribute(model, torch_optimizer)
+                finally:
+                    config.zero_opt_level = saved
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
+        for step in range(STEPS):
+            x, y = global_batch(comm.size, step)
+            optimizer.zero_grad()
+            loss_of(model, x[rows], y[rows]).backward()
+            optimizer.step()
+            scheduler.step()
+        return model, optimizer
+
+    _, zero = train(comm.rank)
+    reference, torch_optimizer = train(None)
+    assert len(zero.param_groups) == 3
+    assert [g["lr"] for g in zero.param_groups] == pytest.approx(
+        [g["lr"] for g in torch_optimizer.param_groups])
+    assert_matches(zero, reference, FP32_TOLERANCE)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_checkpoint_resumes_the_learning_rate_schedule(comm, shared_directory, stage):
+    """load_checkpoint restores what a schedule had set in every parameter group; the
+    scheduler's own state_dict() restores the scheduler. Training then goes on as if it had not
+    stopped (an ExponentialLR computes each lr from the last one)."""
+    def make(seed):
+        model = make_model(seed)
+        zero = ct.ZeroOptimizer(no_decay_groups(model), module=model, stage=stage,
+                                **OPTIMIZERS["adam"][0])
+        return model, zero, torch.optim.lr_scheduler.ExponentialLR(zero, gamma=0.5)
+
+    rows = slice(comm.rank * BATCH, (comm.rank + 1) * BATCH)
+
+    def run(model, zero, scheduler, steps):
+        for step in steps:
+            x, y = global_batch(comm.size, step)
+            zero.zero_grad()
+            loss_of(model, x[rows], y[rows]).backward()
+            zero.step()
+            scheduler.step()
+
+    model, zero, scheduler = make(comm.rank)
+    run(model, zero, scheduler, range(2))
+    zero.save_checkpoint(shared_directory)
+    saved_scheduler = scheduler.state_dict()
+    run(model, zero, scheduler, range(2, 4))
+    model, resumed, scheduler = make(comm.rank + 7)
+    resumed.load_checkpoint(shared_directory)
+    scheduler.load_state_dict(saved_scheduler)
+    assert [g["lr"] for g in resumed.param_groups] == pytest.approx([0.0025, 0.0025, 0.005])
+    run(model, resumed, scheduler, range(2, 4))
+    expected, actual = zero.gathered_parameters(), resumed.gathered_parameters()
+    for name in expected:
+        assert torch.equal(actual[name], expected[name]), name
+
+
 def test_scheduler_and_clipping_misuse_is_refused(comm):
     model = make_model(0)
     zero = ct.ZeroOptimizer(model, stage=2, optim="sgd", lr=0.1)
@@ -778,6 +935,8 @@ def test_scheduler_and_clipping_misuse_is_refused(comm):
         zero.step()
     zero.param_groups[0]["lr"] = 0.1
     zero.step()  # a refused change left the engine as it was
+    with pytest.raises(chorus.UnsupportedError, match="copied or pickled"):
+        copy.deepcopy(zero)
 
 
 def test_bad_arguments_are_refused(comm):
@@ -794,8 +953,18 @@ def test_bad_arguments_are_refused(comm):
         ct.ZeroOptimizer(model, comm_dtype="fp8")
     with pytest.raises(chorus.InvalidArgumentError, match="already travel as bfloat16"):
         ct.ZeroOptimizer(model, comm_dtype="bf16", mixed_precision="bf16")
-    with pytest.raises(chorus.UnsupportedError, match="parameter groups"):
-        ct.ZeroOptimizer([{"params": list(model.parameters())}])
+    params = list(model.parameters())
+    with pytest.raises(chorus.InvalidArgumentError, match="mixes parameter groups"):
+        ct.ZeroOptimizer([{"params": params[:1]}, params[1]])
+    with pytest.raises(chorus.InvalidArgumentError, match="more than one parameter group"):
+        ct.ZeroOptimizer([{"params": params[:2]}, {"params": params[1:]}])
+    with pytest.raises(chorus.UnsupportedError, match="amsgrad=True"):
+        ct.ZeroOptimizer([{"params": params, "amsgrad": True}])
+    with pytest.raises(chorus.InvalidArgumentError, match="zero in every parameter group"):
+        ct.ZeroOptimizer([{"params": params[:1]}, {"params": params[1:], "momentum": 0.9}],
+                         optim="sgd")
+    with pytest.raises(chorus.InvalidArgumentError, match="not the module's"):
+        ct.ZeroOptimizer([torch.nn.Parameter(torch.zeros(2))], module=model)
     with pytest.raises(chorus.InvalidArgumentError, match="bucket_cap_mb must be positive"):
         ct.ZeroOptimizer(model, bucket_cap_mb=0)
     with pytest.raises(chorus.InvalidArgumentError, match="momentum"):
@@ -839,9 +1008,6 @@ def test_distribute_refuses_what_zero_cannot_shard(comm):
             ct.distribute(model, torch.optim.RMSprop(model.parameters()))
         with pytest.raises(chorus.UnsupportedError, match="amsgrad"):
             ct.distribute(model, torch.optim.Adam(model.parameters(), amsgrad=True))
-        groups = [{"params": [model.head.weight]}, {"params": [model.head.bias]}]
-        with pytest.raises(chorus.UnsupportedError, match="parameter groups"):
-            ct.distribute(model, torch.optim.SGD(groups, lr=0.1))
         with pytest.raises(chorus.InvalidArgumentError, match="needs the optimizer"):
             ct.distribute(model)
     finally:

@@ -40,7 +40,11 @@ RERUN = ["test_bad_arguments_are_refused", "test_bfloat16_mixed_precision",
          "test_stage_three_load_releases_what_a_forward_left_gathered",
          "test_parameters_shared_between_modules_train_as_in_one_process",
          "test_learning_rate_schedulers_drive_it", "test_clip_grad_norm_clips_the_whole_model",
-         "test_scheduler_and_clipping_misuse_is_refused"]
+         "test_scheduler_and_clipping_misuse_is_refused",
+         "test_parameter_groups_train_as_in_one_process",
+         "test_checkpoint_resumes_the_learning_rate_schedule",
+         "test_construction_broadcasts_frozen_parameters_and_buffers",
+         "test_stage_three_gathers_parameter_lists_with_the_module_that_runs"]
 globals().update({name: getattr(test_13_zero, name) for name in RERUN + ["shared_directory"]})
 OPTIMIZERS = test_13_zero.OPTIMIZERS
 

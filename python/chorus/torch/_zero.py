@@ -19,6 +19,7 @@ from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
                               check_parameters, hook_accumulators)
 from ._zero_clipping import clip_grad_norm, owned_runs
 from ._zero_device import DeviceZeroEngine
+from ._zero_groups import engine_names, ordered_parameters, parameter_groups, torch_names
 from ._zero_stage3 import ParameterLifecycle, as_torch, stage_three_units
 
 _WHO = "ZeroOptimizer"
@@ -34,36 +35,19 @@ def _invalid(message):
     return _chorus.InvalidArgumentError(f"{_WHO}: {message}")
 
 
-def _named_parameters(params):
-    if isinstance(params, torch.nn.Module):
-        return params, list(params.named_parameters())
-    params = list(params)
-    if any(isinstance(p, dict) for p in params):
-        raise _chorus.UnsupportedError(
-            f"{_WHO}: parameter groups are not supported; pass the module or one list of "
-            "parameters")
-    return None, [(f"param.{i}", p) for i, p in enumerate(params)]
-
-
-def _torch_names(optim, hyper):
-    """The hyperparameters under torch.optim's names: param_groups[0], which torch's learning-rate
-    schedulers read and write."""
-    common = {"lr": hyper["lr"], "weight_decay": hyper["weight_decay"]}
-    if optim == "sgd":
-        return dict(common, momentum=hyper["momentum"], dampening=hyper["dampening"],
-                    nesterov=bool(hyper["nesterov"]))
-    return dict(common, betas=(hyper["beta1"], hyper["beta2"]), eps=hyper["eps"])
-
-
 class ZeroOptimizer(torch.optim.Optimizer):
     """Data-parallel training with ZeRO-partitioned optimizer state, gradients and parameters.
 
     ZeroOptimizer(params, optim="adam"|"adamw"|"sgd", stage=1|2|3, lr=..., betas=(0.9, 0.999),
-    eps=1e-8, weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
-    mixed_precision=None|"bf16", bucket_cap_mb=None, comm_dtype=None|"bf16"|"fp16")
+    eps=1e-8, weight_decay=None (AdamW 0.01, else 0), momentum=0.0, dampening=0.0,
+    nesterov=False, mixed_precision=None|"bf16", bucket_cap_mb=None,
+    comm_dtype=None|"bf16"|"fp16", module=None)
 
-    - params: the module (required for stage 3, which hooks its submodules) or its parameters.
-      Collective: every rank constructs it with the same model; rank 0's values are broadcast.
+    - params: the module, its parameters, or parameter groups as torch.optim takes them
+      ([{"params": [...], "weight_decay": 0.0}, ...]; _zero_groups.py). Stage 3 hooks the
+      module's submodules: pass the module, or module= with parameters or groups.
+      Collective: every rank constructs it with the same model; rank 0's values are broadcast
+      (with a module, also its frozen parameters and its buffers).
       Do not wrap the model in DistributedDataParallel: this optimizer averages the gradients.
     - The update rules are torch.optim's SGD, Adam and AdamW, run on this rank's float32 shard.
     - Stage 1: backward allreduces (avg) the gradients in units of bucket_cap_mb (default
@@ -88,17 +72,17 @@ class ZeroOptimizer(torch.optim.Optimizer):
     - CUDA models (chorus built with the GPU backend): every buffer is device memory from torch's
       allocator, the reductions and gathers run on NCCL without host waits, and the update is
       torch.optim's own on the float32 shard.
-    - A torch.optim.Optimizer with one parameter group, so torch's learning-rate schedulers
-      (torch.optim.lr_scheduler) drive it: step() takes param_groups[0]'s values under
-      torch.optim's names (lr, weight_decay; momentum, dampening, nesterov for SGD; betas, eps
-      for Adam and AdamW). SGD's momentum cannot change between zero and non-zero.
+    - A torch.optim.Optimizer, so torch's learning-rate schedulers (torch.optim.lr_scheduler)
+      drive it: step() takes each parameter group's values under torch.optim's names (lr,
+      weight_decay; momentum, dampening, nesterov for SGD; betas, eps for Adam and AdamW).
+      SGD's momentum is zero in every group or in none, and cannot change between the two.
     - clip_grad_norm_(max_norm) clips the whole model's gradient (see there). The state is
       sharded: save_checkpoint/load_checkpoint, not state_dict/load_state_dict.
     """
 
     def __init__(self, params, optim="adam", stage=1, lr=None, betas=(0.9, 0.999), eps=1e-8,
-                 weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
-                 mixed_precision=None, bucket_cap_mb=None, comm_dtype=None):
+                 weight_decay=None, momentum=0.0, dampening=0.0, nesterov=False,
+                 mixed_precision=None, bucket_cap_mb=None, comm_dtype=None, module=None):
         if optim not in ("sgd", "adam", "adamw"):
             raise _invalid(f'optim must be "sgd", "adam" or "adamw", not {optim!r}')
         if stage not in (1, 2, 3):
@@ -110,25 +94,44 @@ class ZeroOptimizer(torch.optim.Optimizer):
         if comm_dtype is not None and mixed_precision is not None:
             raise _invalid(f"comm_dtype={comm_dtype!r} compresses float32 gradients; with "
                            f"mixed_precision={mixed_precision!r} they already travel as bfloat16")
-        module, named = _named_parameters(params)
+        if module is not None and not isinstance(module, torch.nn.Module):
+            raise _invalid(f"module must be a torch.nn.Module, not {type(module).__name__}")
+        module, groups = parameter_groups(params, module)
         if stage == 3 and module is None:
             raise _invalid("stage 3 gathers each module's parameters around its forward and "
-                           "backward: pass the module itself, not its parameters")
-        named = check_parameters(named, _WHO, cuda=True)
+                           "backward: pass the module itself, or module= with its parameters")
+        listed = ordered_parameters(module, groups)
+        group_of = {id(p): g for _, p, g in listed}
+        named = check_parameters([(name, p) for name, p, _ in listed], _WHO, cuda=True)
         if not named:
             raise _invalid("no parameters that require gradients")
         self.stage, self.optim, self.mixed_precision = stage, optim, mixed_precision
         self.comm_dtype = comm_dtype
-        self._engine_hyperparameters = {
+        base = {
             "lr": (0.01 if optim == "sgd" else 1e-3) if lr is None else float(lr),
             "beta1": float(betas[0]), "beta2": float(betas[1]), "eps": float(eps),
-            "weight_decay": float(weight_decay), "momentum": float(momentum),
+            # torch.optim's defaults: 0.01 for AdamW, none for the others
+            "weight_decay": (0.01 if optim == "adamw" else 0.0) if weight_decay is None
+            else float(weight_decay), "momentum": float(momentum),
             "dampening": float(dampening), "nesterov": float(bool(nesterov))}
-        super().__init__([p for _, p in named],
-                         _torch_names(optim, self._engine_hyperparameters))
+        trained = {id(p) for _, p in named}
+        self._constructing = True
+        super().__init__([dict(group, params=[p for p in group["params"] if id(p) in trained])
+                          for group in groups], torch_names(optim, base))
+        self._constructing = False
+        self._base_hyperparameters = base
+        # The engine's groups: those of param_groups that hold a parameter it trains.
+        self._torch_group = sorted({group_of[id(p)] for _, p in named})
+        engine_group = {g: e for e, g in enumerate(self._torch_group)}
+        self._engine_groups = [engine_names(optim, self.param_groups[g], base)
+                               for g in self._torch_group]
+        if optim == "sgd" and len({h["momentum"] > 0 for h in self._engine_groups}) > 1:
+            raise _invalid("SGD's momentum must be zero in every parameter group or in none: "
+                           "the groups share one momentum buffer")
         self._comm = _groups.get(None)
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
+        self._group_of = [engine_group[group_of[id(p)]] for p in self._params]
         self._shapes = [tuple(p.shape) for p in self._params]
         self._dtype = _MIXED_PRECISION[mixed_precision]
         self._sync = True
@@ -137,9 +140,13 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self._build_engine(module, bucket_cap_mb)
 
     def _build_engine(self, module, bucket_cap_mb):
-        if self._comm.size > 1:
-            _ops.broadcast([p.detach() for p in self._params], root=self._comm.members[0],
-                           inplace=True)
+        if self._comm.size > 1:  # rank 0's model: what it trains, and its frozen part and buffers
+            trained = {id(p) for p in self._params}
+            rest = [] if module is None else [
+                t.detach() for t in [p for p in module.parameters() if id(p) not in trained] +
+                list(module.buffers()) if t.numel() > 0]
+            _ops.broadcast([p.detach() for p in self._params] + rest,
+                           root=self._comm.members[0], inplace=True)
         dtype_name = _arrays.torch_dtype_name(self._dtype)
         numels = [p.numel() for p in self._params]
         unit_modules = None
@@ -152,12 +159,13 @@ class ZeroOptimizer(torch.optim.Optimizer):
         if device.type == "cuda" or _HOST_ENGINE == "torch":
             wire = _COMM_DTYPES[self.comm_dtype]
             self._engine = DeviceZeroEngine(self._comm, numels, units, self.stage, self._dtype,
-                                            self.optim, self.hyperparameters, device,
-                                            None if wire is None else getattr(torch, wire))
+                                            self.optim, self._engine_groups, device,
+                                            None if wire is None else getattr(torch, wire),
+                                            self._group_of)
         else:
             self._engine = _chorus.ZeroEngine(self._comm._native, numels, units, self.stage,
-                                              dtype_name, self.optim, self.hyperparameters,
-                                              _COMM_DTYPES[self.comm_dtype])
+                                              dtype_name, self.optim, self._engine_groups,
+                                              _COMM_DTYPES[self.comm_dtype], self._group_of)
         for index, p in enumerate(self._params):
             values = p.detach().to(torch.float32).contiguous().view(-1)
             self._engine.set_parameter(index, _dlpack.to_dlpack(values))
@@ -181,24 +189,22 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     @property
     def hyperparameters(self):
-        """The engine's hyperparameters (lr, beta1, beta2, eps, weight_decay, momentum,
-        dampening, nesterov) as param_groups[0] now sets them."""
-        group = self.param_groups[0]
-        hyper = dict(self._engine_hyperparameters)
-        hyper.update(lr=float(group["lr"]), weight_decay=float(group["weight_decay"]))
-        if self.optim == "sgd":
-            hyper.update(momentum=float(group["momentum"]), dampening=float(group["dampening"]),
-                         nesterov=float(bool(group["nesterov"])))
-        else:
-            beta1, beta2 = group["betas"]
-            hyper.update(beta1=float(beta1), beta2=float(beta2), eps=float(group["eps"]))
-        return hyper
+        """The first parameter group's hyperparameters under the engine's names (lr, beta1,
+        beta2, eps, weight_decay, momentum, dampening, nesterov), as param_groups sets them."""
+        return engine_names(self.optim, self.param_groups[self._torch_group[0]],
+                            self._base_hyperparameters)
 
     def add_param_group(self, param_group):
-        if self.param_groups:  # torch.optim.Optimizer's constructor adds the one group
+        if not self._constructing:  # the engine's layout is fixed
             raise _chorus.UnsupportedError(
-                f"{_WHO}: parameter groups are not supported; one group holds every parameter")
+                f"{_WHO}: parameter groups cannot be added after construction; pass them all "
+                "to the constructor")
         super().add_param_group(param_group)
+
+    def __getstate__(self):
+        raise _chorus.UnsupportedError(
+            f"{_WHO} cannot be copied or pickled: its state is sharded across the ranks and "
+            "lives in its engine; save it with save_checkpoint(directory)")
 
     def state_dict(self):
         raise _chorus.UnsupportedError(
@@ -273,10 +279,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
                 loss = closure()
         if self._lifecycle is not None:
             self._lifecycle.release_all()  # a unit gathered before the update would be stale
-        hyper = self.hyperparameters  # a learning-rate scheduler may have changed them
-        if hyper != self._engine_hyperparameters:
-            self._engine.set_hyperparameters(hyper)
-            self._engine_hyperparameters = hyper
+        self._hand_hyperparameters_on()
         self._engine.step()
         return loss
 
@@ -292,6 +295,15 @@ class ZeroOptimizer(torch.optim.Optimizer):
             self._owned_runs = owned_runs(self._engine)
         return clip_grad_norm(self._engine, self._owned_runs, self._params, max_norm, norm_type,
                               error_if_nonfinite)
+
+    def _hand_hyperparameters_on(self):
+        """Gives the engine what param_groups now holds (a learning-rate scheduler changes it)."""
+        for engine_group, torch_group in enumerate(self._torch_group):
+            hyper = engine_names(self.optim, self.param_groups[torch_group],
+                                 self._base_hyperparameters)
+            if hyper != self._engine_groups[engine_group]:
+                self._engine.set_hyperparameters(hyper, group=engine_group)
+                self._engine_groups[engine_group] = hyper
 
     def zero_grad(self, set_to_none=True):
         """Zeroes the gradients. They live in the engine's buffers, so set_to_none only zeroes."""
@@ -336,7 +348,10 @@ class ZeroOptimizer(torch.optim.Optimizer):
         replaced)."""
         arrays = {name: self._engine.export_state(name) for name in self._engine.state_names()}
         meta = {"optimizer": self.optim, "stage": self.stage, "step": self._engine.steps,
-                "mixed_precision": self.mixed_precision, "hyperparameters": self.hyperparameters}
+                "mixed_precision": self.mixed_precision, "hyperparameters": self.hyperparameters,
+                "param_groups": [torch_names(self.optim, engine_names(
+                    self.optim, group, self._base_hyperparameters))
+                    for group in self.param_groups]}
         if self._comm.rank == 0:
             _checkpoint.remove_shards(directory)  # an earlier save's files, of any world size
         _ops.barrier()
@@ -352,9 +367,17 @@ class ZeroOptimizer(torch.optim.Optimizer):
         if meta.get("optimizer") != self.optim:
             raise _invalid(f"{directory} holds {meta.get('optimizer')!r} state; this optimizer "
                            f"is {self.optim!r}")
+        saved_groups = meta.get("param_groups", [torch_names(self.optim,
+                                                              meta["hyperparameters"])])
+        if len(saved_groups) != len(self.param_groups):
+            raise _invalid(f"{directory} holds {len(saved_groups)} parameter groups; this "
+                           f"optimizer has {len(self.param_groups)}")
         for name in names:
             self._engine.import_state(name, arrays[name])
         self._engine.steps = int(meta["step"])
+        for group, saved in zip(self.param_groups, saved_groups):  # what a schedule had set
+            group.update({key: tuple(value) if key == "betas" else value
+                          for key, value in saved.items()})
         if self._lifecycle is not None:
             self._lifecycle.release_all()  # the parameters must not view a unit the load replaces
         self._engine.publish_parameters()

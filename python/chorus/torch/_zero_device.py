@@ -103,27 +103,67 @@ def _restore_memory(tensor):
         tensor.storage().resize_(tensor.numel())
 
 
-def _torch_optimizer(name, tensors, hyper):
-    """torch.optim's optimizer `name` over `tensors`; its refusal of a hyperparameter (a negative
-    momentum, say) is an InvalidArgumentError, as the C++ engine's is."""
-    kernels = {"fused": True} if OPTIMIZER_KERNELS == "fused" else {}
+def _torch_group(name, hyper):
+    """The engine's hyperparameters (lr, beta1, ...) under torch.optim's names for `name`."""
+    if name == "sgd":
+        return {"lr": hyper["lr"], "momentum": hyper["momentum"], "dampening": hyper["dampening"],
+                "weight_decay": hyper["weight_decay"], "nesterov": bool(hyper["nesterov"])}
+    return {"lr": hyper["lr"], "betas": (hyper["beta1"], hyper["beta2"]), "eps": hyper["eps"],
+            "weight_decay": hyper["weight_decay"]}
+
+
+def _check_hyperparameters(name, hyper):
+    """torch.optim's checks of `hyper`, which it makes of constructor arguments only (not of a
+    parameter group's): its refusal (a negative momentum, say) is an InvalidArgumentError, as
+    the C++ engine's is."""
     try:
-        if name == "sgd":
-            return torch.optim.SGD(tensors, lr=hyper["lr"], momentum=hyper["momentum"],
-                                   dampening=hyper["dampening"],
-                                   weight_decay=hyper["weight_decay"],
-                                   nesterov=bool(hyper["nesterov"]), **kernels)
-        return _OPTIMIZERS[name](tensors, lr=hyper["lr"], betas=(hyper["beta1"], hyper["beta2"]),
-                                 eps=hyper["eps"], weight_decay=hyper["weight_decay"], **kernels)
+        _OPTIMIZERS[name]([torch.zeros(1)], **_torch_group(name, hyper))
     except ValueError as error:
         raise _invalid(str(error)) from error
+
+
+def _torch_optimizer(name, groups):
+    """torch.optim's optimizer `name` over `groups`, (tensors, hyperparameters) pairs."""
+    for _, hyper in groups:
+        _check_hyperparameters(name, hyper)
+    kernels = {"fused": True} if OPTIMIZER_KERNELS == "fused" else {}
+    return _OPTIMIZERS[name]([dict(_torch_group(name, hyper), params=list(tensors))
+                              for tensors, hyper in groups], **kernels)
+
+
+def _optimizer_runs(layout, group_of):
+    """(unit, start in the unit's shard, numel, group) for each run of the shard that one group
+    updates (the C++ engine's OptimizerGroups): one group, each unit's whole shard; several,
+    the owned pieces, neighbours of one group merged."""
+    if max(group_of, default=0) == 0:
+        return [(u, 0, layout.unit_shard_numel(u), 0) for u in range(layout.num_units)]
+    runs = []
+    for parameter, _, numel, shard_offset in layout.owned_pieces(True):
+        unit, group = layout.unit_of(parameter), group_of[parameter]
+        start = shard_offset - layout.shard_offset(unit)
+        if runs and runs[-1][0] == unit and runs[-1][3] == group and sum(runs[-1][1:3]) == start:
+            runs[-1] = (unit, runs[-1][1], runs[-1][2] + numel, group)
+        else:
+            runs.append((unit, start, numel, group))
+    return runs
 
 
 class DeviceZeroEngine:
     """ZeroEngine's methods (see the module doc); `comm` is the chorus Group of the world."""
 
-    def __init__(self, comm, numels, units, stage, dtype, optim, hyper, device, comm_dtype=None):
-        self.stage, self.optimizer_name, self._hyper = stage, optim, dict(hyper)
+    def __init__(self, comm, numels, units, stage, dtype, optim, hyper, device, comm_dtype=None,
+                 parameter_groups=None):
+        """hyper: one dict for every group, or one per group (parameter_groups: each
+        parameter's group; None: one group)."""
+        self.stage, self.optimizer_name = stage, optim
+        self._groups = [dict(h) for h in ([hyper] if isinstance(hyper, dict) else hyper)]
+        group_of = list(parameter_groups) if parameter_groups else [0] * len(numels)
+        if len(group_of) != len(numels) or sorted(set(group_of)) != list(range(len(self._groups))):
+            raise _invalid(f"parameter groups {sorted(set(group_of))} do not match the "
+                           f"{len(self._groups)} hyperparameter dicts")
+        if len({h["momentum"] > 0 for h in self._groups}) > 1 and optim == "sgd":
+            raise _invalid("SGD's momentum must be zero in every parameter group or in none: the "
+                           "groups share the momentum buffer")
         self._comm, self._dtype, self._device = comm, dtype, device
         self._wire = comm_dtype  # compression: the dtype gradients travel in (float32 models)
         self._numels = list(numels)
@@ -134,7 +174,14 @@ class DeviceZeroEngine:
         self._pools = {}  # (kind, dtype) -> _ReusedBuffers: the buckets and reduction outputs
         self._make_parameters()
         self._make_gradients()
-        self._optimizer = _torch_optimizer(optim, self._master, self._hyper)
+        self._runs = _optimizer_runs(self._layout, group_of)
+        if len(self._groups) == 1:  # a torch parameter per unit, as without groups
+            self._run_masters = self._master
+        else:
+            self._run_masters = [self._master[u][start:start + n] for u, start, n, _ in self._runs]
+        self._optimizer = _torch_optimizer(optim, [
+            ([m for m, run in zip(self._run_masters, self._runs) if run[3] == g], hyper)
+            for g, hyper in enumerate(self._groups)])
         self._issue_order = list(range(self.num_units))
         self._iterations = 0
         self._start_iteration()
@@ -495,29 +542,35 @@ class DeviceZeroEngine:
     @steps.setter
     def steps(self, steps):
         self._steps = int(steps)
-        for tensor in self._master:
+        for tensor in self._run_masters:
             state = self._optimizer.state.get(tensor)
             if state and "step" in state:  # in place: torch.optim chose its dtype and device
                 state["step"].fill_(float(self._steps))
 
-    def set_hyperparameters(self, hyper):
-        """The optimizer's hyperparameters for the next step (a learning-rate schedule), checked
-        as at construction; SGD's momentum cannot turn on or off (the C++ engine's rule)."""
+    @property
+    def parameter_groups(self):
+        return len(self._groups)
+
+    def set_hyperparameters(self, hyper, group=None):
+        """Group `group`'s hyperparameters (None: every group's) for the next step (a
+        learning-rate schedule), checked as at construction; SGD's momentum cannot turn on or
+        off (the C++ engine's rule)."""
         self._check_idle("setting hyperparameters")
         hyper = dict(hyper)
-        _torch_optimizer(self.optimizer_name, [torch.zeros(1, device=self._device)], hyper)
-        if self.optimizer_name == "sgd" and (hyper["momentum"] > 0) != (self._hyper["momentum"] > 0):
+        _check_hyperparameters(self.optimizer_name, hyper)
+        before = self._groups[0]["momentum"]
+        if self.optimizer_name == "sgd" and (hyper["momentum"] > 0) != (before > 0):
             raise _invalid(f"SGD's momentum cannot change between zero and non-zero (from "
-                           f"{self._hyper['momentum']} to {hyper['momentum']}): the momentum "
-                           "buffer is state made at construction")
-        group = self._optimizer.param_groups[0]
-        group.update(lr=hyper["lr"], weight_decay=hyper["weight_decay"])
-        if self.optimizer_name == "sgd":
-            group.update(momentum=hyper["momentum"], dampening=hyper["dampening"],
-                         nesterov=bool(hyper["nesterov"]))
-        else:
-            group.update(betas=(hyper["beta1"], hyper["beta2"]), eps=hyper["eps"])
-        self._hyper = hyper
+                           f"{before} to {hyper['momentum']}): the momentum buffer is state made "
+                           "at construction (a schedule that cycles momentum, as OneCycleLR and "
+                           "CyclicLR do by default, needs an SGD made with momentum, or "
+                           "cycle_momentum=False)")
+        if group is not None and not 0 <= group < len(self._groups):
+            raise _invalid(f"parameter group {group} does not exist; there are "
+                           f"{len(self._groups)}")
+        for g in range(len(self._groups)) if group is None else [group]:
+            self._optimizer.param_groups[g].update(_torch_group(self.optimizer_name, hyper))
+            self._groups[g] = hyper
 
     def _shard_gradients(self, unit):
         if self.stage == 1:
@@ -540,10 +593,10 @@ class DeviceZeroEngine:
         self._check_idle("step()")
         if self.stage == 3:
             self._drop_gathered()
-        for unit, master in enumerate(self._master):
-            master.grad = self._shard_gradients(unit).to(torch.float32)
+        for (unit, start, numel, _), master in zip(self._runs, self._run_masters):
+            master.grad = self._shard_gradients(unit)[start:start + numel].to(torch.float32)
         self._optimizer.step()
-        for master in self._master:
+        for master in self._run_masters:
             master.grad = None
         self._steps += 1
         self.publish_parameters()
@@ -583,23 +636,26 @@ class DeviceZeroEngine:
 
     def state_names(self):
         if self.optimizer_name == "sgd":
-            return ["param"] + (["momentum_buffer"] if self._hyper["momentum"] > 0 else [])
+            return ["param"] + (["momentum_buffer"] if self._groups[0]["momentum"] > 0 else [])
         return ["param", "exp_avg", "exp_avg_sq"]
 
     def _state_tensors(self, name, create):
-        """Per unit, this rank's float32 shard of state `name`. One the optimizer has not made yet
-        (before its first step) is zeros; `create` puts it into the optimizer's state, with step
-        = steps, as torch.optim would have it (for import_state: the next step continues it)."""
+        """This rank's float32 shard of state `name` as (offset in the shard, tensor) pairs: the
+        master weights per unit for "param", else the optimizer's state per run. One the optimizer
+        has not made yet (before its first step) is zeros; `create` puts it into the optimizer's
+        state, with step = steps, as torch.optim would have it (for import_state: the next step
+        continues it)."""
         if name == "param":
-            return self._master
+            return [(self._layout.shard_offset(u), m) for u, m in enumerate(self._master)]
         if name not in self.state_names():
             raise _invalid(f"no optimizer state {name!r}; there are {self.state_names()}")
         tensors = []
-        for master in self._master:
+        for (unit, start, _, _), master in zip(self._runs, self._run_masters):
+            offset = self._layout.shard_offset(unit) + start
             state = self._optimizer.state[master]
             if name not in state:
                 if not create:
-                    tensors.append(torch.zeros_like(master))
+                    tensors.append((offset, torch.zeros_like(master)))
                     continue
                 state[name] = torch.zeros_like(master)
                 if self.optimizer_name != "sgd" and "step" not in state:
@@ -607,29 +663,36 @@ class DeviceZeroEngine:
                     on = master.device if OPTIMIZER_KERNELS == "fused" else "cpu"
                     state["step"] = torch.tensor(float(self._steps), dtype=torch.float32,
                                                  device=on)
-            tensors.append(state[name])
+            tensors.append((offset, state[name]))
         return tensors
+
+    def _flat_shard(self, parts):
+        """(offset, tensor) pairs laid into one float32 tensor of this rank's shard's size."""
+        flat = torch.zeros(self._layout.shard_numel, dtype=torch.float32, device=self._device)
+        for offset, tensor in parts:
+            flat[offset:offset + tensor.numel()] = tensor.reshape(-1)
+        return flat
 
     def export_state(self, name):
         """State `name` over this rank's owned pieces (padding excluded), float32, NumPy."""
-        flat = torch.cat([t.reshape(-1) for t in self._state_tensors(name, create=False)])
+        flat = self._flat_shard(self._state_tensors(name, create=False))
         pieces = [flat[offset:offset + numel]
                   for _, _, numel, offset in self._layout.owned_pieces(with_shard_offset=True)]
         return (torch.cat(pieces) if pieces else flat[:0]).float().cpu().numpy()
 
     def import_state(self, name, values):
-        tensors = self._state_tensors(name, create=True)
+        parts = self._state_tensors(name, create=True)
         values = torch.as_tensor(np.asarray(values, dtype=np.float32)).to(self._device)
         if values.numel() != self._layout.owned_numel:
             raise _invalid(f"state {name!r} has {values.numel()} values; this rank owns "
                            f"{self._layout.owned_numel}")
-        flat = torch.cat([t.reshape(-1) for t in tensors])
+        flat = self._flat_shard(parts)
         taken = 0
         for _, _, numel, offset in self._layout.owned_pieces(with_shard_offset=True):
             flat[offset:offset + numel] = values[taken:taken + numel]
             taken += numel
-        for unit, tensor in enumerate(tensors):
-            tensor.copy_(flat[self._shard_slice(unit)])
+        for offset, tensor in parts:
+            tensor.copy_(flat[offset:offset + tensor.numel()].view_as(tensor))
 
     # ---- memory ----------------------------------------------------------------------------------
 
@@ -637,7 +700,7 @@ class DeviceZeroEngine:
         """Bytes this rank holds by kind; optimizer_state counts the master shard (when separate)
         and the optimizer's state tensors as they are now."""
         memory = dict(self._memory)
-        for master in self._master:
+        for master in self._run_masters:
             for value in self._optimizer.state.get(master, {}).values():
                 if torch.is_tensor(value) and value.numel() == master.numel():
                     memory["optimizer_state"] += value.numel() * value.element_size()

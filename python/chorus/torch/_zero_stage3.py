@@ -57,25 +57,35 @@ def _has_forward(module):
     return type(module).forward is not torch.nn.Module.forward  # ModuleList, ModuleDict: none
 
 
-def _enclosing_module(root, paths):
+def _enclosing_module(root, paths, parameter):
     """The deepest module on every path (tuples of names from root) that has a forward: its forward
-    encloses the forwards of the modules at the paths."""
+    encloses the forwards of the modules at the paths. InvalidArgumentError if not even root has
+    one (a ModuleDict passed as the model)."""
     common = []
     for names in zip(*paths):
         if any(name != names[0] for name in names):
             break
         common.append(names[0])
-    while common and not _has_forward(root.get_submodule(".".join(common))):
+    while True:
+        module = root.get_submodule(".".join(common))
+        if _has_forward(module):
+            return module
+        if not common:
+            raise _chorus.InvalidArgumentError(
+                f"ZeroOptimizer: stage 3 gathers a parameter for the forward of a module that "
+                f"encloses its uses, but no module above {'.'.join(paths[0]) or 'the model'} "
+                f"(which registers a parameter of shape {tuple(parameter.shape)}) has a "
+                f"forward: the model is a {type(root).__name__}; pass the module that runs")
         common.pop()
-    return root.get_submodule(".".join(common))
 
 
 def stage_three_units(root, params):
     """Stage 3's units (lists of indices into `params`) and the module that gathers each, in
-    module order. A parameter belongs to the module that registers it. One that several modules
-    register or use (register_external_parameter) belongs to their lowest common ancestor that
-    has a forward, which encloses every use, as torch's FSDP places shared parameters. A module
-    reached by two paths (one module called twice) is still one module."""
+    module order. A parameter belongs to the module that registers it, or to its nearest
+    ancestor with a forward where it has none (ParameterList, ParameterDict). One that several
+    modules register or use (register_external_parameter) belongs to their lowest common
+    ancestor that has a forward, which encloses every use, as torch's FSDP places shared
+    parameters. A module reached by two paths (one module called twice) is still one module."""
     index_of = {id(p): i for i, p in enumerate(params)}
     users = {}  # parameter index -> {id(module): (module, [its paths])}
     for path, module in root.named_modules(remove_duplicate=False):
@@ -86,11 +96,10 @@ def stage_three_units(root, params):
                 entry[1].append(tuple(path.split(".")) if path else ())
     members = {}  # id(module) -> the indices of the parameters it gathers
     for index, by_module in sorted(users.items()):
-        if len(by_module) == 1:
-            owner = next(iter(by_module.values()))[0]
-        else:
+        owner = next(iter(by_module.values()))[0]
+        if len(by_module) > 1 or not _has_forward(owner):  # shared, or in a ParameterList
             paths = [path for _, module_paths in by_module.values() for path in module_paths]
-            owner = _enclosing_module(root, paths)
+            owner = _enclosing_module(root, paths, params[index])
         members.setdefault(id(owner), []).append(index)
     modules = [module for module in root.modules() if id(module) in members]
     return [members[id(module)] for module in modules], modules
