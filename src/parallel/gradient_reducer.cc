@@ -219,7 +219,9 @@ void GradientReducer::Impl::markReady(int index) {
     throw InvalidArgumentError(
         "gradient reducer: gradient " + std::to_string(index) +
         " was marked ready twice in one iteration (a parameter whose gradient was produced by two "
-        "backward passes between optimizer steps: run the earlier ones under no_sync())");
+        "backward passes between optimizer steps: run the earlier ones under no_sync(); or one "
+        "used both inside and outside a torch.utils.checkpoint region with use_reentrant=True: "
+        "use use_reentrant=False)");
   ready_[index] = true;
   readySequence_.push_back(index);
   --pendingInBucket_[locations_[index].bucket];

@@ -317,7 +317,9 @@ int ZeroEngine::Impl::completeOne(int index) {
   if (ready_[index])
     throw InvalidArgumentError(
         "ZeRO: the gradient of parameter " + std::to_string(index) +
-        " was produced twice in one backward pass (call step() or finalize between passes)");
+        " was produced twice in one backward pass (call finalize() between passes; from torch, "
+        "a parameter used both inside and outside a torch.utils.checkpoint region with "
+        "use_reentrant=True gets two gradients in one backward: use use_reentrant=False)");
   ready_[index] = true;
   ++markedThisIteration_;
   int unit = layout_.unitOf(index);

@@ -15,6 +15,7 @@ import collections
 import copy
 import ctypes
 import functools
+import math
 import os
 import secrets
 import shutil
@@ -28,6 +29,7 @@ import torch.utils.checkpoint
 import chorus
 import chorus.distributed
 import chorus.torch as ct
+from chorus.torch._zero_stage3 import as_torch
 
 BATCH = 5   # per rank
 STEPS = 4
@@ -657,6 +659,35 @@ def test_stage_three_gathers_parameter_lists_with_the_module_that_runs(comm, mon
         ct.ZeroOptimizer(halves, stage=3)
 
 
+class SharedAcrossACheckpoint(torch.nn.Module):
+    """`shared` is used inside a reentrant torch.utils.checkpoint region and outside it: it then
+    gets two gradients in one backward (torch's own DDP refuses this too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(IN, IN)
+        self.second = torch.nn.Linear(IN, OUT)
+        self.shared = torch.nn.Parameter(torch.ones(IN))
+
+    def forward(self, x):
+        inner = torch.utils.checkpoint.checkpoint(
+            lambda h: self.first(h) * self.shared, x, use_reentrant=True)
+        return self.second(inner * self.shared)
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_two_gradients_in_one_backward_are_refused_with_the_cause(comm, stage):
+    """A parameter used inside and outside a reentrant checkpoint gets two gradients in one
+    backward; every rank raises an error that names the cause and the remedy."""
+    torch.manual_seed(0)
+    model = SharedAcrossACheckpoint().to(DEVICE)
+    zero = ct.ZeroOptimizer(model, stage=stage, optim="sgd", lr=0.1)
+    x, y = global_batch(comm.size, 0)
+    with pytest.raises(chorus.InvalidArgumentError, match="use_reentrant=False"):
+        loss_of(model, x.requires_grad_(), y).backward()
+    del zero
+
+
 @pytest.fixture
 def shared_directory(comm):
     """A fresh directory with the same name on every rank (rank 0 picks it); removed afterwards."""
@@ -913,6 +944,26 @@ def test_checkpoint_resumes_the_learning_rate_schedule(comm, shared_directory, s
     expected, actual = zero.gathered_parameters(), resumed.gathered_parameters()
     for name in expected:
         assert torch.equal(actual[name], expected[name]), name
+
+
+@pytest.mark.parametrize("norm_type", [2.0, float("inf")])
+def test_a_nan_gradient_on_one_rank_makes_every_ranks_norm_nonfinite(comm, norm_type):
+    """One rank's shard holds a NaN: every rank's total norm is non-finite (inf for the inf norm,
+    whose maximum NCCL could otherwise take from the other operand), and error_if_nonfinite raises
+    on every rank."""
+    model = make_model(0)
+    zero = ct.ZeroOptimizer(model, stage=2, optim="sgd", lr=0.1)
+    x, y = global_batch(comm.size, 0)
+    for error_if_nonfinite in (False, True):
+        zero.zero_grad()
+        loss_of(model, x, y).backward()
+        if comm.rank == 0:  # the first element of rank 0's shard is a parameter's, not padding
+            as_torch(zero.engine.owned_gradients(0))[0] = float("nan")
+        if error_if_nonfinite:
+            with pytest.raises(RuntimeError, match="non-finite"):
+                zero.clip_grad_norm_(1.0, norm_type, error_if_nonfinite=True)
+        else:
+            assert not math.isfinite(float(zero.clip_grad_norm_(1.0, norm_type)))
 
 
 def test_scheduler_and_clipping_misuse_is_refused(comm):

@@ -8,6 +8,8 @@ gradient element once. So the whole model's p-norm is (sum over ranks of each sh
 rank then scales by the same factor, min(1, max_norm / (norm + 1e-6)): stage 1 every gradient it
 holds whole (.grad stays what torch's function would leave), stages 2 and 3 its shard. Nothing
 waits on the host (on a GPU the factor stays on the device), unless error_if_nonfinite asks.
+A NaN in the inf norm's maximum is taken as inf (where torch's would be NaN): NCCL's max may
+return the other operand, which would hide it.
 """
 
 import math
@@ -53,6 +55,8 @@ def clip_grad_norm(engine, runs, params, max_norm, norm_type, error_if_nonfinite
     gradients = [as_torch(engine.owned_gradients(u)) for u in range(engine.num_units)]
     part = _local_part(gradients, runs, norm_type, device).reshape(1)
     infinite = math.isinf(norm_type)
+    if infinite:  # NCCL's max may drop a NaN operand; an infinite one it keeps
+        part = torch.nan_to_num(part, nan=math.inf)
     total = _ops.allreduce(part, op="max" if infinite else "sum")[0]
     if not infinite:
         total = total ** (1.0 / norm_type)

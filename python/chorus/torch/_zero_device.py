@@ -401,8 +401,10 @@ class DeviceZeroEngine:
         the unit this completed, or -1."""
         self._check_index(index, "markReady")
         if self._ready[index]:
-            raise _invalid(f"gradient {index} was marked ready twice in one iteration (run the "
-                           "earlier backward passes under no_sync())")
+            raise _invalid(f"the gradient of parameter {index} was produced twice in one backward "
+                           "pass (a parameter used both inside and outside a "
+                           "torch.utils.checkpoint region with use_reentrant=True gets two "
+                           "gradients in one backward: use use_reentrant=False)")
         unit = self._layout.unit_of(index)
         if values is not None:
             values = torch.utils.dlpack.from_dlpack(values).reshape(-1)
