@@ -137,6 +137,10 @@ void ZeroEngine::setHyperparameters(const SgdOptions& sgd, const AdamOptions& ad
   for (int group = 0; group < impl_->groups_.count(); ++group) setHyperparameters(group, sgd, adam);
 }
 void ZeroEngine::setHyperparameters(int group, const SgdOptions& sgd, const AdamOptions& adam) {
+  if (group < 0 || group >= impl_->groups_.count())  // before anything changes
+    throw InvalidArgumentError("ZeRO: parameter group " + std::to_string(group) +
+                               " does not exist; there are " +
+                               std::to_string(impl_->groups_.count()));
   impl_->checkIdle("setting hyperparameters");
   impl_->optimizer_->setOptions(sgd, adam);  // checks them, and leaves all as it was if it throws
   impl_->groups_.set(group, sgd, adam);

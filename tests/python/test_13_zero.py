@@ -599,6 +599,8 @@ class WithFrozenPartsAndBuffers(torch.nn.Module):
         self.frozen = torch.nn.Linear(IN, HIDDEN).requires_grad_(False)
         self.norm = torch.nn.BatchNorm1d(HIDDEN)
         self.head = torch.nn.Linear(HIDDEN, OUT)
+        # One row shown twice, as HuggingFace's position_ids: nothing can be written into it.
+        self.register_buffer("rows", torch.arange(float(HIDDEN)).expand(2, -1))
 
     def forward(self, x):
         return self.head(self.norm(self.frozen(x)))
@@ -618,7 +620,7 @@ def test_construction_broadcasts_frozen_parameters_and_buffers(comm, stage):
     model = make(comm.rank)
     ct.ZeroOptimizer(model, stage=stage, optim="sgd", lr=0.1)
     rank_zeros = make(0)
-    for name, expected in list(rank_zeros.named_buffers()) + [
+    for name, expected in [(n, b) for n, b in rank_zeros.named_buffers() if n != "rows"] + [
             ("frozen.weight", rank_zeros.frozen.weight), ("frozen.bias", rank_zeros.frozen.bias)]:
         actual = dict(model.named_buffers()).get(name)
         actual = actual if actual is not None else dict(model.named_parameters())[name]
@@ -944,6 +946,35 @@ def test_checkpoint_resumes_the_learning_rate_schedule(comm, shared_directory, s
     expected, actual = zero.gathered_parameters(), resumed.gathered_parameters()
     for name in expected:
         assert torch.equal(actual[name], expected[name]), name
+    # torch.optim's other way to resume: a scheduler made after the load, with last_epoch, which
+    # needs the initial_lr the checkpoint kept, and whose first step (at construction) goes on
+    # from the lr the checkpoint restored.
+    model = make_model(comm.rank)
+    again = ct.ZeroOptimizer(no_decay_groups(model), module=model, stage=stage,
+                             **OPTIMIZERS["adam"][0])
+    again.load_checkpoint(shared_directory)
+    torch.optim.lr_scheduler.ExponentialLR(again, gamma=0.5, last_epoch=1)
+    assert [g["lr"] for g in again.param_groups] == pytest.approx([0.00125, 0.00125, 0.0025])
+
+
+def test_named_parameters_name_the_parameter_table(comm):
+    """Parameters given with their names (torch 2.6's named parameters for optimizers), also
+    inside a group, are known by those names (gathered_parameters, checkpoints)."""
+    model = make_model(0)
+    named = list(model.named_parameters())
+    for params in (named, [{"params": named[:2]}, {"params": named[2:], "lr": 0.5}]):
+        zero = ct.ZeroOptimizer(params, stage=2)
+        assert list(zero.gathered_parameters()) == [name for name, _ in named]
+
+
+def test_load_refuses_sgd_state_of_the_other_momentum(comm, shared_directory):
+    """SGD saved with momentum cannot be loaded into an SGD without it: its momentum buffer has
+    nowhere to go, and the saved momentum would stop every later step."""
+    with_momentum = ct.ZeroOptimizer(make_model(0), stage=2, optim="sgd", lr=0.1, momentum=0.9)
+    with_momentum.save_checkpoint(shared_directory)
+    without = ct.ZeroOptimizer(make_model(0), stage=2, optim="sgd", lr=0.1)
+    with pytest.raises(chorus.InvalidArgumentError, match="momentum"):
+        without.load_checkpoint(shared_directory)
 
 
 @pytest.mark.parametrize("norm_type", [2.0, float("inf")])
@@ -984,8 +1015,13 @@ def test_scheduler_and_clipping_misuse_is_refused(comm):
     zero.param_groups[0]["lr"] = -1.0
     with pytest.raises(chorus.InvalidArgumentError, match="learning rate|Invalid learning rate"):
         zero.step()
-    zero.param_groups[0]["lr"] = 0.1
-    zero.step()  # a refused change left the engine as it was
+    with pytest.raises(chorus.InvalidArgumentError, match="does not exist"):
+        zero.engine.set_hyperparameters(dict(zero.hyperparameters, lr=100.0), group=1)
+    zero.param_groups[0]["lr"] = 0.0
+    before = zero.gathered_parameters()
+    zero.step()  # neither refused change reached the engine: lr 0 leaves the parameters
+    after = zero.gathered_parameters()
+    assert all(torch.equal(before[name], after[name]) for name in before)
     with pytest.raises(chorus.UnsupportedError, match="copied or pickled"):
         copy.deepcopy(zero)
 
@@ -1016,6 +1052,12 @@ def test_bad_arguments_are_refused(comm):
                          optim="sgd")
     with pytest.raises(chorus.InvalidArgumentError, match="not the module's"):
         ct.ZeroOptimizer([torch.nn.Parameter(torch.zeros(2))], module=model)
+    with pytest.raises(chorus.InvalidArgumentError, match="is a set"):
+        ct.ZeroOptimizer(set(params))  # its order, and so the layout, would differ by rank
+    with pytest.raises(chorus.InvalidArgumentError, match="is a set"):
+        ct.ZeroOptimizer([{"params": set(params)}])
+    with pytest.raises(chorus.UnsupportedError, match="that is AdamW"):
+        ct.ZeroOptimizer([{"params": params, "decoupled_weight_decay": True}], optim="adam")
     with pytest.raises(chorus.InvalidArgumentError, match="bucket_cap_mb must be positive"):
         ct.ZeroOptimizer(model, bucket_cap_mb=0)
     with pytest.raises(chorus.InvalidArgumentError, match="momentum"):

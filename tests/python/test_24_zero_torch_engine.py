@@ -46,7 +46,9 @@ RERUN = ["test_bad_arguments_are_refused", "test_bfloat16_mixed_precision",
          "test_construction_broadcasts_frozen_parameters_and_buffers",
          "test_stage_three_gathers_parameter_lists_with_the_module_that_runs",
          "test_two_gradients_in_one_backward_are_refused_with_the_cause",
-         "test_a_nan_gradient_on_one_rank_makes_every_ranks_norm_nonfinite"]
+         "test_a_nan_gradient_on_one_rank_makes_every_ranks_norm_nonfinite",
+         "test_load_refuses_sgd_state_of_the_other_momentum",
+         "test_named_parameters_name_the_parameter_table"]
 globals().update({name: getattr(test_13_zero, name) for name in RERUN + ["shared_directory"]})
 OPTIMIZERS = test_13_zero.OPTIMIZERS
 

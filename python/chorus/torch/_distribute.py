@@ -17,6 +17,9 @@ def _zero_kind(optimizer, level):
             f"distribute: zero_opt_level={level} shards the optimizer, which chorus does for "
             "torch.optim.SGD, Adam and AdamW only, not "
             f"{type(optimizer).__module__}.{type(optimizer).__name__}; set zero_opt_level=0")
+    # torch 2.7+'s Adam with decoupled_weight_decay in every group is AdamW.
+    if kind == "adam" and all(g.get("decoupled_weight_decay") for g in optimizer.param_groups):
+        kind = "adamw"
     return kind
 
 

@@ -35,6 +35,12 @@ def _invalid(message):
     return _chorus.InvalidArgumentError(f"{_WHO}: {message}")
 
 
+def _repeats_elements(tensor):
+    """Whether `tensor` shows one element in several places (an expand()ed buffer): nothing can
+    be written into it in place, so construction leaves it as it is."""
+    return any(stride == 0 and size > 1 for stride, size in zip(tensor.stride(), tensor.shape))
+
+
 class ZeroOptimizer(torch.optim.Optimizer):
     """Data-parallel training with ZeRO-partitioned optimizer state, gradients and parameters.
 
@@ -96,11 +102,11 @@ class ZeroOptimizer(torch.optim.Optimizer):
                            f"mixed_precision={mixed_precision!r} they already travel as bfloat16")
         if module is not None and not isinstance(module, torch.nn.Module):
             raise _invalid(f"module must be a torch.nn.Module, not {type(module).__name__}")
-        module, groups = parameter_groups(params, module)
+        module, groups, names = parameter_groups(params, module, optim)
         if stage == 3 and module is None:
             raise _invalid("stage 3 gathers each module's parameters around its forward and "
                            "backward: pass the module itself, or module= with its parameters")
-        listed = ordered_parameters(module, groups)
+        listed = ordered_parameters(module, groups, names)
         group_of = {id(p): g for _, p, g in listed}
         named = check_parameters([(name, p) for name, p, _ in listed], _WHO, cuda=True)
         if not named:
@@ -144,7 +150,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             trained = {id(p) for p in self._params}
             rest = [] if module is None else [
                 t.detach() for t in [p for p in module.parameters() if id(p) not in trained] +
-                list(module.buffers()) if t.numel() > 0]
+                list(module.buffers()) if t.numel() > 0 and not _repeats_elements(t)]
             _ops.broadcast([p.detach() for p in self._params] + rest,
                            root=self._comm.members[0], inplace=True)
         dtype_name = _arrays.torch_dtype_name(self._dtype)
@@ -349,15 +355,22 @@ class ZeroOptimizer(torch.optim.Optimizer):
         arrays = {name: self._engine.export_state(name) for name in self._engine.state_names()}
         meta = {"optimizer": self.optim, "stage": self.stage, "step": self._engine.steps,
                 "mixed_precision": self.mixed_precision, "hyperparameters": self.hyperparameters,
-                "param_groups": [torch_names(self.optim, engine_names(
-                    self.optim, group, self._base_hyperparameters))
-                    for group in self.param_groups]}
+                "param_groups": [self._saved_group(group) for group in self.param_groups]}
         if self._comm.rank == 0:
             _checkpoint.remove_shards(directory)  # an earlier save's files, of any world size
         _ops.barrier()
         _checkpoint.write_shard(directory, self._comm.rank, self._comm.size,
                                 self._parameter_table(), self._engine.owned_pieces(), arrays, meta)
         _ops.barrier()
+
+    def _saved_group(self, group):
+        """A group's hyperparameters under torch.optim's names, as a checkpoint keeps them, with
+        the initial_lr a scheduler set (a scheduler made with last_epoch resumes from it)."""
+        saved = torch_names(self.optim, engine_names(self.optim, group,
+                                                     self._base_hyperparameters))
+        if "initial_lr" in group:
+            saved["initial_lr"] = float(group["initial_lr"])
+        return saved
 
     def load_checkpoint(self, directory):
         """Loads a checkpoint saved by any number of ranks (collective)."""
@@ -372,6 +385,12 @@ class ZeroOptimizer(torch.optim.Optimizer):
         if len(saved_groups) != len(self.param_groups):
             raise _invalid(f"{directory} holds {len(saved_groups)} parameter groups; this "
                            f"optimizer has {len(self.param_groups)}")
+        if self.optim == "sgd" and any((saved["momentum"] > 0) != (group["momentum"] > 0)
+                                       for saved, group in zip(saved_groups, self.param_groups)):
+            raise _invalid(f"{directory} holds SGD state whose momentum is "
+                           f"{saved_groups[0]['momentum']}; this optimizer's is "
+                           f"{self.param_groups[0]['momentum']}: make it with momentum, or without, "
+                           "as the checkpoint was")
         for name in names:
             self._engine.import_state(name, arrays[name])
         self._engine.steps = int(meta["step"])

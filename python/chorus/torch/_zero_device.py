@@ -703,7 +703,7 @@ class DeviceZeroEngine:
         and the optimizer's state tensors as they are now."""
         memory = dict(self._memory)
         for master in self._run_masters:
-            for value in self._optimizer.state.get(master, {}).values():
-                if torch.is_tensor(value) and value.numel() == master.numel():
+            for key, value in self._optimizer.state.get(master, {}).items():
+                if key != "step" and torch.is_tensor(value) and value.numel() == master.numel():
                     memory["optimizer_state"] += value.numel() * value.element_size()
         return memory

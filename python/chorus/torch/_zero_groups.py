@@ -15,6 +15,9 @@ from .. import _chorus
 
 _WHO = "ZeroOptimizer"
 _REFUSED_FLAGS = ("amsgrad", "maximize", "differentiable")
+# torch's own bookkeeping in a group, which ZeroOptimizer keeps itself: named parameters (torch
+# 2.6+) give their names to the parameter table instead.
+_DROPPED_KEYS = ("param_names",)
 
 
 def torch_names(optim, hyper):
@@ -40,25 +43,55 @@ def engine_names(optim, group, base):
     return hyper
 
 
-def _as_list(params, what):
+def _as_list(params, what, names):
+    """`params` as a list of tensors; (name, tensor) pairs (torch 2.6+'s named parameters) give
+    their names to `names` (id -> name). A set is refused: its order, which follows addresses,
+    differs between ranks, and so would the parameters' layout."""
     if isinstance(params, torch.Tensor):
         return [params]
+    if isinstance(params, (set, frozenset)):
+        raise _chorus.InvalidArgumentError(
+            f"{_WHO}: {what} is a set, whose order differs between processes; pass a list")
     try:
-        return list(params)
+        items = list(params)
     except TypeError:
         raise _chorus.InvalidArgumentError(
             f"{_WHO}: {what} must be a module, parameters or parameter groups, not "
             f"{type(params).__name__}") from None
+    tensors = []
+    for item in items:
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            names[id(item[1])] = item[0]
+            item = item[1]
+        tensors.append(item)
+    return tensors
 
 
-def parameter_groups(params, module):
-    """(module, groups): `module` (params itself if it is one) and the groups as
-    [{"params": [...], overrides...}], each parameter once."""
+def _check_flags(index, group, optim):
+    for flag in _REFUSED_FLAGS:
+        if group.get(flag):
+            raise _chorus.UnsupportedError(
+                f"{_WHO}: parameter group {index} sets {flag}=True, which ZeRO does not do")
+    # torch 2.7+'s Adam takes decoupled_weight_decay (what AdamW is); ZeRO's Adam couples it.
+    if optim == "adam" and group.get("decoupled_weight_decay"):
+        raise _chorus.UnsupportedError(
+            f"{_WHO}: parameter group {index} sets decoupled_weight_decay=True: that is AdamW; "
+            "use optim=\"adamw\"")
+
+
+def parameter_groups(params, module, optim):
+    """(module, groups, names): `module` (params itself if it is one), the groups as
+    [{"params": [...], overrides...}], each parameter once, and the names that named parameters
+    gave (id -> name)."""
+    names = {}
     if isinstance(params, torch.nn.Module):
-        return params, [{"params": list(params.parameters())}]
-    items = _as_list(params, "params")
+        if module is not None and module is not params:
+            raise _chorus.InvalidArgumentError(
+                f"{_WHO}: params is a module and module= is another; give one")
+        return params, [{"params": list(params.parameters())}], names
+    items = _as_list(params, "params", names)  # groups (dicts) pass through as they are
     if not any(isinstance(item, dict) for item in items):
-        return module, [{"params": items}]
+        return module, [{"params": items}], names
     if not all(isinstance(item, dict) for item in items):
         raise _chorus.InvalidArgumentError(
             f"{_WHO}: params mixes parameter groups (dicts) and parameters; put every parameter "
@@ -67,11 +100,9 @@ def parameter_groups(params, module):
     for index, item in enumerate(items):
         if "params" not in item:
             raise _chorus.InvalidArgumentError(f"{_WHO}: parameter group {index} has no 'params'")
-        for flag in _REFUSED_FLAGS:
-            if item.get(flag):
-                raise _chorus.UnsupportedError(
-                    f"{_WHO}: parameter group {index} sets {flag}=True, which ZeRO does not do")
-        group = dict(item, params=_as_list(item["params"], f"group {index}'s params"))
+        _check_flags(index, item, optim)
+        group = {key: value for key, value in item.items() if key not in _DROPPED_KEYS}
+        group["params"] = _as_list(item["params"], f"group {index}'s params", names)
         for p in group["params"]:
             if id(p) in seen:
                 raise _chorus.InvalidArgumentError(
@@ -79,20 +110,21 @@ def parameter_groups(params, module):
                     "parameter group")
             seen.add(id(p))
         groups.append(group)
-    return module, groups
+    return module, groups, names
 
 
-def ordered_parameters(module, groups):
+def ordered_parameters(module, groups, names):
     """[(name, parameter, group index)]: in the module's registration order when there is a
     module (the order backward produces gradients in, roughly, which the buckets follow), else
-    in the groups' order; names from the module, else param.<i>."""
+    in the groups' order; names from the module, else those given (`names`), else param.<i>."""
     group_of = {}
     for index, group in enumerate(groups):
         for p in group["params"]:
             group_of[id(p)] = index
     if module is None:
         listed = [p for group in groups for p in group["params"]]
-        return [(f"param.{i}", p, group_of[id(p)]) for i, p in enumerate(listed)]
+        return [(names.get(id(p), f"param.{i}"), p, group_of[id(p)])
+                for i, p in enumerate(listed)]
     named = [(name, p, group_of[id(p)]) for name, p in module.named_parameters()
              if id(p) in group_of]
     if len(named) != len(group_of):
