@@ -7,8 +7,11 @@ size, never on the rank, for the same reason.
 
 import datetime
 import os
+import secrets
+import shutil
 import socket
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import chorus  # noqa: E402
 import chorus.distributed as dist  # noqa: E402
 
 # Two cores are shared by all ranks: keep torch's own thread pool out of the way.
@@ -37,6 +41,18 @@ if torch.cuda.is_available() and (
 @pytest.fixture(scope="session")
 def comm():
     return dist.get_communicator()
+
+
+@pytest.fixture
+def shared_directory(comm):
+    """A fresh directory with the same name on every rank (rank 0 picks it); removed afterwards."""
+    token = np.array([secrets.randbits(62) if comm.rank == 0 else 0], dtype=np.int64)
+    token = chorus.broadcast(token, root=0)
+    directory = os.path.join(tempfile.gettempdir(), f"chorus-zero-test-{int(token[0]):x}")
+    yield directory
+    chorus.barrier()
+    if comm.rank == 0:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@ the GPU where there is one (test_13's models and batches moved there). The asser
 test_13's own, every one of its tests: the same parameters as one process on the concatenated
 batch (SGD, Adam, AdamW; stages 1 to 3; micro-batches; bfloat16 mixed precision; compressed
 gradients), the paper's memory formulas, stage 2's few buckets, stage 3's release and prefetch,
-and the checkpoint round trip.
+and the checkpoint round trip; and test_28's (shared parameters, schedulers, clipping, parameter
+groups).
 
 Added: checkpoints cross between the engines both ways (so between device and host) and training
 goes on as it would have, a prefetch left open does not outlive new parameters, the issue order
@@ -21,9 +22,10 @@ import chorus.torch as ct
 import chorus.torch._zero as zero_module
 import chorus.torch._zero_device as zero_device_module
 import test_13_zero
+import test_28_zero_training_loops
 from helpers import CUDA, cuda_device
 
-# test_13's tests (and its shared_directory fixture), collected here again under the fixture below.
+# test_13's and test_28's tests, collected here again under the fixture below.
 RERUN = ["test_bad_arguments_are_refused", "test_bfloat16_mixed_precision",
          "test_checkpoint_round_trip_continues_exactly",
          "test_compressed_gradients_train_close_to_float32",
@@ -49,7 +51,8 @@ RERUN = ["test_bad_arguments_are_refused", "test_bfloat16_mixed_precision",
          "test_a_nan_gradient_on_one_rank_makes_every_ranks_norm_nonfinite",
          "test_load_refuses_sgd_state_of_the_other_momentum",
          "test_named_parameters_name_the_parameter_table"]
-globals().update({name: getattr(test_13_zero, name) for name in RERUN + ["shared_directory"]})
+globals().update({name: getattr(next(m for m in (test_13_zero, test_28_zero_training_loops)
+                                     if hasattr(m, name)), name) for name in RERUN})
 OPTIMIZERS = test_13_zero.OPTIMIZERS
 
 ENGINES = ["host"] + (["cuda"] if CUDA else [])
