@@ -203,6 +203,10 @@ broadcasts_frozen or nan_gradient or two_gradients or named_parameters or other_
   budgeted zero_features_cuda_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     -m pytest -q -p no:cacheprovider --maxfail=8 -k "cuda and ($features)" \
     tests/python/test_24_zero_torch_engine.py
+  # Issue 20 on torch 2: DeviceMesh, functional collectives, DTensor, FSDP2, tensor parallel and
+  # pipelining over "chorus", on CPU and CUDA tensors (test_29; ran only on CPU, torch 2.14).
+  budgeted torch_composable_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    -m pytest -q -p no:cacheprovider --maxfail=8 tests/python/test_29_torch_composable.py
   budgeted device_call_cost 30 10 "$build/bin/chorusrun" -np 1 \
     "$build/bin/chorus-device-call-cost" 2000
   # Issue 18's 2-rank enqueue, after the launch spin (Note [Enqueue on a non-blocking

@@ -264,22 +264,84 @@ WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output,
                                             const c10d::AllgatherOptions& opts) {
   return translated([&] {
     const BlockingIfCallerWaits blocking(opts);
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(),
-                "chorus: allgather_into_tensor: the "
-                "output's dtype ",
-                dtypeName(output.scalar_type()), " differs from the input's ",
-                dtypeName(input.scalar_type()));
-    TORCH_CHECK(output.numel() == getSize() * input.numel(),
-                "chorus: allgather_into_tensor: the "
-                "output holds ",
-                output.numel(), " elements; it must hold group size x input (", getSize(), " x ",
-                input.numel(), ")");
     const TorchStreamScope stream(deviceIndex(input));
-    auto work = comm_->allgather(bytes(input, "input", "allgather_into_tensor"),
-                                 bytes(output, "output", "allgather_into_tensor"));
+    auto work = allgatherFlat(output, input, "allgather_into_tensor");
     return finish(c10d::OpType::_ALLGATHER_BASE, {{work}, {output}, {output, input}});
   });
 }
+
+std::shared_ptr<chorus::Work> ProcessGroupChorus::allgatherFlat(const at::Tensor& output,
+                                                                const at::Tensor& input,
+                                                                const char* op) {
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", op, ": the output's dtype ",
+              dtypeName(output.scalar_type()), " differs from the input's ",
+              dtypeName(input.scalar_type()));
+  TORCH_CHECK(output.numel() == getSize() * input.numel(), "chorus: ", op, ": the output holds ",
+              output.numel(), " elements; it must hold group size x input (", getSize(), " x ",
+              input.numel(), ")");
+  return comm_->allgather(bytes(input, "input", op), bytes(output, "output", op));
+}
+
+std::shared_ptr<chorus::Work> ProcessGroupChorus::reduceScatterFlat(const at::Tensor& output,
+                                                                    const at::Tensor& input,
+                                                                    c10d::ReduceOp reduceOp,
+                                                                    const char* op) {
+  return comm_->reduceScatter(typed(input.view({-1}), "input", op),
+                              typed(output.view({-1}), "output", op), toChorus(reduceOp, op));
+}
+
+#if CHORUS_TORCH_MAJOR >= 2
+namespace {
+
+void checkPairs(const std::vector<at::Tensor>& outputs,
+                const std::vector<at::Tensor>& inputs,
+                const char* op) {
+  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "chorus: ", op, ": ",
+              inputs.size(), " inputs and ", outputs.size(),
+              " outputs; it takes one output per input, and at least one");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkSameDevice(inputs[i], inputs.front(), "an input", op);
+    checkSameDevice(outputs[i], inputs.front(), "an output", op);
+  }
+}
+
+}  // namespace
+
+WorkPtr ProcessGroupChorus::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllgatherOptions& opts) {
+  return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
+    const char* op = "allgather_into_tensor_coalesced";
+    checkPairs(outputs, inputs, op);
+    const TorchStreamScope stream(deviceIndex(inputs.front()));
+    Issued issued{{}, outputs, outputs};
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      issued.works.push_back(allgatherFlat(outputs[i], inputs[i], op));
+      issued.keepAlive.push_back(inputs[i]);
+    }
+    return finish(c10d::OpType::COALESCED, std::move(issued));
+  });
+}
+
+WorkPtr ProcessGroupChorus::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs,
+    std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  return translated([&] {
+    const BlockingIfCallerWaits blocking(opts);
+    const char* op = "reduce_scatter_tensor_coalesced";
+    checkPairs(outputs, inputs, op);
+    const TorchStreamScope stream(deviceIndex(inputs.front()));
+    Issued issued{{}, outputs, outputs};
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      issued.works.push_back(reduceScatterFlat(outputs[i], inputs[i], opts.reduceOp, op));
+      issued.keepAlive.push_back(inputs[i]);
+    }
+    return finish(c10d::OpType::COALESCED, std::move(issued));
+  });
+}
+#endif
 
 WorkPtr ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                    std::vector<at::Tensor>& inputs,
@@ -373,9 +435,7 @@ WorkPtr ProcessGroupChorus::_reduce_scatter_base(at::Tensor& output,
   return translated([&] {
     const BlockingIfCallerWaits blocking(opts);
     const TorchStreamScope stream(deviceIndex(input));
-    auto work = comm_->reduceScatter(typed(input.view({-1}), "input", "reduce_scatter_tensor"),
-                                     typed(output.view({-1}), "output", "reduce_scatter_tensor"),
-                                     toChorus(opts.reduceOp, "reduce_scatter_tensor"));
+    auto work = reduceScatterFlat(output, input, opts.reduceOp, "reduce_scatter_tensor");
     return finish(c10d::OpType::_REDUCE_SCATTER_BASE, {{work}, {output}, {output, input}});
   });
 }

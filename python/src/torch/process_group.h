@@ -8,7 +8,8 @@
 //  - Every operation torch exposes, on CPU tensors and (torch >= 2.3) CUDA tensors: allreduce (one
 //  tensor, or a list coalesced into
 //    one fused allreduce), broadcast, reduce, allgather (list and flat forms, coalesced),
-//    gather, scatter, reduce_scatter (list and flat forms), alltoall (flat form with even or
+//    gather, scatter, reduce_scatter (list and flat forms; on torch 2 the flat forms coalesced
+//    too), alltoall (flat form with even or
 //    uneven splits, list form with any sizes), send, recv and barrier. Each returns a ChorusWork
 //    at once; the operation runs in the background in issue order.
 //  - Reductions take the dtypes chorus reduces; data movement takes every dtype (it copies bytes).
@@ -72,6 +73,18 @@ class ProcessGroupChorus : public BackendBase {
       std::vector<std::vector<at::Tensor>>& outputLists,
       std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
+#if CHORUS_TORCH_MAJOR >= 2
+  // torch 2's coalesced flat forms (functional collectives, FSDP2): pair i runs as
+  // _allgather_base / _reduce_scatter_base would, all in one work.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -109,6 +122,15 @@ class ProcessGroupChorus : public BackendBase {
       const std::vector<at::Tensor>& inputs);
   // Sends chunk i of `sends` to rank i and receives rank j's chunk into `receives[j]` (any sizes,
   // each contiguous or not): one even alltoall of chunks padded to the largest on any rank.
+  // One flat allgather (output: group size x input) and one flat reduce-scatter (input: group
+  // size x output), checked; `op` names the torch call in errors.
+  std::shared_ptr<chorus::Work> allgatherFlat(const at::Tensor& output,
+                                              const at::Tensor& input,
+                                              const char* op);
+  std::shared_ptr<chorus::Work> reduceScatterFlat(const at::Tensor& output,
+                                                  const at::Tensor& input,
+                                                  c10d::ReduceOp reduceOp,
+                                                  const char* op);
   c10::intrusive_ptr<c10d::Work> alltoallChunks(const std::vector<at::Tensor>& sends,
                                                 const std::vector<at::Tensor>& receives);
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors,
