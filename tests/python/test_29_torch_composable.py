@@ -254,3 +254,24 @@ def test_pipeline_schedules_match_the_unsplit_model(world, size, rank, multi_ran
         np.testing.assert_allclose(getattr(layers[rank], name).grad.cpu().numpy(),
                                    getattr(reference[rank], name).grad.cpu().numpy(), rtol=1e-5,
                                    atol=1e-6, err_msg=name)
+
+
+def test_a_group_made_by_its_members_only_leaves_later_groups_matched(world, size, rank):
+    """new_group(use_local_synchronization=True) is called by its members alone, and advances
+    torch's group counter on them only: every group made afterwards is named differently on the
+    ranks outside it. chorus names its groups by their members, so a 2-D DeviceMesh made next
+    (groups over every rank) still connects and reduces."""
+    if size % 2 or size < 4:
+        pytest.skip("needs a rank outside the group and a 2 x (size / 2) mesh")
+    if rank < 2:
+        pair = tdist.new_group([0, 1], use_local_synchronization=True)
+        total = torch.ones(1)
+        tdist.all_reduce(total, group=pair)
+        assert total.item() == 2
+    half = size // 2  # mesh[i][j] is rank i * half + j
+    mesh = init_device_mesh("cpu", (2, half), mesh_dim_names=("replicate", "shard"))
+    for dim, members in [("replicate", [r for r in range(size) if r % half == rank % half]),
+                         ("shard", [r for r in range(size) if r // half == rank // half])]:
+        mine = torch.tensor([float(rank + 1)])
+        tdist.all_reduce(mine, group=mesh.get_group(dim))
+        assert mine.item() == sum(r + 1 for r in members), dim
