@@ -70,7 +70,7 @@ c10::intrusive_ptr<ProcessGroupChorus> create(const c10::intrusive_ptr<c10d::Sto
     // many each member made before, which agrees on every member. torch's group names need not:
     // new_group(use_local_synchronization=True) advances torch's group counter on the members
     // only, so that every group made after it gets another name on the ranks outside it (gloo then
-    // hangs; tests/python/test_29_torch_composable.py).
+    // fails; tests/python/test_29_torch_composable.py).
     auto comm = world->subgroup(members, "torch");
     comm->setTimeout(timeout);
     return c10::make_intrusive<ProcessGroupChorus>(std::move(comm));
