@@ -35,6 +35,7 @@ foreach(library torch torch_cpu c10 torch_python)
   list(APPEND chorusTorchLibraries ${chorusTorchLibrary_${library}})
 endforeach()
 pybind11_add_module(_c10d MODULE
+  src/torch/monitored_barrier.cc
   src/torch/process_group.cc
   src/torch/sparse_allreduce.cc
   src/torch/torch_module.cc

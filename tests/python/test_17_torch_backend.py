@@ -338,3 +338,47 @@ def test_ddp_matches_one_process_and_gloo(world, size, rank):
     on_gloo = train(gloo_model, gloo, size, rank)
     np.testing.assert_allclose(on_chorus.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(on_chorus.numpy(), on_gloo.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# torch 1.13 keeps monitored_barrier to gloo in Python; torch 2 asks the backend.
+TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
+
+
+@pytest.mark.skipif(not TORCH_2, reason="torch 1.13 runs monitored_barrier on gloo only")
+def test_monitored_barrier_passes_when_every_rank_calls(world, size, rank):
+    for wait_all_ranks in (False, True, False):
+        tdist.monitored_barrier(timeout=datetime.timedelta(seconds=30),
+                                wait_all_ranks=wait_all_ranks)
+
+
+@pytest.mark.skipif(not TORCH_2, reason="torch 1.13 runs monitored_barrier on gloo only")
+@pytest.mark.parametrize("wait_all_ranks", [False, True])
+def test_monitored_barrier_names_the_ranks_that_did_not_come(world, size, rank, multi_rank,
+                                                             wait_all_ranks):
+    """The last rank stays away (and, waiting for all, every rank but 0 and 1): rank 0 names the
+    first one missing, or all of them, with gloo's words; the ranks that came hear no answer and
+    say so. Each case runs on a group of its own, whose messages a failure leaves posted."""
+    group = tdist.new_group(list(range(size)))
+    absent = list(range(2, size)) if wait_all_ranks and size > 2 else [size - 1]
+    tdist.barrier()  # every rank arrives together: only the absent ones are late
+    timeout = datetime.timedelta(seconds=3)
+    if rank == 0:
+        missing = ", ".join(str(r) for r in absent)
+        word = "Ranks" if len(absent) > 1 else "Rank"
+        with pytest.raises(RuntimeError, match=f"{word} {missing} failed to pass monitoredBarrier"):
+            tdist.monitored_barrier(group, timeout, wait_all_ranks=wait_all_ranks)
+    elif rank not in absent:
+        with pytest.raises(RuntimeError, match=f"Rank {rank} successfully reached monitoredBarrier"
+                                               ", but received errors while waiting for send/recv "
+                                               "from rank 0"):
+            tdist.monitored_barrier(group, timeout, wait_all_ranks=wait_all_ranks)
+    tdist.barrier()
+
+
+@pytest.mark.skipif(not TORCH_2, reason="torch 1.13 runs monitored_barrier on gloo only")
+def test_monitored_barrier_with_no_time_left_says_rank_0_timed_out(world, size, rank, multi_rank):
+    group = tdist.new_group(list(range(size)))
+    if rank == 0:
+        with pytest.raises(RuntimeError, match="Rank 0 timed out in monitoredBarrier after 0 ms"):
+            tdist.monitored_barrier(group, datetime.timedelta(seconds=0))
+    tdist.barrier()

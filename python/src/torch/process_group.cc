@@ -561,4 +561,9 @@ WorkPtr ProcessGroupChorus::barrier(const c10d::BarrierOptions& opts) {
   });
 }
 
+void ProcessGroupChorus::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(opts.timeout);
+  translated([&] { monitored_.run(*comm_, timeout, waitAllRanks); });
+}
+
 }  // namespace chorus::torch_backend

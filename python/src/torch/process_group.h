@@ -6,12 +6,12 @@
 //    world over the group's global ranks, so that it is collective over the members only, as
 //    torch's new_group needs) and its torch rank and size, which equal the communicator's.
 //  - Every operation torch exposes, on CPU tensors and (torch >= 2.3) CUDA tensors: allreduce (one
-//  tensor, or a list coalesced into
-//    one fused allreduce), broadcast, reduce, allgather (list and flat forms, coalesced),
-//    gather, scatter, reduce_scatter (list and flat forms; on torch 2 the flat forms coalesced
-//    too), alltoall (flat form with even or
-//    uneven splits, list form with any sizes), send, recv and barrier. Each returns a ChorusWork
-//    at once; the operation runs in the background in issue order.
+//    tensor, or a list coalesced into one fused allreduce), broadcast, reduce, allgather (list and
+//    flat forms, coalesced), gather, scatter, reduce_scatter (list and flat forms; on torch 2 the
+//    flat forms coalesced too), alltoall (flat form with even or uneven splits, list form with
+//    any sizes), send, recv and barrier. Each returns a ChorusWork at once; the operation runs in
+//    the background in issue order. monitored_barrier (monitored_barrier.h) blocks instead, as
+//    torch's gloo backend's does.
 //  - Reductions take the dtypes chorus reduces; data movement takes every dtype (it copies bytes).
 //    Bad input (a list of the wrong length, a tensor on another device, sizes that differ across
 //    ranks) raises torch's error with chorus's message, on every rank involved.
@@ -36,6 +36,7 @@
 #endif
 
 #include "chorus/communicator.h"
+#include "monitored_barrier.h"
 #include "torch_work.h"
 
 namespace chorus::torch_backend {
@@ -112,6 +113,8 @@ class ProcessGroupChorus : public BackendBase {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // torch.distributed.monitored_barrier (monitored_barrier.h): blocking, host memory only.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
  private:
   struct Issued;  // what an operation hands to finish()
@@ -138,6 +141,7 @@ class ProcessGroupChorus : public BackendBase {
                                          int tag,
                                          int sourceRank);
 
+  MonitoredBarrier monitored_;  // before comm_: it keeps buffers that comm_'s operations use
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<FutureCompleter> completer_;
   std::shared_ptr<GpuLifetimes> lifetimes_;
