@@ -275,3 +275,31 @@ def test_a_group_made_by_its_members_only_leaves_later_groups_matched(world, siz
         mine = torch.tensor([float(rank + 1)])
         tdist.all_reduce(mine, group=mesh.get_group(dim))
         assert mine.item() == sum(r + 1 for r in members), dim
+
+
+def test_two_dimensional_tensor_parallel_and_fully_shard_train_as_one_process(world, size, rank):
+    """The 2-D layout of large-model training: tensor parallel inside each row of a
+    2 x (size / 2) mesh, FSDP2 across the rows (each row its own 8 samples). After 3 SGD steps
+    the full parameters equal one process's trained on both rows' 16 samples."""
+    if size % 2 or size < 4:
+        pytest.skip("needs a 2 x (size / 2) mesh with at least 2 ranks in a row")
+    half = size // 2
+    mesh = init_device_mesh("cpu", (2, half), mesh_dim_names=("data", "tensor"))
+    torch.manual_seed(0)
+    reference = MLP()
+    model = MLP()
+    model.load_state_dict(reference.state_dict())
+    parallelize_module(model, mesh["tensor"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["data"])
+    row = rank // half
+    for trained, rows in [(reference, slice(0, 16)), (model, slice(8 * row, 8 * row + 8))]:
+        optimizer = torch.optim.SGD(trained.parameters(), lr=0.1)
+        for step in range(3):
+            x, _ = batches(step, 2)
+            optimizer.zero_grad()
+            (trained(x[rows]) - torch.cos(x[rows])).square().mean().backward()
+            optimizer.step()
+    for name, parameter in model.named_parameters():
+        np.testing.assert_allclose(parameter.full_tensor().detach().numpy(),
+                                   reference.get_parameter(name).detach().numpy(), rtol=1e-5,
+                                   atol=1e-6, err_msg=name)
