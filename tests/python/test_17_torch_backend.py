@@ -382,3 +382,23 @@ def test_monitored_barrier_with_no_time_left_says_rank_0_timed_out(world, size, 
         with pytest.raises(RuntimeError, match="Rank 0 timed out in monitoredBarrier after 0 ms"):
             tdist.monitored_barrier(group, datetime.timedelta(seconds=0))
     tdist.barrier()
+
+
+def test_sequence_numbers_count_the_groups_collectives(world, size, rank):
+    """torch reads a group's sequence number (gloo and NCCL keep one; torch 2.14 asks for it when
+    a subgroup gathers objects): it starts at 0 and counts collectives, not sends and receives."""
+    group = tdist.new_group(list(range(size)))
+    backend = group._get_backend(torch.device("cpu")) if hasattr(group, "_get_backend") else group
+    assert backend._get_sequence_number_for_group() == 0
+    tdist.all_reduce(torch.ones(2), group=group)
+    tdist.broadcast(torch.ones(2), src=0, group=group)
+    tdist.all_gather_into_tensor(torch.zeros(2 * size), torch.ones(2), group=group)
+    if size > 1:  # a ring of sends: not counted
+        peer_out, peer_in = (rank + 1) % size, (rank - 1) % size
+        sent = tdist.isend(torch.ones(1), peer_out, group=group)
+        tdist.recv(torch.zeros(1), peer_in, group=group)
+        sent.wait()
+    assert backend._get_sequence_number_for_group() == 3
+    gathered = [None] * size
+    tdist.all_gather_object(gathered, {"rank": rank}, group=group)
+    assert gathered == [{"rank": r} for r in range(size)]

@@ -102,6 +102,9 @@ ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Communicator> comm)
 ProcessGroupChorus::~ProcessGroupChorus() = default;
 
 WorkPtr ProcessGroupChorus::finish(c10d::OpType type, Issued issued) {
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
+      type != c10d::OpType::RECVANYSOURCE)
+    ++collectivesIssued_;
   lifetimes_->release();  // the tensors of earlier CUDA operations the GPU has finished with
   std::shared_ptr<StreamMark> copied;
   if (const int device = firstCudaDevice({&issued.outputs, &issued.keepAlive});

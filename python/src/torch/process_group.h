@@ -24,7 +24,9 @@
 //    ProcessGroup for the devices it registers), with torch 1.13 from c10d::ProcessGroup.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -113,6 +115,11 @@ class ProcessGroupChorus : public BackendBase {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // The number of collectives (not send/recv) this group has issued, which agrees across its
+  // ranks while they call the same ones, as gloo's and NCCL's; torch's own checks read it.
+  // Setting it is a no-op: it starts at 0 on every rank.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return collectivesIssued_.load(); }
   // torch.distributed.monitored_barrier (monitored_barrier.h): blocking, host memory only.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
@@ -145,6 +152,7 @@ class ProcessGroupChorus : public BackendBase {
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<FutureCompleter> completer_;
   std::shared_ptr<GpuLifetimes> lifetimes_;
+  std::atomic<uint64_t> collectivesIssued_{0};
 };
 
 }  // namespace chorus::torch_backend
