@@ -7,7 +7,9 @@ never with chorus. Every rank runs every test in the same order; skips depend on
 """
 
 import datetime
+import inspect
 import os
+import time
 
 import numpy as np
 import pytest
@@ -340,46 +342,71 @@ def test_ddp_matches_one_process_and_gloo(world, size, rank):
     np.testing.assert_allclose(on_chorus.numpy(), on_gloo.numpy(), rtol=1e-4, atol=1e-5)
 
 
-# torch 1.13 keeps monitored_barrier to gloo in Python; torch 2 asks the backend.
-TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
+# torch 1.13 (and torch 2 releases that still check) keep monitored_barrier to gloo in Python;
+# later ones ask the backend.
+ASKS_THE_BACKEND = "only implemented for GLOO" not in inspect.getsource(tdist.monitored_barrier)
+needs_monitored_barrier = pytest.mark.skipif(
+    not ASKS_THE_BACKEND, reason="this torch runs monitored_barrier on gloo only")
 
 
-@pytest.mark.skipif(not TORCH_2, reason="torch 1.13 runs monitored_barrier on gloo only")
-def test_monitored_barrier_passes_when_every_rank_calls(world, size, rank):
-    for wait_all_ranks in (False, True, False):
-        tdist.monitored_barrier(timeout=datetime.timedelta(seconds=30),
-                                wait_all_ranks=wait_all_ranks)
+@needs_monitored_barrier
+def test_monitored_barrier_waits_for_every_rank(world, size, rank):
+    """The last rank comes 1 s late: the others wait for it. Then rank 0 comes later than the
+    others' timeout: they wait for it too, as only rank 0 keeps the call's timeout."""
+    timeout = datetime.timedelta(seconds=30)
+    for wait_all_ranks in (False, True):
+        tdist.barrier()
+        started = time.monotonic()
+        if rank == size - 1:
+            time.sleep(1.0)
+        tdist.monitored_barrier(timeout=timeout, wait_all_ranks=wait_all_ranks)
+        # The last rank's 1 s, less how much later the others left the barrier before.
+        assert time.monotonic() - started >= 0.5
+    tdist.barrier()
+    if rank == 0:
+        time.sleep(1.5)
+    tdist.monitored_barrier(timeout=datetime.timedelta(seconds=1))
 
 
-@pytest.mark.skipif(not TORCH_2, reason="torch 1.13 runs monitored_barrier on gloo only")
+@needs_monitored_barrier
 @pytest.mark.parametrize("wait_all_ranks", [False, True])
 def test_monitored_barrier_names_the_ranks_that_did_not_come(world, size, rank, multi_rank,
                                                              wait_all_ranks):
     """The last rank stays away (and, waiting for all, every rank but 0 and 1): rank 0 names the
-    first one missing, or all of them, with gloo's words; the ranks that came hear no answer and
-    say so. Each case runs on a group of its own, whose messages a failure leaves posted."""
+    first one missing, or all of them, with gloo's words; the ranks that came are told at once.
+    The absent ones come later and hear the same verdict; after that the group's monitored
+    barriers pass and its collectives run, as nothing of the failed call was left behind."""
     group = tdist.new_group(list(range(size)))
     absent = list(range(2, size)) if wait_all_ranks and size > 2 else [size - 1]
+    missing = (("Ranks " if len(absent) > 1 else "Rank ") + ", ".join(map(str, absent))
+               + " failed to pass monitoredBarrier in 2000 ms")
+    timeout = datetime.timedelta(seconds=2)
     tdist.barrier()  # every rank arrives together: only the absent ones are late
-    timeout = datetime.timedelta(seconds=3)
     if rank == 0:
-        missing = ", ".join(str(r) for r in absent)
-        word = "Ranks" if len(absent) > 1 else "Rank"
-        with pytest.raises(RuntimeError, match=f"{word} {missing} failed to pass monitoredBarrier"):
+        with pytest.raises(RuntimeError, match=missing):
             tdist.monitored_barrier(group, timeout, wait_all_ranks=wait_all_ranks)
     elif rank not in absent:
         with pytest.raises(RuntimeError, match=f"Rank {rank} successfully reached monitoredBarrier"
                                                ", but received errors while waiting for send/recv "
-                                               "from rank 0"):
+                                               f"from rank 0. Rank 0 says: {missing}"):
             tdist.monitored_barrier(group, timeout, wait_all_ranks=wait_all_ranks)
     tdist.barrier()
+    if rank in absent:
+        with pytest.raises(RuntimeError, match=f"Rank 0 says: {missing}"):
+            tdist.monitored_barrier(group, timeout, wait_all_ranks=wait_all_ranks)
+    tdist.monitored_barrier(group, datetime.timedelta(seconds=30), wait_all_ranks=wait_all_ranks)
+    total = torch.ones(1)
+    tdist.all_reduce(total, group=group)
+    assert total.item() == size
 
 
-@pytest.mark.skipif(not TORCH_2, reason="torch 1.13 runs monitored_barrier on gloo only")
+@needs_monitored_barrier
 def test_monitored_barrier_with_no_time_left_says_rank_0_timed_out(world, size, rank, multi_rank):
+    """Rank 0 alone calls it, with no time: it has heard from nobody when its time is spent."""
     group = tdist.new_group(list(range(size)))
     if rank == 0:
-        with pytest.raises(RuntimeError, match="Rank 0 timed out in monitoredBarrier after 0 ms"):
+        with pytest.raises(RuntimeError, match="Rank 0 timed out in monitoredBarrier after 0 ms; "
+                                               "heard from ranks none, not yet from rank 1"):
             tdist.monitored_barrier(group, datetime.timedelta(seconds=0))
     tdist.barrier()
 

@@ -131,6 +131,31 @@ def test_coalesced_sizes_that_differ_across_ranks_fail_on_every_rank(meshes, siz
     np.testing.assert_array_equal(total.numpy(), np.full(2, size, dtype=np.float32))
 
 
+def test_a_bad_pair_fails_the_coalesced_call_before_anything_runs(world, size, rank):
+    """Every pair is checked before any is issued: a later pair's wrong size or layout fails the
+    call on every rank (the same local check everywhere), and nothing of it is left running."""
+    group = tdist.new_group(list(range(size)))
+    untouched = [torch.full((3 * size,), -1.0), torch.full((3,), -1.0), torch.full((3,), -1.0)]
+    with pytest.raises(RuntimeError, match="must hold group size x input"):
+        group.allgather_into_tensor_coalesced([untouched[0], torch.zeros(3 * size + 1)],
+                                              [torch.ones(3), torch.ones(3)])
+    with pytest.raises(RuntimeError, match="must hold group size x output"):
+        group.reduce_scatter_tensor_coalesced([untouched[1], torch.zeros(2)],
+                                              [torch.ones(3 * size), torch.ones(2 * size + 1)])
+    strided = torch.ones(3 * size, 2)[:, 0]  # a column: not contiguous
+    with pytest.raises(RuntimeError, match="contiguous"):
+        group.reduce_scatter_tensor_coalesced([untouched[2], torch.zeros(3)],
+                                              [torch.ones(3 * size), strided])
+    # The group runs in issue order: once this is done, anything issued before would be too.
+    gathered = torch.zeros(3 * size)
+    group.allgather_into_tensor_coalesced([gathered], [torch.full((3,), float(rank + 1))]).wait()
+    expected = torch.cat([torch.full((3,), float(r + 1)) for r in range(size)])
+    np.testing.assert_array_equal(gathered.numpy(), expected.numpy())
+    for tensor in untouched:  # the first pairs of the failed calls never ran
+        np.testing.assert_array_equal(tensor.numpy(), np.full(tensor.numel(), -1.0,
+                                                              dtype=np.float32))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_dtensors_shard_redistribute_and_compute(meshes, size, rank, device):
     mesh = meshes[device]

@@ -1,44 +1,51 @@
-// torch.distributed.monitored_barrier on a chorus communicator: a barrier that, instead of waiting
-// up to the group's timeout, says which ranks did not reach it within the call's own timeout.
+// torch.distributed.monitored_barrier for the chorus torch.distributed backend: a barrier that,
+// instead of waiting up to the group's timeout, says which ranks did not reach it within the
+// call's own timeout.
 //
 // Contract:
-//  - MonitoredBarrier::run(comm, timeout, waitAllRanks) returns on every rank once all have called
-//  it
-//    (rank 0 heard from every other rank, within `timeout` of its call, and answered each).
-//  - Rank 0 hears from ranks 1, 2, ... in order. The first one it does not hear from in time is
-//    named in torch's error, "Rank r failed to pass monitoredBarrier in T ms"; with waitAllRanks
-//    it waits the whole timeout for every rank and names all those missing ("Ranks 1, 3 failed
-//    ..."). Where the timeout is already spent before a rank that has not arrived, the error is
-//    "Rank 0 timed out in monitoredBarrier after T ms", naming the ranks heard from. Ranks that did
-//    call but hear no answer within `timeout` fail with "Rank r successfully reached
-//    monitoredBarrier, but received errors while waiting for send/recv from rank 0". These are
-//    gloo's messages, which torch's tests and users' log searches look for.
-//  - Its messages travel as point-to-point messages of kMonitoredBarrierTag on `comm`: a program's
-//    own send/recv must not use that tag on the same group. After a failure the unanswered
-//    messages stay posted (a late rank's arrival completes them), so the group's later
-//    operations wait for them, as after any failed point-to-point exchange; the MonitoredBarrier
-//    keeps their buffers, so it must outlive `comm`'s operations (declare it before the
-//    communicator it serves).
-//  - Host memory only (a byte per message), whatever device the group's tensors are on.
+//  - One MonitoredBarrier per process group. `store` is the store torch made for the group (its
+//    prefixes are unwrapped: the keys live in the store under `name`, which must be the same on
+//    every member of the group and differ from every other group's).
+//  - run(rank, size, timeout, groupTimeout, waitAllRanks) returns on every rank once all have
+//    called it: rank 0 heard from every other rank within `timeout` of its own call, and told
+//    each so. `timeout` c10d::kUnsetTimeout means the group's timeout.
+//  - Rank 0 hears from ranks 1, 2, ... in order. The first it does not hear from in time is named
+//    in torch's error, "Rank r failed to pass monitoredBarrier in T ms"; with waitAllRanks it
+//    waits out the timeout for every rank and names all those missing ("Ranks 1, 3 failed ...").
+//    Where the timeout is spent before a rank that has not arrived yet, the error is "Rank 0
+//    timed out in monitoredBarrier after T ms", naming the ranks heard from. These are gloo's
+//    messages, which torch's tests and users' log searches look for.
+//  - Rank 0 hands its verdict to every rank, failure included, so that the others fail at once
+//    with "Rank r successfully reached monitoredBarrier, but received errors while waiting for
+//    send/recv from rank 0", followed by rank 0's message. A rank that hears no verdict within
+//    the longer of `timeout` and `groupTimeout` fails the same way, saying so.
+//  - Its messages go through the store, not the group's communicator: an operation the group has
+//    in flight (stuck on the very rank that is late) holds nothing back, and a failure leaves
+//    nothing posted on the group. Each call has keys of its own (the group's calls are counted);
+//    they stay in the store, a few bytes a call.
 #pragma once
 
 #include <chrono>
-#include <limits>
-#include <memory>
-#include <vector>
-
-#include "chorus/communicator.h"
+#include <cstdint>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace chorus::torch_backend {
 
-inline constexpr int kMonitoredBarrierTag = std::numeric_limits<int>::max();
-
 class MonitoredBarrier {
  public:
-  void run(Communicator& comm, std::chrono::milliseconds timeout, bool waitAllRanks);
+  MonitoredBarrier(c10::intrusive_ptr<c10d::Store> store, std::string name);
+
+  void run(int rank,
+           int size,
+           std::chrono::milliseconds timeout,
+           std::chrono::milliseconds groupTimeout,
+           bool waitAllRanks);
 
  private:
-  std::vector<std::shared_ptr<void>> unanswered_;  // buffers of messages a failure left posted
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string name_;
+  uint64_t calls_ = 0;
 };
 
 }  // namespace chorus::torch_backend

@@ -91,13 +91,55 @@ at::Tensor stacked(const std::vector<at::Tensor>& tensors, const at::Tensor& lik
   return at::stack(tensors).contiguous();
 }
 
+// The chorus views of an input and output pair of a flat collective, checked.
+struct FlatPair {
+  chorus::Tensor input, output;
+};
+
+void checkContiguous(const at::Tensor& tensor, const char* what, const char* op) {
+  TORCH_CHECK(tensor.is_contiguous(), "chorus: ", op, ": the ", what,
+              " is not contiguous (call .contiguous() on it)");
+}
+
+// allgather_into_tensor: the output holds the group's inputs end to end.
+FlatPair allgatherPair(const at::Tensor& output,
+                       const at::Tensor& input,
+                       int size,
+                       const char* op) {
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", op, ": the output's dtype ",
+              dtypeName(output.scalar_type()), " differs from the input's ",
+              dtypeName(input.scalar_type()));
+  TORCH_CHECK(output.numel() == size * input.numel(), "chorus: ", op, ": the output holds ",
+              output.numel(), " elements; it must hold group size x input (", size, " x ",
+              input.numel(), ")");
+  checkContiguous(input, "input", op);
+  checkContiguous(output, "output", op);
+  return {bytes(input, "input", op), bytes(output, "output", op)};
+}
+
+// reduce_scatter_tensor: the input holds group size x output.
+FlatPair reduceScatterPair(const at::Tensor& output,
+                           const at::Tensor& input,
+                           int size,
+                           const char* op) {
+  TORCH_CHECK(input.numel() == size * output.numel(), "chorus: ", op, ": the input holds ",
+              input.numel(), " elements; it must hold group size x output (", size, " x ",
+              output.numel(), ")");
+  checkContiguous(input, "input", op);
+  checkContiguous(output, "output", op);
+  return {typed(input.view({-1}), "input", op), typed(output.view({-1}), "output", op)};
+}
+
 }  // namespace
 
-ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Communicator> comm)
+ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Communicator> comm,
+                                       c10::intrusive_ptr<c10d::Store> store,
+                                       std::string name)
     : BackendBase(comm->rank(), comm->size()),
       comm_(std::move(comm)),
       completer_(std::make_shared<FutureCompleter>()),
-      lifetimes_(std::make_shared<GpuLifetimes>()) {}
+      lifetimes_(std::make_shared<GpuLifetimes>()),
+      monitored_(std::move(store), std::move(name)) {}
 
 ProcessGroupChorus::~ProcessGroupChorus() = default;
 
@@ -268,33 +310,33 @@ WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output,
   return translated([&] {
     const BlockingIfCallerWaits blocking(opts);
     const TorchStreamScope stream(deviceIndex(input));
-    auto work = allgatherFlat(output, input, "allgather_into_tensor");
+    const FlatPair pair = allgatherPair(output, input, getSize(), "allgather_into_tensor");
+    auto work = comm_->allgather(pair.input, pair.output);
     return finish(c10d::OpType::_ALLGATHER_BASE, {{work}, {output}, {output, input}});
   });
 }
 
-std::shared_ptr<chorus::Work> ProcessGroupChorus::allgatherFlat(const at::Tensor& output,
-                                                                const at::Tensor& input,
-                                                                const char* op) {
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", op, ": the output's dtype ",
-              dtypeName(output.scalar_type()), " differs from the input's ",
-              dtypeName(input.scalar_type()));
-  TORCH_CHECK(output.numel() == getSize() * input.numel(), "chorus: ", op, ": the output holds ",
-              output.numel(), " elements; it must hold group size x input (", getSize(), " x ",
-              input.numel(), ")");
-  return comm_->allgather(bytes(input, "input", op), bytes(output, "output", op));
-}
-
-std::shared_ptr<chorus::Work> ProcessGroupChorus::reduceScatterFlat(const at::Tensor& output,
-                                                                    const at::Tensor& input,
-                                                                    c10d::ReduceOp reduceOp,
-                                                                    const char* op) {
-  return comm_->reduceScatter(typed(input.view({-1}), "input", op),
-                              typed(output.view({-1}), "output", op), toChorus(reduceOp, op));
-}
-
 #if CHORUS_TORCH_MAJOR >= 2
 namespace {
+
+// Issues `issue(0)`, `issue(1)`... `issue(n - 1)`. If one throws (its checks failed), waits for
+// those already issued, which use the caller's tensors, before the error goes on.
+std::vector<std::shared_ptr<chorus::Work>> issueEach(
+    size_t n, const std::function<std::shared_ptr<chorus::Work>(size_t)>& issue) {
+  std::vector<std::shared_ptr<chorus::Work>> works;
+  try {
+    for (size_t i = 0; i < n; ++i) works.push_back(issue(i));
+  } catch (...) {
+    for (const auto& work : works) {
+      try {
+        work->wait();
+      } catch (...) {  // the first error is the one to report
+      }
+    }
+    throw;
+  }
+  return works;
+}
 
 void checkPairs(const std::vector<at::Tensor>& outputs,
                 const std::vector<at::Tensor>& inputs,
@@ -318,11 +360,14 @@ WorkPtr ProcessGroupChorus::allgather_into_tensor_coalesced(std::vector<at::Tens
     const char* op = "allgather_into_tensor_coalesced";
     checkPairs(outputs, inputs, op);
     const TorchStreamScope stream(deviceIndex(inputs.front()));
-    Issued issued{{}, outputs, outputs};
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      issued.works.push_back(allgatherFlat(outputs[i], inputs[i], op));
-      issued.keepAlive.push_back(inputs[i]);
-    }
+    std::vector<FlatPair> pairs;  // every pair checked before any is issued
+    for (size_t i = 0; i < inputs.size(); ++i)
+      pairs.push_back(allgatherPair(outputs[i], inputs[i], getSize(), op));
+    Issued issued{
+        issueEach(pairs.size(),
+                  [&](size_t i) { return comm_->allgather(pairs[i].input, pairs[i].output); }),
+        outputs, outputs};
+    issued.keepAlive.insert(issued.keepAlive.end(), inputs.begin(), inputs.end());
     return finish(c10d::OpType::COALESCED, std::move(issued));
   });
 }
@@ -336,11 +381,17 @@ WorkPtr ProcessGroupChorus::reduce_scatter_tensor_coalesced(
     const char* op = "reduce_scatter_tensor_coalesced";
     checkPairs(outputs, inputs, op);
     const TorchStreamScope stream(deviceIndex(inputs.front()));
-    Issued issued{{}, outputs, outputs};
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      issued.works.push_back(reduceScatterFlat(outputs[i], inputs[i], opts.reduceOp, op));
-      issued.keepAlive.push_back(inputs[i]);
-    }
+    const ReduceOp reduceOp = toChorus(opts.reduceOp, op);
+    std::vector<FlatPair> pairs;  // every pair checked before any is issued
+    for (size_t i = 0; i < inputs.size(); ++i)
+      pairs.push_back(reduceScatterPair(outputs[i], inputs[i], getSize(), op));
+    Issued issued{issueEach(pairs.size(),
+                            [&](size_t i) {
+                              return comm_->reduceScatter(pairs[i].input, pairs[i].output,
+                                                          reduceOp);
+                            }),
+                  outputs, outputs};
+    issued.keepAlive.insert(issued.keepAlive.end(), inputs.begin(), inputs.end());
     return finish(c10d::OpType::COALESCED, std::move(issued));
   });
 }
@@ -438,7 +489,9 @@ WorkPtr ProcessGroupChorus::_reduce_scatter_base(at::Tensor& output,
   return translated([&] {
     const BlockingIfCallerWaits blocking(opts);
     const TorchStreamScope stream(deviceIndex(input));
-    auto work = reduceScatterFlat(output, input, opts.reduceOp, "reduce_scatter_tensor");
+    const char* op = "reduce_scatter_tensor";
+    const FlatPair pair = reduceScatterPair(output, input, getSize(), op);
+    auto work = comm_->reduceScatter(pair.input, pair.output, toChorus(opts.reduceOp, op));
     return finish(c10d::OpType::_REDUCE_SCATTER_BASE, {{work}, {output}, {output, input}});
   });
 }
@@ -566,7 +619,8 @@ WorkPtr ProcessGroupChorus::barrier(const c10d::BarrierOptions& opts) {
 
 void ProcessGroupChorus::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(opts.timeout);
-  translated([&] { monitored_.run(*comm_, timeout, waitAllRanks); });
+  translated(
+      [&] { monitored_.run(getRank(), getSize(), timeout, comm_->timeout(), waitAllRanks); });
 }
 
 }  // namespace chorus::torch_backend

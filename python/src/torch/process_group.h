@@ -51,7 +51,10 @@ using BackendBase = c10d::ProcessGroup;
 
 class ProcessGroupChorus : public BackendBase {
  public:
-  explicit ProcessGroupChorus(std::shared_ptr<Communicator> comm);
+  // `store` and `name`: where the group's monitored barriers meet (monitored_barrier.h).
+  ProcessGroupChorus(std::shared_ptr<Communicator> comm,
+                     c10::intrusive_ptr<c10d::Store> store,
+                     std::string name);
   ~ProcessGroupChorus() override;
 
   const std::string getBackendName() const override { return "chorus"; }
@@ -132,15 +135,6 @@ class ProcessGroupChorus : public BackendBase {
       const std::vector<at::Tensor>& inputs);
   // Sends chunk i of `sends` to rank i and receives rank j's chunk into `receives[j]` (any sizes,
   // each contiguous or not): one even alltoall of chunks padded to the largest on any rank.
-  // One flat allgather (output: group size x input) and one flat reduce-scatter (input: group
-  // size x output), checked; `op` names the torch call in errors.
-  std::shared_ptr<chorus::Work> allgatherFlat(const at::Tensor& output,
-                                              const at::Tensor& input,
-                                              const char* op);
-  std::shared_ptr<chorus::Work> reduceScatterFlat(const at::Tensor& output,
-                                                  const at::Tensor& input,
-                                                  c10d::ReduceOp reduceOp,
-                                                  const char* op);
   c10::intrusive_ptr<c10d::Work> alltoallChunks(const std::vector<at::Tensor>& sends,
                                                 const std::vector<at::Tensor>& receives);
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors,
@@ -148,11 +142,11 @@ class ProcessGroupChorus : public BackendBase {
                                          int tag,
                                          int sourceRank);
 
-  MonitoredBarrier monitored_;  // before comm_: it keeps buffers that comm_'s operations use
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<FutureCompleter> completer_;
   std::shared_ptr<GpuLifetimes> lifetimes_;
   std::atomic<uint64_t> collectivesIssued_{0};
+  MonitoredBarrier monitored_;
 };
 
 }  // namespace chorus::torch_backend
