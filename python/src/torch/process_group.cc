@@ -316,7 +316,7 @@ WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& output,
   });
 }
 
-#if CHORUS_TORCH_MAJOR >= 2
+#if CHORUS_TORCH_MAJOR > 2 || (CHORUS_TORCH_MAJOR == 2 && CHORUS_TORCH_MINOR >= 1)
 namespace {
 
 // Issues `issue(0)`, `issue(1)`... `issue(n - 1)`. If one throws (its checks failed), waits for

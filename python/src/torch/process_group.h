@@ -79,7 +79,7 @@ class ProcessGroupChorus : public BackendBase {
       std::vector<std::vector<at::Tensor>>& outputLists,
       std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
-#if CHORUS_TORCH_MAJOR >= 2
+#if CHORUS_TORCH_MAJOR > 2 || (CHORUS_TORCH_MAJOR == 2 && CHORUS_TORCH_MINOR >= 1)
   // torch 2's coalesced flat forms (functional collectives, FSDP2): pair i runs as
   // _allgather_base / _reduce_scatter_base would, all in one work.
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
