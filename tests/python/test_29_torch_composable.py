@@ -12,6 +12,7 @@ every rank's rows, never chorus's own results. Every rank runs every test in the
 depend on the size and the machine only.
 """
 
+import datetime
 import warnings
 
 import numpy as np
@@ -332,3 +333,19 @@ def test_two_dimensional_tensor_parallel_and_fully_shard_train_as_one_process(wo
         np.testing.assert_allclose(parameter.full_tensor().detach().numpy(),
                                    reference.get_parameter(name).detach().numpy(), rtol=1e-5,
                                    atol=1e-6, err_msg=name)
+
+
+@pytest.mark.skipif(not hasattr(tdist.ProcessGroup, "split_group"),
+                    reason="needs torch >= 2.8 (ProcessGroup.split_group)")
+def test_split_group_makes_groups_of_the_given_ranks(world, size, rank):
+    """ProcessGroup.split_group, which torch's split_group and a DeviceMesh on a device-bound
+    group call: the even and the odd ranks each get a group of their own, twice (two groups of
+    the same ranks are two groups), and each reduces over its members only."""
+    mine = [r for r in range(size) if r % 2 == rank % 2]
+    assert world._get_backend(torch.device("cpu")).supports_splitting
+    groups = [world.split_group(mine, datetime.timedelta(seconds=60)) for _ in range(2)]
+    for scale, group in zip((1.0, 10.0), groups):
+        assert (group.size(), group.rank()) == (len(mine), mine.index(rank))
+        total = torch.tensor([scale * (rank + 1)])
+        group.allreduce([total]).wait()
+        assert total.item() == scale * sum(r + 1 for r in mine)

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 
+#include "chorus/dist_context.h"
 #include "sparse_allreduce.h"
 #include "torch_blocking.h"
 #include "torch_streams.h"
@@ -131,6 +134,49 @@ FlatPair reduceScatterPair(const at::Tensor& output,
 }
 
 }  // namespace
+
+namespace {
+
+// A name for the group being made that agrees on all its members, as subgroup() names its own:
+// its members, and how many groups of them this process made before.
+std::string agreedName(const std::vector<int>& members) {
+  static std::mutex mutex;
+  static std::map<std::vector<int>, uint64_t> made;
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::string name = "chorus/torch_group/";
+  for (int member : members) name += std::to_string(member) + ",";
+  return name + "#" + std::to_string(made[members]++);
+}
+
+}  // namespace
+
+c10::intrusive_ptr<ProcessGroupChorus> ProcessGroupChorus::over(
+    const std::shared_ptr<Communicator>& world,
+    const std::vector<int>& members,
+    c10::intrusive_ptr<c10d::Store> store,
+    std::chrono::milliseconds timeout) {
+  // Named by its members alone: subgroup() tells apart the groups of one member list by how many
+  // each member made before, which agrees on every member. torch's group names need not:
+  // new_group(use_local_synchronization=True) advances torch's group counter on the members
+  // only, so that every group made after it gets another name on the ranks outside it (gloo then
+  // fails; tests/python/test_29_torch_composable.py).
+  auto comm = world->subgroup(members, "torch");
+  comm->setTimeout(timeout);
+  return c10::make_intrusive<ProcessGroupChorus>(std::move(comm), std::move(store),
+                                                 agreedName(members));
+}
+
+#if CHORUS_TORCH_MAJOR > 2 || (CHORUS_TORCH_MAJOR == 2 && CHORUS_TORCH_MINOR >= 8)
+c10::intrusive_ptr<c10d::Backend> ProcessGroupChorus::split(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  return translated([&]() -> c10::intrusive_ptr<c10d::Backend> {
+    auto world = DistContext::get().communicator();
+    return over(world, ranks, store, opts ? opts->timeout : comm_->timeout());
+  });
+}
+#endif
 
 ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Communicator> comm,
                                        c10::intrusive_ptr<c10d::Store> store,

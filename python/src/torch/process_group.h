@@ -51,7 +51,13 @@ using BackendBase = c10d::ProcessGroup;
 
 class ProcessGroupChorus : public BackendBase {
  public:
-  // `store` and `name`: where the group's monitored barriers meet (monitored_barrier.h).
+  // The group over `members` (ranks of `world`, each listed once, this one among them):
+  // Communicator::subgroup, collective over the members only. `store` is the one torch made for
+  // the group, where its monitored barriers meet.
+  static c10::intrusive_ptr<ProcessGroupChorus> over(const std::shared_ptr<Communicator>& world,
+                                                     const std::vector<int>& members,
+                                                     c10::intrusive_ptr<c10d::Store> store,
+                                                     std::chrono::milliseconds timeout);
   ProcessGroupChorus(std::shared_ptr<Communicator> comm,
                      c10::intrusive_ptr<c10d::Store> store,
                      std::string name);
@@ -123,6 +129,17 @@ class ProcessGroupChorus : public BackendBase {
   // Setting it is a no-op: it starts at 0 on every rank.
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return collectivesIssued_.load(); }
+#if CHORUS_TORCH_MAJOR > 2 || (CHORUS_TORCH_MAJOR == 2 && CHORUS_TORCH_MINOR >= 8)
+  // torch's split_group (and DeviceMesh on a group bound to a device): the group over `ranks`
+  // (global ranks, this one among them), made as new_group makes it. Collective over its members.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return c10::make_intrusive<Options>("chorus", comm_->timeout());
+  }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+#endif
   // torch.distributed.monitored_barrier (monitored_barrier.h): blocking, host memory only.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 

@@ -7,11 +7,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
-#include <cstdint>
 #include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,17 +32,6 @@ namespace {
 // other launcher (torchrun, mpirun, torch's spawn; any init_method) the default group's creator
 // makes it rendezvous through `store`, the store torch made for that group: torch's variables
 // (RANK, MASTER_PORT) are then torch's, and chorus serves nothing on them.
-// A name for the group being made that agrees on all its members, as subgroup() names its own:
-// its members, and how many groups of them this process made before.
-std::string agreedName(const std::vector<int>& members) {
-  static std::mutex mutex;
-  static std::map<std::vector<int>, uint64_t> made;
-  const std::lock_guard<std::mutex> lock(mutex);
-  std::string name = "chorus/torch_group/";
-  for (int member : members) name += std::to_string(member) + ",";
-  return name + "#" + std::to_string(made[members]++);
-}
-
 c10::intrusive_ptr<ProcessGroupChorus> create(const c10::intrusive_ptr<c10d::Store>& store,
                                               const std::vector<int64_t>& globalRanks,
                                               int64_t groupRank,
@@ -79,16 +65,7 @@ c10::intrusive_ptr<ProcessGroupChorus> create(const c10::intrusive_ptr<c10d::Sto
               " (run under chorusrun or mpirun and let torch take RANK and "
               "WORLD_SIZE from the environment)");
   py::gil_scoped_release release;
-  return translated([&] {
-    // Named by its members alone: subgroup() tells apart the groups of one member list by how
-    // many each member made before, which agrees on every member. torch's group names need not:
-    // new_group(use_local_synchronization=True) advances torch's group counter on the members
-    // only, so that every group made after it gets another name on the ranks outside it (gloo then
-    // fails; tests/python/test_29_torch_composable.py).
-    auto comm = world->subgroup(members, "torch");
-    comm->setTimeout(timeout);
-    return c10::make_intrusive<ProcessGroupChorus>(std::move(comm), store, agreedName(members));
-  });
+  return translated([&] { return ProcessGroupChorus::over(world, members, store, timeout); });
 }
 
 }  // namespace
