@@ -143,6 +143,9 @@ def test_a_bad_pair_fails_the_coalesced_call_before_anything_runs(world, size, r
     with pytest.raises(RuntimeError, match="must hold group size x output"):
         group.reduce_scatter_tensor_coalesced([untouched[1], torch.zeros(2)],
                                               [torch.ones(3 * size), torch.ones(2 * size + 1)])
+    with pytest.raises(RuntimeError, match="differs from the input's"):
+        group.reduce_scatter_tensor_coalesced([untouched[1], torch.zeros(2, dtype=torch.float64)],
+                                              [torch.ones(3 * size), torch.ones(2 * size)])
     strided = torch.ones(3 * size, 2)[:, 0]  # a column: not contiguous
     with pytest.raises(RuntimeError, match="contiguous"):
         group.reduce_scatter_tensor_coalesced([untouched[2], torch.zeros(3)],
@@ -339,13 +342,27 @@ def test_two_dimensional_tensor_parallel_and_fully_shard_train_as_one_process(wo
                     reason="needs torch >= 2.8 (ProcessGroup.split_group)")
 def test_split_group_makes_groups_of_the_given_ranks(world, size, rank):
     """ProcessGroup.split_group, which torch's split_group and a DeviceMesh on a device-bound
-    group call: the even and the odd ranks each get a group of their own, twice (two groups of
-    the same ranks are two groups), and each reduces over its members only."""
-    mine = [r for r in range(size) if r % 2 == rank % 2]
+    group call, on the world and on the group of ranks 1, 2, ... (split ranks are the parent's
+    ranks): the even and the odd parent ranks each get a group of their own, twice (two
+    groups of the same ranks are two groups), each reducing over its members only. A rank in no
+    split gets no group."""
     assert world._get_backend(torch.device("cpu")).supports_splitting
-    groups = [world.split_group(mine, datetime.timedelta(seconds=60)) for _ in range(2)]
-    for scale, group in zip((1.0, 10.0), groups):
-        assert (group.size(), group.rank()) == (len(mine), mine.index(rank))
-        total = torch.tensor([scale * (rank + 1)])
-        group.allreduce([total]).wait()
-        assert total.item() == scale * sum(r + 1 for r in mine)
+    tail = tdist.new_group(list(range(1, size))) if size > 2 else None  # group rank g: rank g + 1
+    parents = [(world, lambda g: g)] + ([(tail, lambda g: g + 1)] if rank > 0 and tail else [])
+    for parent, global_rank_of in parents:
+        me = parent.rank()
+        mine = [g for g in range(parent.size()) if g % 2 == me % 2]
+        groups = [parent.split_group(mine, datetime.timedelta(seconds=60)) for _ in range(2)]
+        for scale, group in zip((1.0, 10.0), groups):
+            assert (group.size(), group.rank()) == (len(mine), mine.index(me))
+            total = torch.tensor([scale * (rank + 1)])
+            group.allreduce([total]).wait()
+            assert total.item() == scale * sum(global_rank_of(g) + 1 for g in mine)
+    # Only ranks 0 and 1 in a split (torch hands the others split_ranks[0]).
+    pair = world.split_group([0, 1] if size > 1 else [0], datetime.timedelta(seconds=60))
+    if rank < 2:
+        total = torch.ones(1)
+        pair.allreduce([total]).wait()
+        assert total.item() == min(size, 2)
+    else:
+        assert pair is None

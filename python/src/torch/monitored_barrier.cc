@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <utility>
 #include <vector>
 
@@ -22,21 +21,22 @@ std::string joined(const std::vector<int>& ranks) {
   return text.empty() ? "none" : text;
 }
 
-// The store under torch's per-group prefixes, which are group names that need not agree across
-// ranks (torch_module.cc).
-c10::intrusive_ptr<c10d::Store> unprefixed(c10::intrusive_ptr<c10d::Store> store) {
-  while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get()))
-    store = prefixed->getUnderlyingStore();
-  return store;
-}
-
-// Whether `key` is in `store` within `timeout` (at least a millisecond: c10d reads 0 as none).
+// Whether `key` is in `store` within `timeout`. It waits in slices of at most 100 ms, looking
+// first each time: a store client serves one request at a time, so one long wait would hold up
+// every other use of it in the process (chorus's world, torch's), and a short one can expire on a
+// key that is there while the reply is on its way.
 bool appearsWithin(c10d::Store& store, const std::string& key, milliseconds timeout) {
-  try {
-    store.wait({key}, std::max(timeout, milliseconds(1)));
-    return true;
-  } catch (const std::exception&) {
-    return false;
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    if (store.check({key}))
+      return true;
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left <= milliseconds(0))
+      return false;
+    try {
+      store.wait({key}, std::clamp(left, milliseconds(1), milliseconds(100)));
+    } catch (const std::exception&) {  // the slice expired: look again
+    }
   }
 }
 
@@ -47,7 +47,7 @@ std::vector<uint8_t> asBytes(const std::string& text) {
 }  // namespace
 
 MonitoredBarrier::MonitoredBarrier(c10::intrusive_ptr<c10d::Store> store, std::string name)
-    : store_(unprefixed(std::move(store))), name_(std::move(name)) {}
+    : store_(std::move(store)), name_(std::move(name)) {}
 
 void MonitoredBarrier::run(
     int rank, int size, milliseconds timeout, milliseconds groupTimeout, bool waitAllRanks) {
@@ -81,15 +81,16 @@ void MonitoredBarrier::run(
   std::string failure;
   for (int r = 1; r < size && failure.empty(); ++r) {
     const std::string arrived = call + "arrived/" + std::to_string(r);
-    if (!waitAllRanks && remaining() <= milliseconds(0) && !store_->check({arrived})) {
+    const bool hadTime = remaining() > milliseconds(0);
+    if (appearsWithin(*store_, arrived, remaining())) {  // it looks once even with no time left
+      heard.push_back(r);
+    } else if (waitAllRanks) {
+      missing.push_back(r);
+    } else if (hadTime) {
+      failure = "Rank " + std::to_string(r) + " failed to pass monitoredBarrier in " + ms;
+    } else {
       failure = "Rank 0 timed out in monitoredBarrier after " + ms + "; heard from ranks " +
                 joined(heard) + ", not yet from rank " + std::to_string(r);
-    } else if (appearsWithin(*store_, arrived, remaining())) {
-      heard.push_back(r);
-    } else {
-      missing.push_back(r);
-      if (!waitAllRanks)
-        break;
     }
   }
   if (failure.empty() && !missing.empty()) {

@@ -3,9 +3,9 @@
 // call's own timeout.
 //
 // Contract:
-//  - One MonitoredBarrier per process group. `store` is the store torch made for the group (its
-//    prefixes are unwrapped: the keys live in the store under `name`, which must be the same on
-//    every member of the group and differ from every other group's).
+//  - One MonitoredBarrier per process group. `store` is one every member shares (torch's store of
+//    its default group: ProcessGroupChorus::over); the keys live there under `name`, which must be
+//    the same on every member of the group and differ from every other group's.
 //  - run(rank, size, timeout, groupTimeout, waitAllRanks) returns on every rank once all have
 //    called it: rank 0 heard from every other rank within `timeout` of its own call, and told
 //    each so. `timeout` c10d::kUnsetTimeout means the group's timeout.
@@ -22,7 +22,8 @@
 //  - Its messages go through the store, not the group's communicator: an operation the group has
 //    in flight (stuck on the very rank that is late) holds nothing back, and a failure leaves
 //    nothing posted on the group. Each call has keys of its own (the group's calls are counted);
-//    they stay in the store, a few bytes a call.
+//    they stay in the store, a few bytes a call. Waits on the store come in slices of 100 ms or
+//    less, so that others' use of the same store client is never held up for long.
 #pragma once
 
 #include <chrono>

@@ -7,7 +7,6 @@
 #include <string>
 #include <utility>
 
-#include "chorus/dist_context.h"
 #include "sparse_allreduce.h"
 #include "torch_blocking.h"
 #include "torch_streams.h"
@@ -125,6 +124,9 @@ FlatPair reduceScatterPair(const at::Tensor& output,
                            const at::Tensor& input,
                            int size,
                            const char* op) {
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", op, ": the output's dtype ",
+              dtypeName(output.scalar_type()), " differs from the input's ",
+              dtypeName(input.scalar_type()));
   TORCH_CHECK(input.numel() == size * output.numel(), "chorus: ", op, ": the input holds ",
               input.numel(), " elements; it must hold group size x output (", size, " x ",
               output.numel(), ")");
@@ -137,21 +139,39 @@ FlatPair reduceScatterPair(const at::Tensor& output,
 
 namespace {
 
+std::mutex namesMutex;
+
 // A name for the group being made that agrees on all its members, as subgroup() names its own:
-// its members, and how many groups of them this process made before.
-std::string agreedName(const std::vector<int>& members) {
-  static std::mutex mutex;
-  static std::map<std::vector<int>, uint64_t> made;
-  const std::lock_guard<std::mutex> lock(mutex);
-  std::string name = "chorus/torch_group/";
-  for (int member : members) name += std::to_string(member) + ",";
-  return name + "#" + std::to_string(made[members]++);
+// `base` (its parent's name and its members), and how many such groups this process made before.
+std::string agreedName(const std::string& base) {
+  static std::map<std::string, uint64_t> made;
+  const std::lock_guard<std::mutex> lock(namesMutex);
+  return base + "#" + std::to_string(made[base]++);
+}
+
+// The store of torch's default group, which every rank shares: the monitored barriers of every
+// group meet there. torch's stores for other groups add their group names, which need not agree.
+c10::intrusive_ptr<c10d::Store>& defaultGroupStore() {
+  static c10::intrusive_ptr<c10d::Store> store;
+  return store;
+}
+
+std::string joined(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += std::to_string(r) + ",";
+  return text;
 }
 
 }  // namespace
 
+void ProcessGroupChorus::rememberDefaultGroupStore(c10::intrusive_ptr<c10d::Store> store) {
+  const std::lock_guard<std::mutex> lock(namesMutex);
+  defaultGroupStore() = std::move(store);
+}
+
 c10::intrusive_ptr<ProcessGroupChorus> ProcessGroupChorus::over(
-    const std::shared_ptr<Communicator>& world,
+    const std::shared_ptr<Communicator>& parent,
+    const std::string& parentName,
     const std::vector<int>& members,
     c10::intrusive_ptr<c10d::Store> store,
     std::chrono::milliseconds timeout) {
@@ -160,20 +180,28 @@ c10::intrusive_ptr<ProcessGroupChorus> ProcessGroupChorus::over(
   // new_group(use_local_synchronization=True) advances torch's group counter on the members
   // only, so that every group made after it gets another name on the ranks outside it (gloo then
   // fails; tests/python/test_29_torch_composable.py).
-  auto comm = world->subgroup(members, "torch");
+  auto comm = parent->subgroup(members, "torch");
   comm->setTimeout(timeout);
+  {
+    const std::lock_guard<std::mutex> lock(namesMutex);
+    if (defaultGroupStore())
+      store = defaultGroupStore();
+  }
   return c10::make_intrusive<ProcessGroupChorus>(std::move(comm), std::move(store),
-                                                 agreedName(members));
+                                                 agreedName(parentName + "/" + joined(members)));
 }
 
 #if CHORUS_TORCH_MAJOR > 2 || (CHORUS_TORCH_MAJOR == 2 && CHORUS_TORCH_MINOR >= 8)
+// `ranks` are ranks of this group (torch's split_group says so); a rank in none of the splits
+// gets torch's split_ranks[0] and no group.
 c10::intrusive_ptr<c10d::Backend> ProcessGroupChorus::split(
     const c10::intrusive_ptr<c10d::Store>& store,
     const std::vector<int>& ranks,
     const c10::intrusive_ptr<Options>& opts) {
+  if (std::find(ranks.begin(), ranks.end(), getRank()) == ranks.end())
+    return {};
   return translated([&]() -> c10::intrusive_ptr<c10d::Backend> {
-    auto world = DistContext::get().communicator();
-    return over(world, ranks, store, opts ? opts->timeout : comm_->timeout());
+    return over(comm_, name_, ranks, store, opts ? opts->timeout : comm_->timeout());
   });
 }
 #endif
@@ -185,6 +213,7 @@ ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Communicator> comm,
       comm_(std::move(comm)),
       completer_(std::make_shared<FutureCompleter>()),
       lifetimes_(std::make_shared<GpuLifetimes>()),
+      name_(name),
       monitored_(std::move(store), std::move(name)) {}
 
 ProcessGroupChorus::~ProcessGroupChorus() = default;

@@ -51,13 +51,17 @@ using BackendBase = c10d::ProcessGroup;
 
 class ProcessGroupChorus : public BackendBase {
  public:
-  // The group over `members` (ranks of `world`, each listed once, this one among them):
-  // Communicator::subgroup, collective over the members only. `store` is the one torch made for
-  // the group, where its monitored barriers meet.
-  static c10::intrusive_ptr<ProcessGroupChorus> over(const std::shared_ptr<Communicator>& world,
+  // The group over `members` (ranks of `parent`, each listed once, this one among them):
+  // Communicator::subgroup, collective over the members only. `parentName` is the parent's agreed
+  // name ("world" for chorus's world); `store` the one torch made for the group.
+  static c10::intrusive_ptr<ProcessGroupChorus> over(const std::shared_ptr<Communicator>& parent,
+                                                     const std::string& parentName,
                                                      const std::vector<int>& members,
                                                      c10::intrusive_ptr<c10d::Store> store,
                                                      std::chrono::milliseconds timeout);
+  // The store of torch's default group (create() passes it): every group's monitored barriers
+  // meet there.
+  static void rememberDefaultGroupStore(c10::intrusive_ptr<c10d::Store> store);
   ProcessGroupChorus(std::shared_ptr<Communicator> comm,
                      c10::intrusive_ptr<c10d::Store> store,
                      std::string name);
@@ -131,7 +135,8 @@ class ProcessGroupChorus : public BackendBase {
   uint64_t getSequenceNumberForGroup() override { return collectivesIssued_.load(); }
 #if CHORUS_TORCH_MAJOR > 2 || (CHORUS_TORCH_MAJOR == 2 && CHORUS_TORCH_MINOR >= 8)
   // torch's split_group (and DeviceMesh on a group bound to a device): the group over `ranks`
-  // (global ranks, this one among them), made as new_group makes it. Collective over its members.
+  // (ranks of this group), made as new_group makes it, collective over its members; none for a
+  // rank not among them.
   bool supportsSplitting() const override { return true; }
   c10::intrusive_ptr<Options> getBackendOptions() override {
     return c10::make_intrusive<Options>("chorus", comm_->timeout());
@@ -163,6 +168,7 @@ class ProcessGroupChorus : public BackendBase {
   std::shared_ptr<FutureCompleter> completer_;
   std::shared_ptr<GpuLifetimes> lifetimes_;
   std::atomic<uint64_t> collectivesIssued_{0};
+  std::string name_;  // the same on every member, and on no other group (over())
   MonitoredBarrier monitored_;
 };
 

@@ -65,7 +65,11 @@ c10::intrusive_ptr<ProcessGroupChorus> create(const c10::intrusive_ptr<c10d::Sto
               " (run under chorusrun or mpirun and let torch take RANK and "
               "WORLD_SIZE from the environment)");
   py::gil_scoped_release release;
-  return translated([&] { return ProcessGroupChorus::over(world, members, store, timeout); });
+  return translated([&] {
+    if (globalRanks.empty())
+      ProcessGroupChorus::rememberDefaultGroupStore(store);
+    return ProcessGroupChorus::over(world, "world", members, store, timeout);
+  });
 }
 
 }  // namespace
