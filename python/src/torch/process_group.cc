@@ -98,9 +98,27 @@ struct FlatPair {
   chorus::Tensor input, output;
 };
 
-void checkContiguous(const at::Tensor& tensor, const char* what, const char* op) {
-  TORCH_CHECK(tensor.is_contiguous(), "chorus: ", op, ": the ", what,
-              " is not contiguous (call .contiguous() on it)");
+// A flat pair's checks: one dtype, both contiguous, and `whole` (the output of an allgather, the
+// input of a reduce-scatter) holding group size x `part`.
+void checkFlatPair(const at::Tensor& output,
+                   const at::Tensor& input,
+                   bool outputIsWhole,
+                   int size,
+                   const char* op) {
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", op, ": the output's dtype ",
+              dtypeName(output.scalar_type()), " differs from the input's ",
+              dtypeName(input.scalar_type()));
+  const at::Tensor& whole = outputIsWhole ? output : input;
+  const at::Tensor& part = outputIsWhole ? input : output;
+  const char* wholeName = outputIsWhole ? "output" : "input";
+  const char* partName = outputIsWhole ? "input" : "output";
+  TORCH_CHECK(whole.numel() == size * part.numel(), "chorus: ", op, ": the ", wholeName, " holds ",
+              whole.numel(), " elements; it must hold group size x ", partName, " (", size, " x ",
+              part.numel(), ")");
+  for (const auto& [tensor, name] : {std::pair{&output, "output"}, std::pair{&input, "input"}}) {
+    TORCH_CHECK(tensor->is_contiguous(), "chorus: ", op, ": the ", name,
+                " is not contiguous (call .contiguous() on it)");
+  }
 }
 
 // allgather_into_tensor: the output holds the group's inputs end to end.
@@ -108,14 +126,7 @@ FlatPair allgatherPair(const at::Tensor& output,
                        const at::Tensor& input,
                        int size,
                        const char* op) {
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", op, ": the output's dtype ",
-              dtypeName(output.scalar_type()), " differs from the input's ",
-              dtypeName(input.scalar_type()));
-  TORCH_CHECK(output.numel() == size * input.numel(), "chorus: ", op, ": the output holds ",
-              output.numel(), " elements; it must hold group size x input (", size, " x ",
-              input.numel(), ")");
-  checkContiguous(input, "input", op);
-  checkContiguous(output, "output", op);
+  checkFlatPair(output, input, true, size, op);
   return {bytes(input, "input", op), bytes(output, "output", op)};
 }
 
@@ -124,14 +135,7 @@ FlatPair reduceScatterPair(const at::Tensor& output,
                            const at::Tensor& input,
                            int size,
                            const char* op) {
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", op, ": the output's dtype ",
-              dtypeName(output.scalar_type()), " differs from the input's ",
-              dtypeName(input.scalar_type()));
-  TORCH_CHECK(input.numel() == size * output.numel(), "chorus: ", op, ": the input holds ",
-              input.numel(), " elements; it must hold group size x output (", size, " x ",
-              output.numel(), ")");
-  checkContiguous(input, "input", op);
-  checkContiguous(output, "output", op);
+  checkFlatPair(output, input, false, size, op);
   return {typed(input.view({-1}), "input", op), typed(output.view({-1}), "output", op)};
 }
 
