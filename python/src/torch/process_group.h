@@ -3,8 +3,9 @@
 //
 // Contract:
 //  - One per torch process group: the group's chorus communicator (Communicator::subgroup of the
-//    world over the group's global ranks, so that it is collective over the members only, as
-//    torch's new_group needs) and its torch rank and size, which equal the communicator's.
+//    world over the group's global ranks, or of the parent group for a split, so that it is
+//    collective over the members only, as torch's new_group needs) and its torch rank and size,
+//    which equal the communicator's.
 //  - Every operation torch exposes, on CPU tensors and (torch >= 2.3) CUDA tensors: allreduce (one
 //    tensor, or a list coalesced into one fused allreduce), broadcast, reduce, allgather (list and
 //    flat forms, coalesced), gather, scatter, reduce_scatter (list and flat forms; on torch 2 the
