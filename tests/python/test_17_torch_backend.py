@@ -6,6 +6,7 @@ Expected values are computed here from the closed forms with torch on one proces
 never with chorus. Every rank runs every test in the same order; skips depend on the size only.
 """
 
+import copy
 import datetime
 import inspect
 import os
@@ -16,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as tdist
 
-from torch_backend_common import Net, train, values
+from torch_backend_common import Net, batches, train, values
 
 REDUCING = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
             torch.int32, torch.int64]
@@ -340,6 +341,61 @@ def test_ddp_matches_one_process_and_gloo(world, size, rank):
     on_gloo = train(gloo_model, gloo, size, rank)
     np.testing.assert_allclose(on_chorus.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(on_chorus.numpy(), on_gloo.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_dropped_async_work_keeps_its_tensors_until_done(world, size, rank, multi_rank):
+    """torch lets a program drop an async work unwaited (DDP's join() does at every forward). Its
+    tensor must outlive the operation: freed at once, its memory goes to the next tensor of that
+    size, and the allreduce writes its result there. Rank 0 drops its work and makes new tensors
+    before the others (told through the store) even start theirs."""
+    n = 16384  # 64 KiB: freed memory of this size is handed out again at once
+    store = tdist.distributed_c10d._get_default_store()
+    if rank == 0:
+        tdist.all_reduce(torch.ones(n), async_op=True)  # dropped at once
+        fresh = [torch.full((n,), 7.0) for _ in range(4)]
+        store.set("test_17/dropped_work", "made")
+    else:
+        store.wait(["test_17/dropped_work"])
+        tdist.all_reduce(torch.ones(n))
+    tdist.barrier()  # after the dropped allreduce on every rank
+    if rank == 0:
+        for tensor in fresh:
+            assert torch.equal(tensor, torch.full((n,), 7.0)), "the allreduce wrote a new tensor"
+
+
+def test_ddp_join_on_uneven_inputs_matches_one_process_and_gloo(world, size, rank):
+    """torch's DistributedDataParallel.join(): rank r has 2 + r batches; the ranks that ran out
+    shadow the others' allreduces with zeros until all have. The reference is one process that,
+    at step t, sums the gradients of the ranks still training and divides by the world size."""
+    steps = [2 + r for r in range(size)]
+    torch.manual_seed(0)
+    reference = Net()
+    initial = copy.deepcopy(reference.state_dict())
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(max(steps)):
+        x, y = batches(step, size)
+        optimizer.zero_grad()
+        for r in (r for r in range(size) if step < steps[r]):
+            rows = slice(8 * r, 8 * (r + 1))
+            (torch.nn.functional.cross_entropy(reference(x[rows]), y[rows]) / size).backward()
+        optimizer.step()
+    expected = torch.cat([p.detach().reshape(-1) for p in reference.parameters()])
+    results = []
+    for group in (world, tdist.new_group(backend="gloo")):
+        model = torch.nn.parallel.DistributedDataParallel(Net(), process_group=group)
+        model.module.load_state_dict(initial)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with model.join():
+            for step in range(steps[rank]):
+                x, y = batches(step, size)
+                rows = slice(8 * rank, 8 * (rank + 1))
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
+                optimizer.step()
+        results.append(torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]))
+    # The last joiner's model is every rank's after join().
+    np.testing.assert_allclose(results[0].numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(results[0].numpy(), results[1].numpy(), rtol=1e-4, atol=1e-5)
 
 
 # torch 1.13 (and torch 2 releases that still check) keep monitored_barrier to gloo in Python;

@@ -216,7 +216,7 @@ ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Communicator> comm,
     : BackendBase(comm->rank(), comm->size()),
       comm_(std::move(comm)),
       completer_(std::make_shared<FutureCompleter>()),
-      lifetimes_(std::make_shared<GpuLifetimes>()),
+      lifetimes_(std::make_shared<TensorLifetimes>()),
       name_(name),
       monitored_(std::move(store), std::move(name)) {}
 
@@ -226,7 +226,7 @@ WorkPtr ProcessGroupChorus::finish(c10d::OpType type, Issued issued) {
   if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
       type != c10d::OpType::RECVANYSOURCE)
     ++collectivesIssued_;
-  lifetimes_->release();  // the tensors of earlier CUDA operations the GPU has finished with
+  lifetimes_->release();  // the tensors of earlier operations that are done with them
   std::shared_ptr<StreamMark> copied;
   if (const int device = firstCudaDevice({&issued.outputs, &issued.keepAlive});
       device >= 0 && issued.after) {

@@ -167,7 +167,7 @@ class ProcessGroupChorus : public BackendBase {
 
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<FutureCompleter> completer_;
-  std::shared_ptr<GpuLifetimes> lifetimes_;
+  std::shared_ptr<TensorLifetimes> lifetimes_;
   std::atomic<uint64_t> collectivesIssued_{0};
   std::string name_;  // the same on every member, and on no other group (over())
   MonitoredBarrier monitored_;

@@ -13,14 +13,15 @@
 
 namespace chorus::torch_backend {
 
-GpuLifetimes::~GpuLifetimes() {
-  // The GPU finishes what it was given, or stops it once its communicator is aborted (a failed
-  // operation's kernel exits when it sees the abort); the copy-outs (`mark`) run after.
+TensorLifetimes::~TensorLifetimes() {
+  // Host operations finish or fail by their deadline. The GPU finishes what it was given, or
+  // stops it once its communicator is aborted (a failed operation's kernel exits when it sees the
+  // abort); the copy-outs (`mark`) run after.
   const auto giveUp = std::chrono::steady_clock::now() + kStopGrace;
   for (Held& held : held_) {
     while (!finished(held) && std::chrono::steady_clock::now() < giveUp)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
-    if (!finished(held)) {  // the GPU never stopped: its memory is kept rather than reused
+    if (!finished(held)) {  // never stopped: its memory is kept rather than reused
       static auto* neverFreed = new std::vector<at::Tensor>();
       static std::mutex neverFreedMutex;
       std::lock_guard lock(neverFreedMutex);
@@ -29,7 +30,7 @@ GpuLifetimes::~GpuLifetimes() {
   }
 }
 
-bool GpuLifetimes::finished(const Held& held) {
+bool TensorLifetimes::finished(const Held& held) {
   if (held.mark != nullptr && !held.mark->reached())
     return false;
   // A failed work is complete at once, but its memory is in use until the GPU has stopped it.
@@ -37,14 +38,14 @@ bool GpuLifetimes::finished(const Held& held) {
                       [](const auto& work) { return work->buffersInUse(); });
 }
 
-void GpuLifetimes::hold(std::vector<std::shared_ptr<chorus::Work>> works,
-                        std::vector<at::Tensor> tensors,
-                        std::shared_ptr<StreamMark> mark) {
+void TensorLifetimes::hold(std::vector<std::shared_ptr<chorus::Work>> works,
+                           std::vector<at::Tensor> tensors,
+                           std::shared_ptr<StreamMark> mark) {
   std::lock_guard lock(mutex_);
   held_.push_back({std::move(works), std::move(tensors), std::move(mark)});
 }
 
-void GpuLifetimes::release() {
+void TensorLifetimes::release() {
   std::deque<Held> done;  // destroyed outside the lock (freeing tensors takes torch's locks)
   {
     std::lock_guard lock(mutex_);
@@ -62,7 +63,7 @@ ChorusWork::ChorusWork(int rank,
                        std::vector<at::Tensor> keepAlive,
                        std::function<void()> after,
                        std::weak_ptr<FutureCompleter> completer,
-                       std::shared_ptr<GpuLifetimes> lifetimes,
+                       std::shared_ptr<TensorLifetimes> lifetimes,
                        int sourceRank,
                        std::shared_ptr<StreamMark> copied)
     : c10d::Work(rank, type),
@@ -77,7 +78,20 @@ ChorusWork::ChorusWork(int rank,
       sourceRank_(sourceRank) {}
 
 // A work dropped before it completed hands its CUDA tensors on (the GPU may be using them).
-ChorusWork::~ChorusWork() { releaseTensors(); }
+ChorusWork::~ChorusWork() {
+  bool done = false;
+  {
+    std::lock_guard lock(futureMutex_);
+    done = done_;
+  }
+  if (!done && device_ < 0 && lifetimes_ != nullptr) {
+    // Dropped while its operations may still run: they write the outputs too. (The after_ step,
+    // which would copy a temporary result out, never runs: nobody can read its result.)
+    keepAlive_.insert(keepAlive_.end(), outputs_.begin(), outputs_.end());
+    lifetimes_->hold(works_, std::move(keepAlive_), nullptr);
+  }
+  releaseTensors();
+}
 
 void ChorusWork::releaseTensors() noexcept {
   if (device_ >= 0 && lifetimes_ != nullptr && !keepAlive_.empty()) {

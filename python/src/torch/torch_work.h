@@ -2,7 +2,9 @@
 //
 // Contract:
 //  - A ChorusWork stands for one or more chorus operations issued together (a coalesced call is
-//    several) and keeps every tensor they use alive until it completes.
+//    several) and keeps every tensor they use alive until it completes; dropped before that, it
+//    hands them to the process group's TensorLifetimes, which frees them once the operations are
+//    done.
 //  - It completes once all of them have, and then runs its `after` step exactly once (copying a
 //    temporary result into the caller's tensors: the list forms of allgather, gather...), on
 //    whichever thread sees the completion first: wait(), isCompleted() or the FutureCompleter.
@@ -20,7 +22,7 @@
 //    process group queues a CUDA operation's copies when it issues it, on a side stream
 //    (ProcessGroupChorus::finish), and every wait also orders its stream after their `copied`
 //    mark. The tensors, outputs included, stay alive until the GPU has finished with them
-//    (GpuLifetimes), waited for or not.
+//    (TensorLifetimes), waited for or not.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -44,20 +46,21 @@ namespace chorus::torch_backend {
 
 class FutureCompleter;
 
-// Keeps the tensors of CUDA operations alive until the GPU has finished with them: a wait only
-// orders a stream, and a work may be dropped without one, but torch's caching allocator would
-// hand freed memory out again at once, while NCCL may still read or write it. Thread-safe.
-class GpuLifetimes {
+// Keeps the tensors of operations that may still use them alive until they are done: those of
+// CUDA operations until the GPU has finished with them (a wait only orders a stream), and those of
+// any work dropped unwaited while it runs (torch allows it; DDP's join() does at every forward).
+// Freed at once, their memory would go to the next tensor of that size (torch's caching allocator,
+// or malloc) while the operation still writes it. Thread-safe.
+class TensorLifetimes {
  public:
-  GpuLifetimes() = default;
-  // Waits, at most kStopGrace in all, until the GPU has finished or stopped what it holds, then
-  // lets go; what the GPU still uses after that is kept to the end of the process, never handed
-  // back to torch's allocator.
-  ~GpuLifetimes();
-  GpuLifetimes(const GpuLifetimes&) = delete;
-  GpuLifetimes& operator=(const GpuLifetimes&) = delete;
+  TensorLifetimes() = default;
+  // Waits, at most kStopGrace in all, until the operations have finished or stopped, then lets
+  // go; what is still in use after that is kept to the end of the process, never freed.
+  ~TensorLifetimes();
+  TensorLifetimes(const TensorLifetimes&) = delete;
+  TensorLifetimes& operator=(const TensorLifetimes&) = delete;
 
-  // How long the destructor waits for the GPU to finish or stop what it holds.
+  // How long the destructor waits for the operations to finish or stop.
   static constexpr std::chrono::seconds kStopGrace{10};
 
   // Holds `tensors` until none of `works` uses its buffers (Work::buffersInUse: after a failure,
@@ -92,7 +95,7 @@ class ChorusWork : public c10d::Work {
              std::vector<at::Tensor> keepAlive,
              std::function<void()> after,
              std::weak_ptr<FutureCompleter> completer,
-             std::shared_ptr<GpuLifetimes> lifetimes,
+             std::shared_ptr<TensorLifetimes> lifetimes,
              int sourceRank = -1,
              std::shared_ptr<StreamMark> copied = nullptr);
   ~ChorusWork() override;
@@ -113,7 +116,8 @@ class ChorusWork : public c10d::Work {
  private:
   // Completes this work once every chorus operation has (the caller has seen that).
   void complete() noexcept;
-  // Lets go of the tensors: at once for CPU ones, through lifetimes_ for CUDA ones.
+  // Lets go of the tensors: at once for CPU ones of a completed work, through lifetimes_ for CUDA
+  // ones and for those of a work dropped while it runs.
   void releaseTensors() noexcept;
   // Completes `future` with the outputs, or with `error` (also if completing it fails).
   void completeFuture(c10::ivalue::Future& future, std::exception_ptr error) noexcept;
@@ -127,7 +131,7 @@ class ChorusWork : public c10d::Work {
   // Weak: the process group owns the completer, and a work the completer thread drops must not
   // end it there (its destructor joins that thread).
   std::weak_ptr<FutureCompleter> completer_;
-  std::shared_ptr<GpuLifetimes> lifetimes_;
+  std::shared_ptr<TensorLifetimes> lifetimes_;
   std::shared_ptr<StreamMark> copied_;  // after a CUDA operation's copy-out, if it has one
   int device_;                          // the CUDA ordinal of the tensors, -1 for CPU tensors
   int sourceRank_;
