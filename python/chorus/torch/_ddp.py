@@ -17,6 +17,7 @@ from . import hooks as _hooks
 from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
                               check_parameters, hook_accumulators)
 from ._device_buckets import DeviceBuckets
+from ._join import UnevenInputs
 
 # Whether host models take the CUDA path too (DeviceBuckets and a hook per bucket): for tests.
 _DEVICE_BUCKETS_ON_HOST = False
@@ -51,6 +52,8 @@ class DistributedDataParallel(torch.nn.Module):
     - register_comm_hook(state, hook): each bucket is reduced by hook(state, bucket) instead, with
       torch's contract (chorus.torch.hooks: allreduce, fp16 and bf16 compression, PowerSGD; a
       hook written for torch's DDP works unchanged where it uses only the bucket's methods).
+    - join(): training on uneven inputs, ranks running out of batches at different iterations
+      (torch's DistributedDataParallel.join(); see chorus/torch/_join.py).
     """
 
     def __init__(self, module, bucket_cap_mb=None, broadcast_buffers=True,
@@ -83,6 +86,7 @@ class DistributedDataParallel(torch.nn.Module):
         self._views = []
         self._views_generation = None
         self._sync = True
+        self._join = None  # the UnevenInputs context this rank is training in
         self._end_of_backward = EndOfBackward(self._finalize)
         # Keeps the autograd nodes (and so their hooks) alive.
         self._accumulators = hook_accumulators(self._params, self._make_hook)
@@ -106,17 +110,60 @@ class DistributedDataParallel(torch.nn.Module):
         return [b for b in self.module.buffers() if b.device.type in ("cpu", "cuda")]
 
     def _broadcast_from_rank_zero(self, tensors):
+        self._broadcast_from(0, tensors)
+
+    def _broadcast_from(self, root, tensors):
+        """Every rank takes group rank `root`'s values of `tensors`."""
         if self._comm.size == 1:
             return
         # One fused broadcast per kind: one call takes host or CUDA tensors, not both.
         for kind in ("cpu", "cuda"):
             same = [t for t in tensors if t.device.type == kind]
             if same:
-                _ops.broadcast(same, root=self._comm.members[0], inplace=True)
+                _ops.broadcast(same, root=self._comm.members[root], inplace=True)
+
+    def _broadcast_buffers_from(self, root):
+        self._broadcast_from(root, self._buffers_to_sync())
 
     def forward(self, *inputs, **kwargs):
-        self._broadcast_from_rank_zero(self._buffers_to_sync())
+        root = 0
+        if self._join is not None:
+            root = self._join.before_forward(torch.is_grad_enabled() and self._sync)
+        self._broadcast_buffers_from(root)
         return self.module(*inputs, **kwargs)
+
+    def join(self, divide_by_initial_world_size=True, enable=True,
+             throw_on_early_termination=False):
+        """A context manager for training on uneven inputs: run each rank's training loop inside
+        `with ddp.join():`. A rank whose loop ends early shadows the others' collectives (with
+        zero gradients) until every rank's loop has ended; then every rank takes the model of the
+        highest rank that trained to the end. Every forward inside it must be followed by its
+        backward (or run under torch.no_grad()), as with torch's join.
+
+        divide_by_initial_world_size (default True): gradients are divided by the world size even
+        when fewer ranks train; False divides by the number still training.
+        throw_on_early_termination: when any rank runs out of inputs, every rank raises
+        chorus.Error instead. enable=False: an ordinary loop."""
+        return UnevenInputs(self, divide_by_initial_world_size, enable,
+                            throw_on_early_termination)
+
+    def _attach_join(self, context):
+        if self._join is not None:
+            raise _chorus.InvalidArgumentError(
+                "DistributedDataParallel.join: this model is already inside a join() context")
+        self._join = context
+
+    def _detach_join(self):
+        self._join = None
+
+    def _shadow_backward(self):
+        """A joined rank's part in the backward of the ranks still training: every gradient is
+        absent here, so it contributes zeros to each bucket's average."""
+        self._finalize(shadow=True)
+
+    def _adopt_model_of(self, root):
+        """The end of join(): every rank takes group rank `root`'s parameters and buffers."""
+        self._broadcast_from(root, [p.detach() for p in self._params] + self._buffers_to_sync())
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -206,11 +253,12 @@ class DistributedDataParallel(torch.nn.Module):
             if result.data_ptr() != buffer.data_ptr():
                 buffer.copy_(result.reshape(-1))
 
-    def _finalize(self):
+    def _finalize(self, shadow=False):
         """End of backward: gradients present but not produced by this backward (accumulated under
-        no_sync, or left from earlier) count too; then wait for the averages."""
+        no_sync, or left from earlier) count too; then wait for the averages. A shadow (a joined
+        rank's part) counts none of this rank's gradients."""
         for index, p in enumerate(self._params):
-            if p.grad is not None and not self._reducer.is_ready(index):
+            if not shadow and p.grad is not None and not self._reducer.is_ready(index):
                 self._adopt(index)
                 self._reducer.mark_ready(index)
         self._backward_done = True
@@ -224,6 +272,10 @@ class DistributedDataParallel(torch.nn.Module):
                 p.grad = self._device_buckets.view(index)
             elif used[index]:
                 self._adopt(index)  # averaged, and possibly moved by the bucket rebuild
+        if self._join is not None and self._join.gradient_scale != 1.0:
+            for index, p in enumerate(self._params):
+                if used[index]:
+                    p.grad.mul_(self._join.gradient_scale)
 
 
 class GradBucket:
