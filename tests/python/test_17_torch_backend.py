@@ -179,6 +179,22 @@ def test_all_to_all_lists_of_any_size(world, size, rank):
         assert torch.equal(received[q], torch.full((q + rank + 1,), float(10 * q + rank)))
 
 
+def test_all_to_all_splits_that_disagree_fail_on_every_rank(world, size, rank, multi_rank):
+    """Rank 0 sends 2 rows to rank 1, which expects 1 from it: an error on every rank naming the
+    pair, not a message cut to fit. The group goes on."""
+    sends = [1] * size
+    if rank == 0:
+        sends[1] = 2
+    received = torch.zeros(size)
+    with pytest.raises(RuntimeError, match="rank 0 sends 8 bytes to rank 1, which expects 4"):
+        tdist.all_to_all_single(received, torch.zeros(sum(sends)),
+                                output_split_sizes=[1] * size, input_split_sizes=sends)
+    with pytest.raises(RuntimeError, match="rank 0 sends 8 bytes to rank 1, which expects 4"):
+        tdist.all_to_all([torch.zeros(1) for _ in range(size)],
+                         [torch.zeros(n) for n in sends])
+    tdist.barrier()
+
+
 def test_send_recv_ring_and_barrier(world, size, rank, multi_rank):
     right, left = (rank + 1) % size, (rank - 1) % size
     got = torch.zeros(9, dtype=torch.float64)

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "chorus/error.h"
 #include "sparse_allreduce.h"
 #include "torch_blocking.h"
 #include "torch_streams.h"
@@ -631,15 +632,42 @@ WorkPtr ProcessGroupChorus::alltoall(std::vector<at::Tensor>& outputs,
   });
 }
 
+int64_t ProcessGroupChorus::agreedChunkBytes(const std::vector<at::Tensor>& sends,
+                                             const std::vector<at::Tensor>& receives) {
+  // Every rank's bytes to and from each rank, gathered everywhere: each rank checks every pair,
+  // so a size that differs fails on every rank alike, never a silently cut or padded message.
+  const int p = getSize();
+  std::vector<int64_t> mine(2 * p);
+  for (int r = 0; r < p; ++r) {
+    mine[r] = static_cast<int64_t>(sends[r].nbytes());
+    mine[p + r] = static_cast<int64_t>(receives[r].nbytes());
+  }
+  std::vector<int64_t> every(2 * p * p);
+  comm_->allgather(chorus::Tensor(mine.data(), {2 * p}), chorus::Tensor(every.data(), {2 * p * p}))
+      ->wait();
+  int64_t largest = 0;
+  for (int from = 0; from < p; ++from) {
+    for (int to = 0; to < p; ++to) {
+      const int64_t sent = every[2 * p * from + to];
+      const int64_t expected = every[2 * p * to + p + from];
+      if (sent != expected)
+        throw chorus::MismatchError("all_to_all: rank " + std::to_string(from) + " sends " +
+                                        std::to_string(sent) + " bytes to rank " +
+                                        std::to_string(to) + ", which expects " +
+                                        std::to_string(expected) + " bytes from it",
+                                    "bytes", {from, to});
+      largest = std::max(largest, sent);
+    }
+  }
+  return largest;
+}
+
 WorkPtr ProcessGroupChorus::alltoallChunks(const std::vector<at::Tensor>& sends,
                                            const std::vector<at::Tensor>& receives) {
   for (const auto& tensor : sends) checkSameDevice(tensor, sends.front(), "a tensor", "all_to_all");
   for (const auto& tensor : receives)
     checkSameDevice(tensor, sends.front(), "a tensor", "all_to_all");
-  int64_t largest = 0;
-  for (const auto& tensor : sends) largest = std::max<int64_t>(largest, tensor.nbytes());
-  for (const auto& tensor : receives) largest = std::max<int64_t>(largest, tensor.nbytes());
-  comm_->allreduce(chorus::Tensor(&largest, {1}), ReduceOp::kMax)->wait();
+  const int64_t largest = agreedChunkBytes(sends, receives);
   at::Tensor sent = packed(sends, largest, sends.front());
   at::Tensor received = byteBuffer(largest * getSize(), sends.front());
   auto work =

@@ -156,8 +156,13 @@ class ProcessGroupChorus : public BackendBase {
   c10::intrusive_ptr<c10d::Work> allgatherEach(
       const std::vector<std::vector<at::Tensor>>& outputLists,
       const std::vector<at::Tensor>& inputs);
+  // The largest chunk of an all_to_all, after checking with every rank that each pair agrees on
+  // the bytes between them (MismatchError on every rank otherwise). Collective.
+  int64_t agreedChunkBytes(const std::vector<at::Tensor>& sends,
+                           const std::vector<at::Tensor>& receives);
   // Sends chunk i of `sends` to rank i and receives rank j's chunk into `receives[j]` (any sizes,
-  // each contiguous or not): one even alltoall of chunks padded to the largest on any rank.
+  // each contiguous or not, as long as each pair of ranks agrees on the bytes between them): one
+  // even alltoall of chunks padded to the largest on any rank.
   c10::intrusive_ptr<c10d::Work> alltoallChunks(const std::vector<at::Tensor>& sends,
                                                 const std::vector<at::Tensor>& receives);
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors,
