@@ -14,14 +14,14 @@
 namespace chorus::torch_backend {
 
 TensorLifetimes::~TensorLifetimes() {
-  // Host operations finish or fail by their deadline. The GPU finishes what it was given, or
-  // stops it once its communicator is aborted (a failed operation's kernel exits when it sees the
-  // abort); the copy-outs (`mark`) run after.
+  // The GPU finishes what it was given, or stops it once its communicator is aborted (a failed
+  // operation's kernel exits when it sees the abort); the copy-outs (`mark`) run after. A host
+  // operation still running now (a dropped recv no sender matches, say) is not waited for.
   const auto giveUp = std::chrono::steady_clock::now() + kStopGrace;
   for (Held& held : held_) {
-    while (!finished(held) && std::chrono::steady_clock::now() < giveUp)
+    while (held.onDevice && !finished(held) && std::chrono::steady_clock::now() < giveUp)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
-    if (!finished(held)) {  // never stopped: its memory is kept rather than reused
+    if (!finished(held)) {  // still in use: its memory is kept rather than reused
       static auto* neverFreed = new std::vector<at::Tensor>();
       static std::mutex neverFreedMutex;
       std::lock_guard lock(neverFreedMutex);
@@ -40,19 +40,24 @@ bool TensorLifetimes::finished(const Held& held) {
 
 void TensorLifetimes::hold(std::vector<std::shared_ptr<chorus::Work>> works,
                            std::vector<at::Tensor> tensors,
-                           std::shared_ptr<StreamMark> mark) {
+                           std::shared_ptr<StreamMark> mark,
+                           bool onDevice) {
+  if (tensors.empty())
+    return;
   std::lock_guard lock(mutex_);
-  held_.push_back({std::move(works), std::move(tensors), std::move(mark)});
+  held_.push_back({std::move(works), std::move(tensors), std::move(mark), onDevice});
 }
 
 void TensorLifetimes::release() {
   std::deque<Held> done;  // destroyed outside the lock (freeing tensors takes torch's locks)
   {
     std::lock_guard lock(mutex_);
-    while (!held_.empty() && finished(held_.front())) {
-      done.push_back(std::move(held_.front()));
-      held_.pop_front();
-    }
+    if (held_.empty())
+      return;
+    // Any that is finished, not only from the front: sends and receives complete out of order.
+    std::deque<Held> running;
+    for (Held& held : held_) (finished(held) ? done : running).push_back(std::move(held));
+    held_.swap(running);
   }
 }
 
@@ -88,7 +93,7 @@ ChorusWork::~ChorusWork() {
     // Dropped while its operations may still run: they write the outputs too. (The after_ step,
     // which would copy a temporary result out, never runs: nobody can read its result.)
     keepAlive_.insert(keepAlive_.end(), outputs_.begin(), outputs_.end());
-    lifetimes_->hold(works_, std::move(keepAlive_), nullptr);
+    lifetimes_->hold(works_, std::move(keepAlive_), nullptr, /*onDevice=*/false);
   }
   releaseTensors();
 }
@@ -99,7 +104,7 @@ void ChorusWork::releaseTensors() noexcept {
     if (copied_ != nullptr)
       keepAlive_.insert(keepAlive_.end(), outputs_.begin(), outputs_.end());
     // (A CUDA work has no after_: its copy-out was queued at issue, ProcessGroupChorus::finish.)
-    lifetimes_->hold(works_, std::move(keepAlive_), copied_);
+    lifetimes_->hold(works_, std::move(keepAlive_), copied_, /*onDevice=*/true);
   }
   keepAlive_.clear();
 }

@@ -54,21 +54,24 @@ class FutureCompleter;
 class TensorLifetimes {
  public:
   TensorLifetimes() = default;
-  // Waits, at most kStopGrace in all, until the operations have finished or stopped, then lets
-  // go; what is still in use after that is kept to the end of the process, never freed.
+  // Waits, at most kStopGrace in all, until the GPU has finished or stopped what it holds, then
+  // lets go; what is still in use after that (host operations are not waited for) is kept to the
+  // end of the process, never freed.
   ~TensorLifetimes();
   TensorLifetimes(const TensorLifetimes&) = delete;
   TensorLifetimes& operator=(const TensorLifetimes&) = delete;
 
-  // How long the destructor waits for the operations to finish or stop.
+  // How long the destructor waits for the GPU to finish or stop what it holds.
   static constexpr std::chrono::seconds kStopGrace{10};
 
-  // Holds `tensors` until none of `works` uses its buffers (Work::buffersInUse: after a failure,
-  // until the GPU has stopped it), and the GPU has passed `mark` where there is one.
+  // Holds `tensors` (none: nothing to do) until none of `works` uses its buffers
+  // (Work::buffersInUse: after a failure, until the GPU has stopped it), and the GPU has passed
+  // `mark` where there is one. onDevice: CUDA operations' tensors, which the destructor waits for.
   void hold(std::vector<std::shared_ptr<chorus::Work>> works,
             std::vector<at::Tensor> tensors,
-            std::shared_ptr<StreamMark> mark);
-  // Lets go of what the GPU has finished with, oldest first. Cheap when nothing is held.
+            std::shared_ptr<StreamMark> mark,
+            bool onDevice);
+  // Lets go of everything whose operations are done with it. Cheap when nothing is held.
   void release();
 
  private:
@@ -76,6 +79,7 @@ class TensorLifetimes {
     std::vector<std::shared_ptr<chorus::Work>> works;
     std::vector<at::Tensor> tensors;
     std::shared_ptr<StreamMark> mark;
+    bool onDevice;
   };
   static bool finished(const Held& held);
 
