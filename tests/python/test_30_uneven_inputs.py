@@ -24,6 +24,7 @@ SCHEDULES = {
     "higher_ranks_longer": lambda r, n: 2 + r,
     "rank_zero_longest": lambda r, n: 1 + n - r,
     "rank_one_has_none": lambda r, n: 0 if r == 1 else 3,
+    "rank_zero_has_none": lambda r, n: 0 if r == 0 else 3,  # it shadows the first step's rebuild
 }
 
 
@@ -46,7 +47,8 @@ def train_reference(schedule, size, optimizer_name, divide_by_world=True):
     return model
 
 
-def train_joined(comm, schedule, optimizer_name, divide_by_world=True, hook=None, micro=1):
+def train_joined(comm, schedule, optimizer_name, divide_by_world=True, hook=None, micro=1,
+                 no_sync_holds="both"):
     model = make_model(comm.rank)  # different on every rank: the wrapper broadcasts rank 0's
     ddp = ct.DistributedDataParallel(model)
     if hook is not None:
@@ -59,9 +61,19 @@ def train_joined(comm, schedule, optimizer_name, divide_by_world=True, hook=None
             part = BATCH // micro
             for m in range(micro):  # gradient accumulation: all but the last under no_sync
                 rows = slice(m * part, (m + 1) * part)
-                # As with torch's DDP, no_sync() holds the forward too.
-                with ddp.no_sync() if m < micro - 1 else contextlib.nullcontext():
-                    (loss_of(ddp, x[rows], y[rows], special[rows]) / micro).backward()
+                local = ddp.no_sync() if m < micro - 1 else contextlib.nullcontext()
+                forward = lambda: loss_of(ddp, x[rows], y[rows], special[rows]) / micro
+                if no_sync_holds == "both":
+                    with local:
+                        forward().backward()
+                elif no_sync_holds == "forward":  # inside join() the forward decides
+                    with local:
+                        loss = forward()
+                    loss.backward()
+                else:
+                    loss = forward()
+                    with local:
+                        loss.backward()
             optimizer.step()
     return model
 
@@ -93,14 +105,54 @@ def test_dividing_by_the_ranks_still_training(comm):
             assert_same_parameters(model, other, 1e-5)
 
 
-def test_gradient_accumulation_under_no_sync(comm):
+def train_reference_micro(schedule, size, averages_each):
+    """The reference for two micro-batches a step, with SGD: each rank accumulates its gradient
+    locally; an averaging backward replaces every rank's accumulated gradient by the sum over the
+    ranks training divided by the world size (a joined rank gives zeros). averages_each: both
+    micro-batches average (else only the second)."""
+    model = make_model(0)
+    optimizer = make_optimizer("sgd", model.parameters())
+    params = list(model.parameters())
+    steps = [schedule(r, size) for r in range(size)]
+    for step in range(max(steps)):
+        training = [r for r in range(size) if step < steps[r]]
+        local = {r: [torch.zeros_like(p) for p in params] for r in training}
+        for m in range(2):
+            for r in training:
+                x, y, special = rows_of(r, size, step)
+                rows = slice(m * BATCH // 2, (m + 1) * BATCH // 2)
+                loss = loss_of(model, x[rows], y[rows], special[rows]) / 2
+                grads = torch.autograd.grad(loss, params, allow_unused=True)
+                for acc, g in zip(local[r], grads):
+                    if g is not None:
+                        acc += g
+            if averages_each or m == 1:
+                mean = [sum(local[r][i] for r in training) / size for i in range(len(params))]
+                local = {r: [t.clone() for t in mean] for r in training}
+        present = [any(bool(local[r][i].any()) for r in training) for i in range(len(params))]
+        for i, p in enumerate(params):
+            p.grad = local[training[0]][i] if present[i] else None
+        optimizer.step()
+    return model
+
+
+@pytest.mark.parametrize("no_sync_holds", ["both", "forward", "backward"])
+def test_gradient_accumulation_under_no_sync(comm, no_sync_holds):
+    """Inside join(), a forward under no_sync() accumulates locally and one outside it averages,
+    wherever its backward runs (torch's rule): with no_sync() around the backward only, both
+    micro-batches average (and the first one's average, held by the training ranks only, counts
+    again in the second). Every form must match its reference, without a mismatch on the way."""
     schedule = SCHEDULES["rank_zero_longest"]
-    model = train_joined(comm, schedule, "sgd", micro=2)
-    assert_same_parameters(model, train_reference(schedule, comm.size, "sgd"), 1e-5)
+    model = train_joined(comm, schedule, "sgd", micro=2, no_sync_holds=no_sync_holds)
+    reference = train_reference_micro(schedule, comm.size, no_sync_holds == "backward")
+    assert_same_parameters(model, reference, 1e-5)
+    if no_sync_holds == "both":  # the plain reference agrees
+        assert_same_parameters(model, train_reference(schedule, comm.size, "sgd"), 1e-5)
 
 
+@pytest.mark.parametrize("divide_by_world", [True, False])
 @pytest.mark.parametrize("path", ["hook", "device_buckets"])
-def test_communication_hooks_and_device_buckets(comm, monkeypatch, path):
+def test_communication_hooks_and_device_buckets(comm, monkeypatch, path, divide_by_world):
     """The joined rank hands zero buckets to the hook (torch's allreduce hook contract), and the
     CUDA models' path (DeviceBuckets, run here on host tensors) shadows the same way."""
     hook = None
@@ -109,15 +161,20 @@ def test_communication_hooks_and_device_buckets(comm, monkeypatch, path):
     else:
         monkeypatch.setattr(ddp_module, "_DEVICE_BUCKETS_ON_HOST", True)
     schedule = SCHEDULES["higher_ranks_longer"]
-    model = train_joined(comm, schedule, "adam", hook=hook)
-    assert_same_parameters(model, train_reference(schedule, comm.size, "adam"), 1e-5)
+    model = train_joined(comm, schedule, "sgd", divide_by_world=divide_by_world, hook=hook)
+    reference = train_reference(schedule, comm.size, "sgd", divide_by_world)
+    assert_same_parameters(model, reference, 1e-5)
 
 
-def test_buffers_follow_the_highest_rank_still_training(comm):
+@pytest.mark.parametrize("longest", ["rank_zero", "highest_rank"])
+def test_buffers_follow_the_highest_rank_still_training(comm, longest):
     """BatchNorm's running statistics: at each forward every rank takes the buffers of the highest
     rank still training, then takes its own batch in; after join() every rank has the buffers of
     the highest rank that trained in the last step."""
-    steps = [3 + (comm.size - 1 - r) for r in range(comm.size)]  # rank 0 trains longest
+    if longest == "rank_zero":
+        steps = [3 + (comm.size - 1 - r) for r in range(comm.size)]
+    else:
+        steps = [3 + r for r in range(comm.size)]
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
     replicas = [copy.deepcopy(model) for _ in range(comm.size)]  # each rank's, simulated
@@ -130,13 +187,15 @@ def test_buffers_follow_the_highest_rank_still_training(comm):
     with ddp.join():
         for step in range(steps[comm.rank]):
             ddp(batch(comm.rank, step)).sum().backward()
+    last = None
     for step in range(max(steps)):
         training = [r for r in range(comm.size) if step < steps[r]]
         taken = copy.deepcopy(replicas[training[-1]].state_dict())
         for r in training:
             replicas[r].load_state_dict(taken)
             replicas[r](batch(r, step))  # updates the running statistics
-    reference = replicas[0][1]  # rank 0 trained alone in the last step
+        last = training[-1]
+    reference = replicas[last][1]
     assert torch.allclose(model[1].running_mean, reference.running_mean, atol=1e-6)
     assert torch.allclose(model[1].running_var, reference.running_var, atol=1e-6)
     assert int(model[1].num_batches_tracked) == max(steps)
@@ -191,16 +250,21 @@ def test_forward_without_grad_needs_no_shadow_backward(comm):
     """An evaluation forward under torch.no_grad() inside join(): the joined ranks take part in
     the agreement and the buffer broadcast only (a shadow backward there would meet the next
     agreement, a MismatchError)."""
-    ddp = ct.DistributedDataParallel(torch.nn.Linear(3, 1))
+    model = torch.nn.Linear(3, 1)
+    model.register_buffer("seen", torch.zeros(1))  # broadcast at every forward
+    ddp = ct.DistributedDataParallel(model)
     grads = []
     with ddp.join():
         for step in range(1 + comm.rank):  # ranks r >= step train at step `step`
-            ddp.module.weight.grad = None
+            model.weight.grad = None
             ddp(torch.ones(2, 3)).sum().backward()
-            grads.append(ddp.module.weight.grad.clone())
+            grads.append(model.weight.grad.clone())
             with torch.no_grad():
                 ddp(torch.ones(1, 3))
+            model.seen += 1
     # d(sum of outputs)/dW is [2, 2, 2] on each rank training; joined ranks add zeros.
     for step, grad in enumerate(grads):
         expected = 2.0 * (comm.size - step) / comm.size
         assert torch.allclose(grad, torch.full((1, 3), expected)), (step, grad)
+    # The highest rank trained last, one step per forward pair, and its count is everyone's.
+    assert float(model.seen) == comm.size

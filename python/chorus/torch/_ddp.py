@@ -87,6 +87,7 @@ class DistributedDataParallel(torch.nn.Module):
         self._views_generation = None
         self._sync = True
         self._join = None  # the UnevenInputs context this rank is training in
+        self._join_averaging = True  # inside join(): whether the last forward's backward averages
         self._end_of_backward = EndOfBackward(self._finalize)
         # Keeps the autograd nodes (and so their hooks) alive.
         self._accumulators = hook_accumulators(self._params, self._make_hook)
@@ -128,7 +129,10 @@ class DistributedDataParallel(torch.nn.Module):
     def forward(self, *inputs, **kwargs):
         root = 0
         if self._join is not None:
-            root = self._join.before_forward(torch.is_grad_enabled() and self._sync)
+            # Inside join() the forward decides whether its backward averages (as torch's DDP
+            # does): the joined ranks shadow what the agreement said.
+            self._join_averaging = torch.is_grad_enabled() and self._sync
+            root = self._join.before_forward(self._join_averaging)
         self._broadcast_buffers_from(root)
         return self.module(*inputs, **kwargs)
 
@@ -138,7 +142,10 @@ class DistributedDataParallel(torch.nn.Module):
         `with ddp.join():`. A rank whose loop ends early shadows the others' collectives (with
         zero gradients) until every rank's loop has ended; then every rank takes the model of the
         highest rank that trained to the end. Every forward inside it must be followed by its
-        backward (or run under torch.no_grad()), as with torch's join.
+        backward (or run under torch.no_grad()), as with torch's join; and, as in torch's, the
+        forward decides whether its backward averages (no_sync() around the forward). Only this
+        model's collectives are shadowed: other collectives in the loop (another model, a
+        ZeroOptimizer, SyncBatchNorm) are not matched on the joined ranks.
 
         divide_by_initial_world_size (default True): gradients are divided by the world size even
         when fewer ranks train; False divides by the number still training.
@@ -212,7 +219,7 @@ class DistributedDataParallel(torch.nn.Module):
 
     def _make_hook(self, index):
         def on_gradient_accumulated(*_):
-            if not self._sync:
+            if not (self._sync if self._join is None else self._join_averaging):
                 return
             self._end_of_backward.arm()
             self._adopt(index)
