@@ -145,6 +145,13 @@ def _divisible(buf, size, what):
     return extent // size
 
 
+def _check_uneven_call(operation, form, x, out):
+    if _is_list(x) or _nested.is_nest(x):
+        raise _chorus.InvalidArgumentError(f"{operation} with {form} takes one array, not a list")
+    if out is not None:
+        raise _chorus.InvalidArgumentError(f"{operation} with {form} does not take out=")
+
+
 def _is_list(x):
     return isinstance(x, (list, tuple))
 
@@ -427,10 +434,18 @@ def _reduce_scatter_uneven(comm, bufs, op, async_op, synchronize, out):
 # --------------------------------------------------------------------------- data movement
 
 
-def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=None, group=None):
+def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=None, group=None,
+              uneven=False):
     """Concatenates every rank's `x` along `axis` in group-rank order. A list gathers each item; a
-    nest gives the same nest. out= writes into `out` (a list like x for a list) and returns it."""
+    nest gives the same nest. out= writes into `out` (a list like x for a list) and returns it.
+    uneven=True: the extents along `axis` may differ across ranks (Horovod's allgather, MPI's
+    Allgatherv); x is one array, and out= is not taken."""
     rank_list = _groups.resolve(group, rank_list, "allgather")
+    if uneven is not False:
+        _check_bool_flag(uneven, "uneven")
+        _check_uneven_call("allgather", "uneven=True", x, out)
+        from . import _uneven
+        return _uneven.allgather(x, axis, rank_list, async_op, synchronize)
     if _nested.is_nest(x):
         return _nested.fused("allgather", x, dict(axis=axis, rank_list=rank_list), async_op,
                              False, out)
@@ -524,10 +539,27 @@ def _scatter(x, root=0, rank_list=None, async_op=False, synchronize=False, out=N
 
 
 def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, synchronize=False,
-               out=None, group=None):
+               out=None, group=None, splits=None, recv_splits=None):
     """Splits `x` along split_axis into group-size chunks, sends chunk i to group rank i, and
-    concatenates what arrives along concat_axis in group-rank order (into `out`, if given)."""
+    concatenates what arrives along concat_axis in group-rank order (into `out`, if given).
+
+    splits (a list of group-size row counts adding up to x's dimension 0): rows splits[i] go to
+    group rank i, and the result is the pair (the rows received, concatenated along axis 0 in
+    group-rank order; how many came from each group rank), as Horovod's alltoall with splits and
+    MPI's Alltoallv. recv_splits, when given, is checked against what each rank sends here: a
+    disagreement is a MismatchError on every rank. Both axes stay 0; out= is not taken.
+    """
     rank_list = _groups.resolve(group, rank_list, "all_to_all")
+    if splits is not None or recv_splits is not None:
+        if splits is None:
+            raise _chorus.InvalidArgumentError("all_to_all: recv_splits needs splits")
+        _check_uneven_call("all_to_all", "splits", x, out)
+        if split_axis != 0 or concat_axis != 0:
+            raise _chorus.InvalidArgumentError(
+                "all_to_all with splits sends rows: split_axis and concat_axis must be 0, not "
+                f"{split_axis} and {concat_axis}")
+        from . import _uneven
+        return _uneven.all_to_all(x, splits, recv_splits, rank_list, async_op, synchronize)
     if _nested.is_nest(x):
         return _nested.fused_split("all_to_all", x, dict(split_axis=split_axis,
                                                          concat_axis=concat_axis,

@@ -14,6 +14,7 @@
 // The parameters and their defaults are read from `general` (__code__, __defaults__) when the
 // front is made; `doc` starts with "name(signature)\n--\n\n", so that inspect.signature and help()
 // show the signature, as for any builtin.
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <string>
@@ -45,6 +46,9 @@ struct Front {
   // Where the short path's parameters are (-1: the operation has no such parameter).
   int x = -1, argument = -1, rankList = -1, asyncOp = -1, synchronize = -1, inplace = -1, out = -1,
       group = -1;
+  // The parameters the short path does not read (allgather's uneven): a call takes it only with
+  // each of them at its default.
+  std::vector<int> others;
 };
 
 Kind kindOf(const std::string& name) {
@@ -90,6 +94,17 @@ void describe(Front& front) {
   front.inplace = indexOf(front, "inplace");
   front.out = indexOf(front, "out");
   front.group = indexOf(front, "group");
+  for (int i = 0; i < static_cast<int>(count); ++i) {
+    const std::array<int, 8> read = {front.x,       front.argument,    front.rankList,
+                                     front.asyncOp, front.synchronize, front.inplace,
+                                     front.out,     front.group};
+    if (std::find(read.begin(), read.end(), i) != read.end())
+      continue;
+    if (!front.defaults[i])
+      throw py::value_error("front: '" + front.name + "' has a required parameter the short " +
+                            "path cannot take");
+    front.others.push_back(i);
+  }
   const bool withArray = front.kind != Kind::kBarrier;
   if (front.rankList < 0 || front.asyncOp < 0 || front.synchronize < 0 ||
       (withArray && (front.x < 0 || front.argument < 0 || front.out < 0)))
@@ -138,6 +153,10 @@ bool isShort(const Front& front,
   if (values[front.rankList] != Py_None || values[front.asyncOp] != Py_False ||
       values[front.synchronize] != Py_False || (front.group >= 0 && values[front.group] != Py_None))
     return false;
+  for (int i : front.others) {
+    if (values[i] != front.defaults[i].ptr())
+      return false;
+  }
   if (front.kind == Kind::kBarrier)
     return true;
   target = values[front.out];

@@ -1,0 +1,174 @@
+"""The uneven forms: all_to_all with splits (Horovod's alltoall, MPI's Alltoallv) and allgather with
+uneven=True (Horovod's allgather, MPI's Allgatherv).
+
+Expected values are closed forms of (sender, receiver, row): rank q sends rank p (q + 2p) % 3 rows
+(so some pairs send none), row k of them being [q, p, k]. Every rank runs every test; skips depend
+on the size only.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import chorus
+import chorus.distributed as dist
+
+
+def rows_between(q, p):
+    return (q + 2 * p) % 3
+
+
+def outgoing(rank, size, kind):
+    """This rank's rows for every rank, concatenated in rank order, and the splits."""
+    splits = [rows_between(rank, p) for p in range(size)]
+    rows = [[rank, p, k] for p in range(size) for k in range(splits[p])]
+    array = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    return (torch.from_numpy(array) if kind == "torch" else array), splits
+
+
+def incoming(rank, size):
+    """What this rank must receive, and from how many each."""
+    splits = [rows_between(q, rank) for q in range(size)]
+    rows = [[q, rank, k] for q in range(size) for k in range(splits[q])]
+    return np.array(rows, dtype=np.int64).reshape(-1, 3), splits
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_all_to_all_with_splits_sends_each_rank_its_rows(comm, kind):
+    x, splits = outgoing(comm.rank, comm.size, kind)
+    y, received = chorus.all_to_all(x, splits=splits)
+    expected, expected_splits = incoming(comm.rank, comm.size)
+    assert received == expected_splits
+    assert isinstance(y, torch.Tensor if kind == "torch" else np.ndarray)
+    np.testing.assert_array_equal(np.asarray(y), expected)
+
+
+def test_all_to_all_with_splits_float_rows_and_checked_recv_splits(comm):
+    """Rows of two dimensions each, and recv_splits that agree: the same rows arrive."""
+    splits = [rows_between(comm.rank, p) for p in range(comm.size)]
+    x = np.concatenate([np.full((n, 2, 2), 10.0 * comm.rank + p, dtype=np.float32)
+                        for p, n in enumerate(splits)] + [np.zeros((0, 2, 2), np.float32)])
+    _, expected_splits = incoming(comm.rank, comm.size)
+    y, received = chorus.all_to_all(x, splits=splits, recv_splits=expected_splits)
+    assert received == expected_splits
+    expected = np.concatenate([np.full((n, 2, 2), 10.0 * q + comm.rank, dtype=np.float32)
+                               for q, n in enumerate(expected_splits)]
+                              + [np.zeros((0, 2, 2), np.float32)])
+    np.testing.assert_array_equal(y, expected)
+
+
+def test_all_to_all_with_splits_async(comm):
+    x, splits = outgoing(comm.rank, comm.size, "torch")
+    work = chorus.all_to_all(x, splits=splits, async_op=True)
+    y, received = work.wait()
+    expected, expected_splits = incoming(comm.rank, comm.size)
+    assert received == expected_splits
+    np.testing.assert_array_equal(y.numpy(), expected)
+
+
+def test_the_rows_do_not_meet_the_programs_own_messages(comm, multi_rank):
+    """A message the program sent on the group (tag 0) before an all_to_all with splits, and
+    receives after it, reaches that receive: the rows travel under a tag of their own, so the
+    all_to_all's receive of its neighbour's rows does not take it. (A row of three int64 from the
+    left neighbour has the very size of the program's message.)"""
+    left, right = (comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size
+    sent = chorus.send(np.array([-1, comm.rank, right], dtype=np.int64), right, async_op=True)
+    x, splits = outgoing(comm.rank, comm.size, "numpy")
+    y, _ = chorus.all_to_all(x, splits=splits)
+    got = chorus.recv(left, shape=(3,), dtype="int64")
+    sent.wait()
+    np.testing.assert_array_equal(y, incoming(comm.rank, comm.size)[0])
+    np.testing.assert_array_equal(got, [-1, left, comm.rank])
+
+
+def test_all_to_all_with_splits_in_a_group(comm, multi_rank):
+    """group= : splits and the received counts go by group rank (here world rank size - 1 - g)."""
+    group = dist.new_group(list(range(comm.size - 1, -1, -1)))
+    x, splits = outgoing(group.rank, group.size, "numpy")
+    y, received = chorus.all_to_all(x, splits=splits, group=group)
+    expected, expected_splits = incoming(group.rank, group.size)
+    assert received == expected_splits
+    np.testing.assert_array_equal(y, expected)
+
+
+def test_recv_splits_that_disagree_fail_on_every_rank(comm, multi_rank):
+    """Rank 1 expects one row more from rank 0 than rank 0 sends: every rank raises, naming the
+    pair; the group goes on."""
+    x, splits = outgoing(comm.rank, comm.size, "numpy")
+    _, expects = incoming(comm.rank, comm.size)
+    if comm.rank == 1:
+        expects[0] += 1
+    sent = rows_between(0, 1)
+    with pytest.raises(chorus.MismatchError,
+                       match=f"group rank 0 sends {sent} rows to group rank 1, which expects "
+                             f"{sent + 1}"):
+        chorus.all_to_all(x, splits=splits, recv_splits=expects)
+    chorus.barrier()
+
+
+def test_bad_splits_on_one_rank_fail_on_every_rank(comm, multi_rank):
+    x, splits = outgoing(comm.rank, comm.size, "numpy")
+    if comm.rank == comm.size - 1:
+        with pytest.raises(chorus.InvalidArgumentError, match="splits add up to"):
+            chorus.all_to_all(x, splits=[n + 1 for n in splits])
+    else:
+        with pytest.raises(chorus.MismatchError,
+                           match=f"group rank {comm.size - 1} passed splits it cannot send"):
+            chorus.all_to_all(x, splits=splits)
+    chorus.barrier()
+
+
+def test_rows_of_different_shapes_fail_on_every_rank(comm, multi_rank):
+    width = 3 if comm.rank == 0 else 4
+    splits = [1] * comm.size
+    with pytest.raises(chorus.MismatchError, match="different dtypes or dimensions"):
+        chorus.all_to_all(np.zeros((comm.size, width), np.float32), splits=splits)
+    chorus.barrier()
+
+
+def test_all_to_all_with_splits_refuses_what_it_cannot_do(comm):
+    x = np.zeros((comm.size, 2), np.float32)
+    ones = [1] * comm.size
+    with pytest.raises(chorus.InvalidArgumentError, match="split_axis and concat_axis must be 0"):
+        chorus.all_to_all(x, split_axis=1, splits=ones)
+    with pytest.raises(chorus.InvalidArgumentError, match="does not take out="):
+        chorus.all_to_all(x, splits=ones, out=np.zeros_like(x))
+    with pytest.raises(chorus.InvalidArgumentError, match="recv_splits needs splits"):
+        chorus.all_to_all(x, recv_splits=ones)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_uneven_allgather_concatenates_every_rank(comm, kind):
+    """Rank r gives r + 1 rows [r, k] (rank 0's first row counts from 0)."""
+    mine = np.array([[comm.rank, k] for k in range(comm.rank + 1)], dtype=np.float64)
+    x = torch.from_numpy(mine) if kind == "torch" else mine
+    y = chorus.allgather(x, uneven=True)
+    expected = np.array([[r, k] for r in range(comm.size) for k in range(r + 1)], np.float64)
+    assert isinstance(y, torch.Tensor if kind == "torch" else np.ndarray)
+    np.testing.assert_array_equal(np.asarray(y), expected)
+
+
+def test_uneven_allgather_along_axis_1_async_and_even(comm):
+    mine = np.full((2, comm.rank % 2 + 1), comm.rank, dtype=np.int32)
+    y = chorus.allgather(mine, axis=1, uneven=True, async_op=True).wait()
+    expected = np.concatenate([np.full((2, r % 2 + 1), r, np.int32) for r in range(comm.size)], 1)
+    np.testing.assert_array_equal(y, expected)
+    # Equal extents take the plain allgather.
+    even = chorus.allgather(np.full((2,), comm.rank, np.int32), uneven=True)
+    np.testing.assert_array_equal(even, np.repeat(np.arange(comm.size, dtype=np.int32), 2))
+
+
+def test_uneven_allgather_of_arrays_that_differ_elsewhere_fails_on_every_rank(comm, multi_rank):
+    x = np.zeros((comm.rank + 1, 3 if comm.rank == 0 else 2), np.float32)
+    with pytest.raises(chorus.MismatchError, match="group ranks 0 and 1 have arrays of different"):
+        chorus.allgather(x, uneven=True)
+    chorus.barrier()
+
+
+def test_plain_allgather_still_refuses_uneven_extents(comm, multi_rank):
+    """Without uneven=True, different extents stay an error on every rank (DESIGN §8). On the
+    reversed world, whose communicator is not the world's: the failure ends it, so this test runs
+    last in the last file."""
+    group = dist.new_group(list(range(comm.size - 1, -1, -1)))
+    with pytest.raises(chorus.MismatchError):
+        chorus.allgather(np.zeros((comm.rank + 1, 2), np.float32), group=group)
