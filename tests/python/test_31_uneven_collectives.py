@@ -12,6 +12,7 @@ import torch
 
 import chorus
 import chorus.distributed as dist
+import chorus.torch.nn.functional as cf
 
 
 def rows_between(q, p):
@@ -135,6 +136,26 @@ def test_all_to_all_with_splits_refuses_what_it_cannot_do(comm):
         chorus.all_to_all(x, splits=ones, out=np.zeros_like(x))
     with pytest.raises(chorus.InvalidArgumentError, match="recv_splits needs splits"):
         chorus.all_to_all(x, recv_splits=ones)
+
+
+def test_differentiable_all_to_all_with_splits_sends_each_gradient_back(comm):
+    """chorus.torch.nn.functional.all_to_all with splits (a mixture of experts' dispatch): each
+    rank's loss weighs the row k it got from rank q by 100 q + 10 (its rank) + k, so the gradient
+    of every rank's loss with respect to rank q's row k for rank p is 100 q + 10 p + k."""
+    x, splits = outgoing(comm.rank, comm.size, "torch")
+    x = x.double().requires_grad_()
+    y, received = cf.all_to_all(x, splits=splits)
+    expected, expected_splits = incoming(comm.rank, comm.size)
+    assert received == expected_splits
+    np.testing.assert_array_equal(y.detach().numpy(), expected)
+    weights = torch.tensor([[100.0 * q + 10 * comm.rank + k] * 3
+                            for q in range(comm.size) for k in range(rows_between(q, comm.rank))],
+                           dtype=torch.float64).reshape(-1, 3)
+    (y * weights).sum().backward()
+    gradient = torch.tensor([[100.0 * comm.rank + 10 * p + k] * 3
+                             for p in range(comm.size) for k in range(splits[p])],
+                            dtype=torch.float64).reshape(-1, 3)
+    assert torch.equal(x.grad, gradient)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])

@@ -14,6 +14,7 @@ is its adjoint, itself a chorus operation:
     reduce_scatter(x, dim, op)         all_gather(g, dim) (divided by the group size for "avg")
     broadcast(x, src)                  reduce(g, src, "sum") on src; zeros elsewhere
     all_to_all(x, split_dim, cat_dim)  all_to_all(g, split_dim=cat_dim, concat_dim=split_dim)
+    all_to_all(x, splits=s) -> y, r    all_to_all(g, splits=r, recv_splits=s)
     send(x, dst) -> token              recv of x's gradient from dst
     recv(shape, src) -> y              send of g to src
 
@@ -227,10 +228,39 @@ class _AllToAll(torch.autograd.Function):
         return back, None, None, None
 
 
-def all_to_all(x, split_dim=0, concat_dim=0, rank_list=None):
+class _AllToAllRows(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, splits, rank_list, received):
+        y, arrived = chorus.all_to_all(x, splits=splits, rank_list=rank_list)
+        ctx.splits, ctx.arrived, ctx.rank_list = list(splits), arrived, rank_list
+        received.extend(arrived)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        # The rows' gradients go back the way the rows came: splits and received swap, and each
+        # rank checks that what arrives is what it sent.
+        back, _ = chorus.all_to_all(grad.contiguous(), splits=ctx.arrived,
+                                    recv_splits=ctx.splits, rank_list=ctx.rank_list)
+        return back, None, None, None
+
+
+def all_to_all(x, split_dim=0, concat_dim=0, rank_list=None, splits=None):
     """Splits x along split_dim into group-size chunks, sends chunk i to group rank i, and
-    concatenates what arrives along concat_dim; backward: the inverse all_to_all."""
+    concatenates what arrives along concat_dim; backward: the inverse all_to_all.
+
+    splits (a row count per group rank, as chorus.all_to_all's): rows splits[i] of x go to group
+    rank i, and the result is (the rows received, how many came from each rank): a mixture of
+    experts' dispatch; the backward sends each row's gradient back to the rank it came from.
+    Both dims stay 0."""
     _check_tensor(x, "all_to_all")
+    if splits is not None:
+        if split_dim != 0 or concat_dim != 0:
+            raise chorus.InvalidArgumentError(
+                "all_to_all with splits sends rows: split_dim and concat_dim must be 0")
+        received = []
+        y = _AllToAllRows.apply(x, splits, rank_list, received)
+        return y, received
     split_dim = _dim(x, split_dim, "split_dim")
     concat_dim = _dim(x, concat_dim, "concat_dim")
     _check_split(x, split_dim, dist.get_communicator(rank_list).size, "all_to_all")
