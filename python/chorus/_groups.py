@@ -22,12 +22,23 @@ class Communicator:
     """The caller's communicator: rank, size, local_rank, local_size, world_rank, world_size,
     root_rank, group_id and group_size (DESIGN §1); `members` lists its world ranks in order."""
 
-    __slots__ = ("_native", "members", "_index")
+    __slots__ = ("_native", "members", "_index", "_rows")
 
     def __init__(self, native, members):
         self._native = native
         self.members = tuple(members)
         self._index = {w: g for g, w in enumerate(self.members)}
+        self._rows = None
+
+    def rows_native(self):
+        """A native communicator of the same members, ranked alike, for the package's own
+        point-to-point traffic (the uneven all_to_all's rows), apart from the program's messages
+        and collectives; made on first use, collective over the members."""
+        if self._rows is None:
+            with _lock:
+                if self._rows is None:
+                    self._rows = self._native.subgroup(list(range(self.size)), "chorus.rows")
+        return self._rows
 
     rank = property(lambda self: self._native.rank)
     size = property(lambda self: self._native.size)

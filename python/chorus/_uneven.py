@@ -6,13 +6,15 @@ all_to_all(x, splits=...): group rank q's rows splits[p] (consecutive along axis
 go to group rank p, and each rank returns the rows it received, in rank order, with how many came
 from each rank. The ranks first exchange what each pair will send, in one even all_to_all of two
 int64 per pair (the rows, and a signature of the dtype and the other dimensions); each receiver
-checks them (against its recv_splits, when it passes them), and the ranks gather every verdict,
-so that an error is raised on every rank, naming the same pair. Then each pair's rows travel point to point,
-straight from their place in x into their place in the result, no padding.
+checks them (against its recv_splits, when it passes them), and the ranks gather every verdict
+(one allgather), so that an error, or a call one rank refuses, is raised on every rank, naming
+the same rank. Then host rows travel point to point on a communicator of their own, straight from
+their place in x into their place in the result, no padding; CUDA rows through one even
+all_to_all padded to the largest pair.
 
 allgather(x, uneven=True): the extents along `axis` may differ. The ranks gather every rank's
-shape and dtype signature (one allgather of three int64 per rank), check that the other dimensions
-agree, then gather x padded to the largest extent and keep each rank's part.
+extent and a signature of the rest (one allgather of two int64 per rank), check that the rest
+agrees, then gather x padded to the largest extent and keep each rank's part.
 """
 
 import zlib
@@ -22,12 +24,17 @@ import numpy as np
 from . import _arrays, _chorus, _groups, _ops
 from ._foreign import accepts_foreign
 
-# The point-to-point tag of all_to_all's rows: far above what programs use, so a receive a program
-# has posted on the group does not take them.
-_ROWS_TAG = (1 << 31) - 2
+# Host rows travel on the group's rows communicator (_groups.Communicator.rows_native), apart from
+# the program's own messages, under this tag.
+_ROWS_TAG = 0
+# CUDA rows take the padded even all_to_all instead (NCCL's point-to-point calls would each be a
+# kernel of their own, and a receive queued before a send blocks the stream); tests set this to
+# run that path on host arrays.
+_PADDED_ON_HOST = False
 
 # What a rank may find wrong with its part of an all_to_all, in its verdict.
-_FINE, _BAD_SPLITS, _ROWS_DISAGREE, _ARRAYS_DISAGREE = 0, 1, 2, 3
+_FINE, _REFUSED, _ROWS_DISAGREE, _ARRAYS_DISAGREE = 0, 1, 2, 3
+_MOST_ROWS = 1 << 62
 
 
 def _signature(dtype, shape):
@@ -37,21 +44,32 @@ def _signature(dtype, shape):
 
 
 def _counts(values, size, what):
-    """`values` as a list of `size` non-negative ints, or a reason it is not one."""
+    """(`values` as a list of `size` non-negative ints, None), or (None, the error)."""
     try:
         counts = [int(v) for v in values]
-    except (TypeError, ValueError):
-        return None, f"{what} must be a list of ints, not {values!r}"
+    except (TypeError, ValueError, OverflowError):
+        return None, _chorus.InvalidArgumentError(f"{what} must be a list of ints, not {values!r}")
     if len(counts) != size:
-        return None, f"{what} has {len(counts)} entries; the group has {size} ranks"
-    if any(c < 0 for c in counts):
-        return None, f"{what} has a negative entry: {counts}"
+        return None, _chorus.InvalidArgumentError(
+            f"{what} has {len(counts)} entries; the group has {size} ranks")
+    if any(not 0 <= c < _MOST_ROWS for c in counts):
+        return None, _chorus.InvalidArgumentError(f"{what} has an entry out of range: {counts}")
     return counts, None
+
+
+def _prepared(x):
+    """(x's Buffer, None), or (None, why it cannot be sent): the caller still takes part in the
+    agreement, so that every rank raises."""
+    try:
+        return _arrays.prepare(x), None
+    except _chorus.Error as error:
+        return None, error
 
 
 def all_to_all(x, splits, recv_splits, rank_list, async_op, synchronize):
     """(the rows received, how many came from each group rank), or with async_op a Work whose
-    wait() returns that pair."""
+    wait() returns that pair (the agreement on the counts is made before it returns)."""
+    _ops._check_bool_flag(synchronize, "synchronize")
     received = []
     result = _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, received)
     if isinstance(result, _ops.Work):
@@ -63,74 +81,76 @@ def all_to_all(x, splits, recv_splits, rank_list, async_op, synchronize):
 
 @accepts_foreign
 def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, received):
-    b = _arrays.prepare(x)
     comm = _groups.get(rank_list)
-    if not b.shape:
-        raise _chorus.InvalidArgumentError("all_to_all with splits needs x to have a dimension 0")
-    sends, problem = _counts(splits, comm.size, "splits")
-    if sends is not None and sum(sends) != b.shape[0]:
-        sends, problem = None, (f"splits add up to {sum(splits)} rows, but x has {b.shape[0]} "
-                                "along dimension 0")
-    expects = None
-    if recv_splits is not None and problem is None:
+    b, problem = _prepared(x)
+    sends = expects = None
+    if problem is None and not b.shape:
+        problem = _chorus.InvalidArgumentError("all_to_all with splits needs x to have dimension 0")
+    if problem is None:
+        sends, problem = _counts(splits, comm.size, "splits")
+    if problem is None and sum(sends) != b.shape[0]:
+        problem = _chorus.InvalidArgumentError(
+            f"all_to_all: splits add up to {sum(sends)} rows, but x has {b.shape[0]} along "
+            "dimension 0")
+    if problem is None and recv_splits is not None:
         expects, problem = _counts(recv_splits, comm.size, "recv_splits")
-    arrives = _agree_on_rows(comm, rank_list, sends, expects, _signature(b.dtype, b.shape[1:]),
-                             problem)
+    signature = _signature(b.dtype, b.shape[1:]) if b is not None else 0
+    arrives, largest = _agree_on_rows(comm, rank_list, sends, expects, signature, problem)
     received.extend(arrives)
+    if b.cuda or _PADDED_ON_HOST:
+        return _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize)
     y = b.like(b.empty((sum(arrives),) + b.shape[1:]))
-    works = _post_rows(comm, b.array, y.array, sends, arrives, rank_list)
+    pending = _post_rows(comm, b, y, sends, arrives)
 
     def finish():
-        for work in works:
-            work.wait()
         return _ops._results([y], False)
 
-    _ops._check_bool_flag(synchronize, "synchronize")
     if async_op:
-        pending = [p for work in works for p in work._pending]
-        return _ops.Work(pending, finish, works[0]._device if works else None)
-    if synchronize:
-        for work in works:
-            work.synchronize()
+        return _ops.Work(pending, finish)
+    for work in pending:
+        work.wait(None)
     return finish()
 
 
 def _agree_on_rows(comm, rank_list, sends, expects, signature, problem):
-    """The rows each group rank sends here, after every rank has checked its pairs and seen every
-    other rank's verdict; an error on every rank when any rank found one."""
+    """(the rows each group rank sends here, the most rows any rank sends another), after every
+    rank has checked its pairs and seen every rank's verdict; an error on every rank when any rank
+    found one."""
     told = np.full((comm.size, 2), -1, dtype=np.int64)  # row p: the rows for p, the signature
     if sends is not None:
         told[:, 0] = sends
     told[:, 1] = signature
     heard = _ops._all_to_all(told, 0, 0, rank_list, False, False, None)
-    verdict = np.array([_FINE, -1, -1, -1], dtype=np.int64)  # (what, peer, rows, expected)
+    # (what, peer, rows, expected, the most rows this rank sends one rank)
+    verdict = np.array([_FINE, -1, -1, -1, max(sends or [0])], dtype=np.int64)
     if problem is not None:
-        verdict[:] = [_BAD_SPLITS, -1, -1, -1]
+        verdict[:4] = [_REFUSED, -1, -1, -1]
     else:
         for peer in range(comm.size):
             rows, theirs = (int(v) for v in heard[peer])
+            if rows < 0:
+                continue  # that rank's call is refused, and its own verdict says so
             if theirs != signature:
-                verdict[:] = [_ARRAYS_DISAGREE, peer, -1, -1]
+                verdict[:4] = [_ARRAYS_DISAGREE, peer, -1, -1]
                 break
-            # rows < 0: that rank's splits are bad, and its own verdict says so.
-            if expects is not None and rows >= 0 and rows != expects[peer]:
-                verdict[:] = [_ROWS_DISAGREE, peer, rows, expects[peer]]
+            if expects is not None and rows != expects[peer]:
+                verdict[:4] = [_ROWS_DISAGREE, peer, rows, expects[peer]]
                 break
     verdicts = _ops._allgather(verdict[None], 0, rank_list, False, False, None)
     _raise_first(verdicts, problem, comm)
-    return [int(v) for v in heard[:, 0]]
+    return [int(v) for v in heard[:, 0]], int(verdicts[:, 4].max())
 
 
 def _raise_first(verdicts, problem, comm):
     """Raises, on every rank alike, for the lowest group rank that found something wrong."""
-    for rank, (what, peer, rows, expected) in enumerate(verdicts.tolist()):
+    for rank, (what, peer, rows, expected, _) in enumerate(verdicts.tolist()):
         if what == _FINE:
             continue
-        if what == _BAD_SPLITS:
+        if what == _REFUSED:
             if rank == comm.rank:
-                raise _chorus.InvalidArgumentError(f"all_to_all: {problem}")
+                raise problem
             raise _chorus.MismatchError(
-                f"all_to_all: group rank {rank} passed splits it cannot send (see its error)")
+                f"all_to_all: group rank {rank}'s call was refused (see its error)")
         if what == _ARRAYS_DISAGREE:
             raise _chorus.MismatchError(
                 f"all_to_all: group ranks {peer} and {rank} have arrays of different dtypes or "
@@ -140,46 +160,73 @@ def _raise_first(verdicts, problem, comm):
             f"{expected} (recv_splits)")
 
 
-def _post_rows(comm, x, y, sends, arrives, rank_list):
-    """Every pair's rows, point to point, straight into their place in y (this rank's own rows
-    copied); returns the Works of the transfers."""
+def _post_rows(comm, b, y, sends, arrives):
+    """Every pair's rows, point to point on the group's rows communicator, straight into their
+    place in y (this rank's own rows copied); returns the pending transfers."""
     me = comm.rank
+    rows = comm.rows_native() if comm.size > 1 else None  # every member makes it, rows or not
     send_at = np.concatenate([[0], np.cumsum(sends)]).tolist()
     recv_at = np.concatenate([[0], np.cumsum(arrives)]).tolist()
-    works = []
+    pending = []
     for peer in range(comm.size):
         if peer != me and arrives[peer] > 0:
-            works.append(_ops._recv(comm.members[peer], out=y[recv_at[peer]:recv_at[peer + 1]],
-                                    tag=_ROWS_TAG, rank_list=rank_list, async_op=True))
+            into = y.like(y.array[recv_at[peer]:recv_at[peer + 1]])  # contiguous: written in place
+            pending.append(_chorus.recv(rows, into.capsule(), peer, _ROWS_TAG, y.export_dtype,
+                                        True))
     for peer in range(comm.size):
         if peer != me and sends[peer] > 0:
-            works.append(_ops._send(x[send_at[peer]:send_at[peer + 1]], comm.members[peer],
-                                    _ROWS_TAG, rank_list, True))
-    mine = x[send_at[me]:send_at[me + 1]]
-    y[recv_at[me]:recv_at[me + 1]] = mine
-    return works
+            part = b.like(b.array[send_at[peer]:send_at[peer + 1]])
+            pending.append(_chorus.send(rows, part.capsule(), peer, _ROWS_TAG, b.export_dtype,
+                                        True))
+    y.array[recv_at[me]:recv_at[me + 1]] = b.array[send_at[me]:send_at[me + 1]]
+    return pending
+
+
+def _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize):
+    """The rows through one even all_to_all of blocks of `largest` rows (CUDA arrays)."""
+    size = len(sends)
+    padded = b.empty((size * largest,) + b.shape[1:])
+    at = 0
+    for p, n in enumerate(sends):
+        padded[p * largest:p * largest + n] = b.array[at:at + n]
+        at += n
+    gathered = _ops._all_to_all(padded, 0, 0, rank_list, async_op, synchronize, None)
+
+    def compact(whole):
+        parts = [whole[q * largest:q * largest + n] for q, n in enumerate(arrives)]
+        return _arrays._torch().cat(parts) if b.torch else np.concatenate(parts)
+
+    if isinstance(gathered, _ops.Work):
+        finish = gathered._finish
+        gathered._finish = lambda: compact(finish())
+        return gathered
+    return compact(gathered)
 
 
 @accepts_foreign
 def allgather(x, axis, rank_list, async_op, synchronize):
     """Every rank's x concatenated along `axis` in group-rank order, extents along it free."""
-    b = _arrays.prepare(x)
+    _ops._check_bool_flag(synchronize, "synchronize")
     comm = _groups.get(rank_list)
-    axis = _ops._int(axis, "axis")
-    ndim = len(b.shape)
-    problem = None if -ndim <= axis < ndim else (
-        f"axis {axis} is out of range for x of {ndim} dimensions")
+    b, problem = _prepared(x)
+    if problem is None and (isinstance(axis, bool) or not isinstance(axis, int)):
+        problem = _chorus.InvalidArgumentError(f"axis must be an int, not {type(axis).__name__}")
+    ndim = len(b.shape) if b is not None else 0
+    if problem is None and not -ndim <= axis < ndim:
+        problem = _chorus.InvalidArgumentError(
+            f"allgather: axis {axis} is out of range for x of {ndim} dimensions")
     axis = axis % ndim if problem is None else 0
-    others = b.shape[:axis] + b.shape[axis + 1:]
+    others = b.shape[:axis] + b.shape[axis + 1:] if problem is None else ()
     mine = np.array([[-1 if problem else b.shape[axis],
-                      _signature(b.dtype, (ndim, axis) + others)]], dtype=np.int64)
+                      _signature(b.dtype if b else "", (ndim, axis) + others)]], dtype=np.int64)
     every = _ops._allgather(mine, 0, rank_list, False, False, None).tolist()
     for rank, (extent, signature) in enumerate(every):
         if extent < 0:
             if rank == comm.rank:
-                raise _chorus.InvalidArgumentError(f"allgather: {problem}")
+                raise problem
             raise _chorus.MismatchError(
-                f"allgather: group rank {rank} passed an axis its x does not have (see its error)")
+                f"allgather: group rank {rank}'s call was refused (see its error)")
+    for rank, (extent, signature) in enumerate(every):
         if signature != every[0][1]:
             raise _chorus.MismatchError(
                 f"allgather (uneven=True): group ranks 0 and {rank} have arrays of different "

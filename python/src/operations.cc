@@ -259,6 +259,14 @@ void bindCommunicator(py::module_& module) {
       .def_property_readonly("group_id", &Communicator::groupId)
       .def_property_readonly("group_size", &Communicator::groupSize)
       .def_property_readonly("backend", &Communicator::backendName)
+      .def(
+          "subgroup",
+          [](Communicator& c, const std::vector<int>& members, const std::string& tag) {
+            py::gil_scoped_release release;  // collective over the members: it may block
+            return c.subgroup(members, tag);
+          },
+          py::arg("members"), py::arg("tag"),
+          "Communicator::subgroup: the members (ranks of this communicator) form a new one.")
       .def_property(
           "timeout", [](const Communicator& c) { return c.timeout().count() / 1000.0; },
           [](Communicator& c, double seconds) {

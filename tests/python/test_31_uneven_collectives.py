@@ -13,6 +13,7 @@ import torch
 import chorus
 import chorus.distributed as dist
 import chorus.torch.nn.functional as cf
+from chorus import _uneven
 
 
 def rows_between(q, p):
@@ -114,9 +115,47 @@ def test_bad_splits_on_one_rank_fail_on_every_rank(comm, multi_rank):
             chorus.all_to_all(x, splits=[n + 1 for n in splits])
     else:
         with pytest.raises(chorus.MismatchError,
-                           match=f"group rank {comm.size - 1} passed splits it cannot send"):
+                           match=f"group rank {comm.size - 1}'s call was refused"):
             chorus.all_to_all(x, splits=splits)
     chorus.barrier()
+
+
+@pytest.mark.parametrize("bad", ["dtype", "zero_dimensions", "huge_split", "recv_splits"])
+def test_a_call_one_rank_refuses_fails_on_every_rank(comm, multi_rank, bad):
+    """What the last rank passes is refused there (a ValueError naming it); the others raise a
+    MismatchError naming that rank, instead of waiting for it until the timeout."""
+    x, splits = outgoing(comm.rank, comm.size, "numpy")
+    recv_splits = None
+    if comm.rank == comm.size - 1:
+        if bad == "dtype":
+            x = x.astype(np.complex64)
+        elif bad == "zero_dimensions":
+            x = np.float32(1.0)
+        elif bad == "huge_split":
+            splits = [float("inf")] * comm.size
+        else:
+            recv_splits = [-1] * comm.size
+    if comm.rank == comm.size - 1:
+        with pytest.raises((chorus.InvalidArgumentError, chorus.UnsupportedError)):
+            chorus.all_to_all(x, splits=splits, recv_splits=recv_splits)
+    else:
+        with pytest.raises(chorus.MismatchError,
+                           match=f"group rank {comm.size - 1}'s call was refused"):
+            chorus.all_to_all(x, splits=splits, recv_splits=recv_splits)
+    chorus.barrier()
+
+
+def test_the_padded_path_of_cuda_arrays_sends_the_same_rows(comm, monkeypatch):
+    """CUDA rows take one even all_to_all padded to the largest pair (run here on host arrays)."""
+    monkeypatch.setattr(_uneven, "_PADDED_ON_HOST", True)
+    for kind in ("numpy", "torch"):
+        x, splits = outgoing(comm.rank, comm.size, kind)
+        y, received = chorus.all_to_all(x, splits=splits)
+        expected, expected_splits = incoming(comm.rank, comm.size)
+        assert received == expected_splits
+        np.testing.assert_array_equal(np.asarray(y), expected)
+    y, received = chorus.all_to_all(x, splits=splits, async_op=True).wait()
+    np.testing.assert_array_equal(y.numpy(), expected)
 
 
 def test_rows_of_different_shapes_fail_on_every_rank(comm, multi_rank):
@@ -179,17 +218,20 @@ def test_uneven_allgather_along_axis_1_async_and_even(comm):
     np.testing.assert_array_equal(even, np.repeat(np.arange(comm.size, dtype=np.int32), 2))
 
 
+def test_an_uneven_allgather_one_rank_refuses_fails_on_every_rank(comm, multi_rank):
+    x = np.zeros((comm.rank + 1, 2), np.float32)
+    if comm.rank == comm.size - 1:
+        with pytest.raises(chorus.InvalidArgumentError, match="axis 5 is out of range"):
+            chorus.allgather(x, axis=5, uneven=True)
+    else:
+        with pytest.raises(chorus.MismatchError,
+                           match=f"group rank {comm.size - 1}'s call was refused"):
+            chorus.allgather(x, uneven=True)
+    chorus.barrier()
+
+
 def test_uneven_allgather_of_arrays_that_differ_elsewhere_fails_on_every_rank(comm, multi_rank):
     x = np.zeros((comm.rank + 1, 3 if comm.rank == 0 else 2), np.float32)
     with pytest.raises(chorus.MismatchError, match="group ranks 0 and 1 have arrays of different"):
         chorus.allgather(x, uneven=True)
     chorus.barrier()
-
-
-def test_plain_allgather_still_refuses_uneven_extents(comm, multi_rank):
-    """Without uneven=True, different extents stay an error on every rank (DESIGN §8). On the
-    reversed world, whose communicator is not the world's: the failure ends it, so this test runs
-    last in the last file."""
-    group = dist.new_group(list(range(comm.size - 1, -1, -1)))
-    with pytest.raises(chorus.MismatchError):
-        chorus.allgather(np.zeros((comm.rank + 1, 2), np.float32), group=group)
