@@ -31,6 +31,9 @@ _ROWS_TAG = 0
 # kernel of their own, and a receive queued before a send blocks the stream); tests set this to
 # run that path on host arrays.
 _PADDED_ON_HOST = False
+# Host rows take it too while every rank's padded blocks come to at most this many bytes: one
+# collective costs less than a point-to-point transfer per pair.
+_PADDED_HOST_BYTES = 64 << 10
 
 # What a rank may find wrong with its part of an all_to_all, in its verdict.
 _FINE, _REFUSED, _ROWS_DISAGREE, _ARRAYS_DISAGREE = 0, 1, 2, 3
@@ -97,7 +100,9 @@ def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, rec
     signature = _signature(b.dtype, b.shape[1:]) if b is not None else 0
     arrives, largest = _agree_on_rows(comm, rank_list, sends, expects, signature, problem)
     received.extend(arrives)
-    if b.cuda or _PADDED_ON_HOST:
+    item = b.array.element_size() if b.torch else b.array.itemsize
+    row_bytes = item * int(np.prod(b.shape[1:], dtype=np.int64))  # alike on every rank
+    if b.cuda or _PADDED_ON_HOST or comm.size * largest * row_bytes <= _PADDED_HOST_BYTES:
         return _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize)
     y = b.like(b.empty((sum(arrives),) + b.shape[1:]))
     pending = _post_rows(comm, b, y, sends, arrives)
@@ -196,11 +201,7 @@ def _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchroniz
         parts = [whole[q * largest:q * largest + n] for q, n in enumerate(arrives)]
         return _arrays._torch().cat(parts) if b.torch else np.concatenate(parts)
 
-    if isinstance(gathered, _ops.Work):
-        finish = gathered._finish
-        gathered._finish = lambda: compact(finish())
-        return gathered
-    return compact(gathered)
+    return _then(gathered, compact)
 
 
 @accepts_foreign
@@ -235,6 +236,8 @@ def allgather(x, axis, rank_list, async_op, synchronize):
     largest = max(extents)
     if all(extent == largest for extent in extents):
         return _ops._allgather(b.array, axis, rank_list, async_op, synchronize, None)
+    if axis == 0:
+        return _gather_rows(b, comm, extents, largest, rank_list, async_op, synchronize)
     padded = b.empty(b.shape[:axis] + (largest,) + b.shape[axis + 1:])
     before = (slice(None),) * axis
     padded[before + (slice(0, b.shape[axis]),)] = b.array
@@ -245,8 +248,35 @@ def allgather(x, axis, rank_list, async_op, synchronize):
                  for r, n in enumerate(extents)]
         return _arrays._torch().cat(parts, axis) if b.torch else np.concatenate(parts, axis)
 
-    if isinstance(gathered, _ops.Work):
-        finish = gathered._finish
-        gathered._finish = lambda: compact(finish())
-        return gathered
-    return compact(gathered)
+    return _then(gathered, compact)
+
+
+def _gather_rows(b, comm, extents, largest, rank_list, async_op, synchronize):
+    """Along axis 0: one array of every rank's block of `largest` rows, this rank's gathered in
+    place, then each block moved down to follow the one before; the result is a view of it (one
+    new array in all, as for the plain allgather)."""
+    whole = b.empty((comm.size * largest,) + b.shape[1:])
+    mine = whole[comm.rank * largest:(comm.rank + 1) * largest]
+    mine[:extents[comm.rank]] = b.array
+    gathered = _ops._allgather(mine, 0, rank_list, async_op, synchronize, whole)
+
+    def compact(whole):
+        at = extents[0]
+        for r in range(1, comm.size):
+            source = whole[r * largest:r * largest + extents[r]]
+            if b.torch and at + extents[r] > r * largest:
+                source = source.clone()  # torch does not copy between overlapping places
+            whole[at:at + extents[r]] = source
+            at += extents[r]
+        return whole[:at]
+
+    return _then(gathered, compact)
+
+
+def _then(result, change):
+    """change(result), or for a Work, a Work whose wait() returns that."""
+    if isinstance(result, _ops.Work):
+        finish = result._finish
+        result._finish = lambda: change(finish())
+        return result
+    return change(result)

@@ -16,6 +16,14 @@ import chorus.torch.nn.functional as cf
 from chorus import _uneven
 
 
+@pytest.fixture(params=["padded", "point_to_point"])
+def rows_path(request, monkeypatch):
+    """Host rows take one padded all_to_all while they are small, else point to point: each test
+    that uses this runs both."""
+    monkeypatch.setattr(_uneven, "_PADDED_HOST_BYTES", 1 << 40 if request.param == "padded" else 0)
+    return request.param
+
+
 def rows_between(q, p):
     return (q + 2 * p) % 3
 
@@ -36,7 +44,7 @@ def incoming(rank, size):
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
-def test_all_to_all_with_splits_sends_each_rank_its_rows(comm, kind):
+def test_all_to_all_with_splits_sends_each_rank_its_rows(comm, rows_path, kind):
     x, splits = outgoing(comm.rank, comm.size, kind)
     y, received = chorus.all_to_all(x, splits=splits)
     expected, expected_splits = incoming(comm.rank, comm.size)
@@ -45,7 +53,7 @@ def test_all_to_all_with_splits_sends_each_rank_its_rows(comm, kind):
     np.testing.assert_array_equal(np.asarray(y), expected)
 
 
-def test_all_to_all_with_splits_float_rows_and_checked_recv_splits(comm):
+def test_all_to_all_with_splits_float_rows_and_checked_recv_splits(comm, rows_path):
     """Rows of two dimensions each, and recv_splits that agree: the same rows arrive."""
     splits = [rows_between(comm.rank, p) for p in range(comm.size)]
     x = np.concatenate([np.full((n, 2, 2), 10.0 * comm.rank + p, dtype=np.float32)
@@ -59,7 +67,7 @@ def test_all_to_all_with_splits_float_rows_and_checked_recv_splits(comm):
     np.testing.assert_array_equal(y, expected)
 
 
-def test_all_to_all_with_splits_async(comm):
+def test_all_to_all_with_splits_async(comm, rows_path):
     x, splits = outgoing(comm.rank, comm.size, "torch")
     work = chorus.all_to_all(x, splits=splits, async_op=True)
     y, received = work.wait()
@@ -68,11 +76,12 @@ def test_all_to_all_with_splits_async(comm):
     np.testing.assert_array_equal(y.numpy(), expected)
 
 
-def test_the_rows_do_not_meet_the_programs_own_messages(comm, multi_rank):
+def test_the_rows_do_not_meet_the_programs_own_messages(comm, multi_rank, monkeypatch):
     """A message the program sent on the group (tag 0) before an all_to_all with splits, and
     receives after it, reaches that receive: the rows travel under a tag of their own, so the
     all_to_all's receive of its neighbour's rows does not take it. (A row of three int64 from the
     left neighbour has the very size of the program's message.)"""
+    monkeypatch.setattr(_uneven, "_PADDED_HOST_BYTES", 0)  # point to point
     left, right = (comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size
     sent = chorus.send(np.array([-1, comm.rank, right], dtype=np.int64), right, async_op=True)
     x, splits = outgoing(comm.rank, comm.size, "numpy")
@@ -83,7 +92,7 @@ def test_the_rows_do_not_meet_the_programs_own_messages(comm, multi_rank):
     np.testing.assert_array_equal(got, [-1, left, comm.rank])
 
 
-def test_all_to_all_with_splits_in_a_group(comm, multi_rank):
+def test_all_to_all_with_splits_in_a_group(comm, rows_path, multi_rank):
     """group= : splits and the received counts go by group rank (here world rank size - 1 - g)."""
     group = dist.new_group(list(range(comm.size - 1, -1, -1)))
     x, splits = outgoing(group.rank, group.size, "numpy")
@@ -177,7 +186,7 @@ def test_all_to_all_with_splits_refuses_what_it_cannot_do(comm):
         chorus.all_to_all(x, recv_splits=ones)
 
 
-def test_differentiable_all_to_all_with_splits_sends_each_gradient_back(comm):
+def test_differentiable_all_to_all_with_splits_sends_each_gradient_back(comm, rows_path):
     """chorus.torch.nn.functional.all_to_all with splits (a mixture of experts' dispatch): each
     rank's loss weighs the row k it got from rank q by 100 q + 10 (its rank) + k, so the gradient
     of every rank's loss with respect to rank q's row k for rank p is 100 q + 10 p + k."""
