@@ -5,16 +5,18 @@ split sizes (what mixture-of-experts layers send their tokens with).
 all_to_all(x, splits=...): group rank q's rows splits[p] (consecutive along axis 0, in rank order)
 go to group rank p, and each rank returns the rows it received, in rank order, with how many came
 from each rank. The ranks first exchange what each pair will send, in one even all_to_all of two
-int64 per pair (the rows, and a signature of the dtype and the other dimensions); each receiver
+int64 per pair (the rows, and a signature of the dtype, device and other dimensions); each receiver
 checks them (against its recv_splits, when it passes them), and the ranks gather every verdict
 (one allgather), so that an error, or a call one rank refuses, is raised on every rank, naming
-the same rank. Then host rows travel point to point on a communicator of their own, straight from
-their place in x into their place in the result, no padding; CUDA rows through one even
-all_to_all padded to the largest pair.
+the same rank. Then the rows move: while every rank's padded blocks are small (64 KiB), and for
+CUDA arrays (NCCL's ungrouped point-to-point calls would serialize on the stream), through one even
+all_to_all padded to the largest pair; else point to point on a communicator of the group's own,
+straight from their place in x into their place in the result.
 
 allgather(x, uneven=True): the extents along `axis` may differ. The ranks gather every rank's
 extent and a signature of the rest (one allgather of two int64 per rank), check that the rest
-agrees, then gather x padded to the largest extent and keep each rank's part.
+agrees, then gather x padded to the largest extent; along axis 0 into one array (this rank's block
+in place), whose blocks then move down to follow each other.
 """
 
 import zlib
@@ -40,10 +42,10 @@ _FINE, _REFUSED, _ROWS_DISAGREE, _ARRAYS_DISAGREE = 0, 1, 2, 3
 _MOST_ROWS = 1 << 62
 
 
-def _signature(dtype, shape):
-    """The same int on every rank for the same dtype and dimensions (Python's str hash is salted
-    per process, so a CRC instead)."""
-    return zlib.crc32(f"{dtype}{tuple(shape)}".encode())
+def _signature(dtype, shape, cuda):
+    """The same int on every rank for the same dtype, dimensions and kind of device (Python's str
+    hash is salted per process, so a CRC instead)."""
+    return zlib.crc32(f"{dtype}{tuple(shape)}{'cuda' if cuda else 'host'}".encode())
 
 
 def _counts(values, size, what):
@@ -97,7 +99,7 @@ def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, rec
             "dimension 0")
     if problem is None and recv_splits is not None:
         expects, problem = _counts(recv_splits, comm.size, "recv_splits")
-    signature = _signature(b.dtype, b.shape[1:]) if b is not None else 0
+    signature = _signature(b.dtype, b.shape[1:], b.cuda) if b is not None else 0
     arrives, largest = _agree_on_rows(comm, rank_list, sends, expects, signature, problem)
     received.extend(arrives)
     item = b.array.element_size() if b.torch else b.array.itemsize
@@ -158,8 +160,8 @@ def _raise_first(verdicts, problem, comm):
                 f"all_to_all: group rank {rank}'s call was refused (see its error)")
         if what == _ARRAYS_DISAGREE:
             raise _chorus.MismatchError(
-                f"all_to_all: group ranks {peer} and {rank} have arrays of different dtypes or "
-                "dimensions other than 0; their rows cannot be exchanged")
+                f"all_to_all: group ranks {peer} and {rank} have arrays of different dtypes, "
+                "devices or dimensions other than 0; their rows cannot be exchanged")
         raise _chorus.MismatchError(
             f"all_to_all: group rank {peer} sends {rows} rows to group rank {rank}, which expects "
             f"{expected} (recv_splits)")
@@ -188,7 +190,9 @@ def _post_rows(comm, b, y, sends, arrives):
 
 
 def _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize):
-    """The rows through one even all_to_all of blocks of `largest` rows (CUDA arrays)."""
+    """The rows through one even all_to_all of blocks of `largest` rows (CUDA arrays, and small
+    host rows). Every rank holds size x largest rows twice meanwhile: a skewed exchange of CUDA
+    rows needs that much memory."""
     size = len(sends)
     padded = b.empty((size * largest,) + b.shape[1:])
     at = 0
@@ -219,7 +223,8 @@ def allgather(x, axis, rank_list, async_op, synchronize):
     axis = axis % ndim if problem is None else 0
     others = b.shape[:axis] + b.shape[axis + 1:] if problem is None else ()
     mine = np.array([[-1 if problem else b.shape[axis],
-                      _signature(b.dtype if b else "", (ndim, axis) + others)]], dtype=np.int64)
+                      _signature(b.dtype, (ndim, axis) + others, b.cuda) if b else 0]],
+                    dtype=np.int64)
     every = _ops._allgather(mine, 0, rank_list, False, False, None).tolist()
     for rank, (extent, signature) in enumerate(every):
         if extent < 0:
@@ -231,7 +236,7 @@ def allgather(x, axis, rank_list, async_op, synchronize):
         if signature != every[0][1]:
             raise _chorus.MismatchError(
                 f"allgather (uneven=True): group ranks 0 and {rank} have arrays of different "
-                f"dtypes, numbers of dimensions or extents other than along axis {axis}")
+                f"dtypes, devices, numbers of dimensions or extents other than along axis {axis}")
     extents = [extent for extent, _ in every]
     largest = max(extents)
     if all(extent == largest for extent in extents):
@@ -263,12 +268,15 @@ def _gather_rows(b, comm, extents, largest, rank_list, async_op, synchronize):
     def compact(whole):
         at = extents[0]
         for r in range(1, comm.size):
-            source = whole[r * largest:r * largest + extents[r]]
-            if b.torch and at + extents[r] > r * largest:
-                source = source.clone()  # torch does not copy between overlapping places
-            whole[at:at + extents[r]] = source
+            if at != r * largest:
+                source = whole[r * largest:r * largest + extents[r]]
+                if b.torch and at + extents[r] > r * largest:
+                    source = source.clone()  # torch does not copy between overlapping places
+                whole[at:at + extents[r]] = source
             at += extents[r]
-        return whole[:at]
+        # A view, unless it would keep more than twice its size alive.
+        return whole[:at] if 2 * at >= len(whole) else whole[:at].copy() if not b.torch \
+            else whole[:at].clone()
 
     return _then(gathered, compact)
 

@@ -170,7 +170,7 @@ def test_the_padded_path_of_cuda_arrays_sends_the_same_rows(comm, monkeypatch):
 def test_rows_of_different_shapes_fail_on_every_rank(comm, multi_rank):
     width = 3 if comm.rank == 0 else 4
     splits = [1] * comm.size
-    with pytest.raises(chorus.MismatchError, match="different dtypes or dimensions"):
+    with pytest.raises(chorus.MismatchError, match="different dtypes, devices or dimensions"):
         chorus.all_to_all(np.zeros((comm.size, width), np.float32), splits=splits)
     chorus.barrier()
 
