@@ -207,6 +207,11 @@ broadcasts_frozen or nan_gradient or two_gradients or named_parameters or other_
   # pipelining over "chorus", on CPU and CUDA tensors (test_29; ran only on CPU, torch 2.14).
   budgeted torch_composable_np2 90 30 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
     -m pytest -q -p no:cacheprovider --maxfail=8 tests/python/test_29_torch_composable.py
+  # DDP's join() on a CUDA model, and the uneven all_to_all / allgather on CUDA tensors (both
+  # written 2026-11-28 on the host; their CUDA tests never ran).
+  budgeted uneven_cuda_np2 60 20 "${py_env[@]}" "$build/bin/chorusrun" -np 2 "$py" \
+    -m pytest -q -p no:cacheprovider --maxfail=8 -k cuda tests/python/test_30_uneven_inputs.py \
+    tests/python/test_31_uneven_collectives.py
   budgeted device_call_cost 30 10 "$build/bin/chorusrun" -np 1 \
     "$build/bin/chorus-device-call-cost" 2000
   # Issue 18's 2-rank enqueue, after the launch spin (Note [Enqueue on a non-blocking

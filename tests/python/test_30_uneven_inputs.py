@@ -16,6 +16,7 @@ import torch
 import chorus
 import chorus.torch as ct
 import chorus.torch._ddp as ddp_module
+from helpers import CUDA, cuda_device
 from training_reference import (BATCH, assert_same_parameters, global_batch, loss_of,
                                 make_model, make_optimizer)
 
@@ -48,15 +49,16 @@ def train_reference(schedule, size, optimizer_name, divide_by_world=True):
 
 
 def train_joined(comm, schedule, optimizer_name, divide_by_world=True, hook=None, micro=1,
-                 no_sync_holds="both"):
-    model = make_model(comm.rank)  # different on every rank: the wrapper broadcasts rank 0's
+                 no_sync_holds="both", device="cpu"):
+    # Different on every rank: the wrapper broadcasts rank 0's.
+    model = make_model(comm.rank, device=device)
     ddp = ct.DistributedDataParallel(model)
     if hook is not None:
         ddp.register_comm_hook(None, hook)
     optimizer = make_optimizer(optimizer_name, ddp.parameters())
     with ddp.join(divide_by_initial_world_size=divide_by_world):
         for step in range(schedule(comm.rank, comm.size)):
-            x, y, special = rows_of(comm.rank, comm.size, step)
+            x, y, special = (t.to(device) for t in rows_of(comm.rank, comm.size, step))
             optimizer.zero_grad(set_to_none=True)
             part = BATCH // micro
             for m in range(micro):  # gradient accumulation: all but the last under no_sync
@@ -268,3 +270,16 @@ def test_forward_without_grad_needs_no_shadow_backward(comm):
         assert torch.allclose(grad, torch.full((1, 3), expected)), (step, grad)
     # The highest rank trained last, one step per forward pair, and its count is everyone's.
     assert float(model.seen) == comm.size
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device and chorus built with NCCL")
+@pytest.mark.parametrize("divide_by_world", [True, False])
+def test_a_cuda_model_trains_on_uneven_inputs(comm, divide_by_world):
+    """The CUDA path (DeviceBuckets on NCCL): joined ranks shadow with zero buckets on the GPU.
+    float32 on the GPU against the host reference: within 1e-4 relative."""
+    schedule = SCHEDULES["higher_ranks_longer"]
+    model = train_joined(comm, schedule, "sgd", divide_by_world=divide_by_world,
+                         device=cuda_device())
+    reference = train_reference(schedule, comm.size, "sgd", divide_by_world)
+    assert_same_parameters(model.cpu(), reference, 1e-4)
+    assert_equal_on_every_rank(model)

@@ -14,6 +14,7 @@ import chorus
 import chorus.distributed as dist
 import chorus.torch.nn.functional as cf
 from chorus import _uneven
+from helpers import CUDA, cuda_device
 
 
 @pytest.fixture(params=["padded", "point_to_point"])
@@ -244,3 +245,30 @@ def test_uneven_allgather_of_arrays_that_differ_elsewhere_fails_on_every_rank(co
     with pytest.raises(chorus.MismatchError, match="group ranks 0 and 1 have arrays of different"):
         chorus.allgather(x, uneven=True)
     chorus.barrier()
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device and chorus built with NCCL")
+def test_cuda_rows_gradients_and_uneven_allgather(comm):
+    """CUDA tensors: the rows through the padded all_to_all on NCCL, their gradients back, the
+    uneven allgather; a CUDA rank and a host rank are a MismatchError on every rank."""
+    device = cuda_device()
+    x, splits = outgoing(comm.rank, comm.size, "torch")
+    y, received = chorus.all_to_all(x.to(device), splits=splits)
+    expected, expected_splits = incoming(comm.rank, comm.size)
+    assert y.is_cuda and received == expected_splits
+    np.testing.assert_array_equal(y.cpu().numpy(), expected)
+    leaf = x.double().to(device).requires_grad_()
+    z, _ = cf.all_to_all(leaf, splits=splits)
+    (z * 2).sum().backward()
+    assert torch.equal(leaf.grad.cpu(), torch.full(x.shape, 2.0, dtype=torch.float64))
+    mine = torch.tensor([[comm.rank, k] for k in range(comm.rank + 1)], dtype=torch.float32)
+    gathered = chorus.allgather(mine.to(device), uneven=True)
+    assert gathered.is_cuda
+    np.testing.assert_array_equal(
+        gathered.cpu().numpy(),
+        np.array([[r, k] for r in range(comm.size) for k in range(r + 1)], np.float32))
+    if comm.size > 1:
+        mixed = x if comm.rank == 0 else x.to(device)
+        with pytest.raises(chorus.MismatchError, match="devices"):
+            chorus.all_to_all(mixed, splits=splits)
+        chorus.barrier()
