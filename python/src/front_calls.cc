@@ -26,7 +26,7 @@ namespace chorus::python {
 namespace {
 
 constexpr const char* kCapsuleName = "chorus.front";
-constexpr size_t kMostParameters = 8;
+constexpr size_t kMostParameters = 12;
 
 // The world's Communicator as the package registered it, or null; a strong reference to the
 // Python object, and the C++ object it holds.
