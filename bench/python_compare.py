@@ -217,10 +217,16 @@ def main():
                 mine, theirs = medians[(mode, "chorus")], medians[(mode, reference)]
                 cells += [fmt(mine), fmt(theirs), f"{theirs / mine:.2f}"]
             print(f"| {human(nbytes)} | " + " | ".join(cells) + " |", flush=True)
-    if rank == 0 and args.csv:
-        with open(args.csv, "w") as f:
-            f.write("bytes,mode,library,seconds\n")
-            f.writelines(f"{n},{m},{lib},{s:.9g}\n" for n, m, lib, s in rows)
+    finish(rank, args.csv, "bytes,mode,library,seconds", rows)
+
+
+def finish(rank, csv, header, rows):
+    """Rank 0 writes `rows` (tuples of bytes, a label, library, seconds) to `csv` if given; then
+    torch's group (under chorusrun) and chorus end."""
+    if rank == 0 and csv:
+        with open(csv, "w") as f:
+            f.write(header + "\n")
+            f.writelines(f"{n},{label},{lib},{s:.9g}\n" for n, label, lib, s in rows)
     if not UNDER_MPI:
         import torch.distributed as dist
         dist.destroy_process_group()

@@ -52,7 +52,7 @@ import numpy as np
 if not any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "CHORUS_RANK")):
     sys.exit(__doc__ + "\nerror: start this under mpirun or chorusrun (see above)")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_compare import (UNDER_MPI, agree_or_abort, fmt, init_torch,  # noqa: E402
+from python_compare import (UNDER_MPI, agree_or_abort, finish, fmt, init_torch,  # noqa: E402
                             parse_size, time_loop)
 
 if UNDER_MPI:
@@ -266,14 +266,7 @@ def main():
     rows = []
     for op in ops:
         rows += run_op(op, sizes, rank, size, rounds)
-    if rank == 0 and args.csv:
-        with open(args.csv, "w") as f:
-            f.write("bytes,op,library,seconds\n")
-            f.writelines(f"{n},{op},{lib},{s:.9g}\n" for n, op, lib, s in rows)
-    if not UNDER_MPI:
-        import torch.distributed as dist
-        dist.destroy_process_group()
-    chorus.shutdown()
+    finish(rank, args.csv, "bytes,op,library,seconds", rows)
 
 
 if __name__ == "__main__":
