@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,17 @@ class Communicator {
   // Splits `input` along `splitAxis` into size() chunks, sends chunk i to rank i, and concatenates
   // what it receives along `concatAxis` in rank order into `output`.
   WorkPtr allToAll(Tensor input, Tensor output, int splitAxis = 0, int concatAxis = 0);
+  // all_to_all with a block size per pair (MPI's Alltoallv, torch's all_to_all_single with split
+  // sizes). The rows of `input` (its slices along axis 0) go out in rank order, sendSplits[r] rows
+  // to rank r; `output` receives recvSplits[r] rows from rank r, in rank order. Each list has
+  // size() entries, none negative, adding up to its tensor's dimension 0. input and output have
+  // one dtype and one row shape (dimensions 1..) and do not overlap. Rank q's sendSplits[r] must
+  // equal rank r's recvSplits[q]: otherwise every rank raises MismatchError naming that pair, and
+  // no block is cut or padded. Host tensors only (UnsupportedError for CUDA tensors).
+  WorkPtr allToAllV(Tensor input,
+                    std::span<const int64_t> sendSplits,
+                    Tensor output,
+                    std::span<const int64_t> recvSplits);
   // Point-to-point: a send matches the recv with the same (peer, tag) in order. Sizes and dtypes
   // must agree (else MismatchError on both sides). A recv from kAnySource takes a message with its
   // tag from whichever rank; the Work's sourceRank() then says who sent it. As in MPI, a message

@@ -22,26 +22,12 @@ class Communicator:
     """The caller's communicator: rank, size, local_rank, local_size, world_rank, world_size,
     root_rank, group_id and group_size (DESIGN §1); `members` lists its world ranks in order."""
 
-    __slots__ = ("_native", "members", "_index", "_rows", "_rows_lock")
+    __slots__ = ("_native", "members", "_index")
 
     def __init__(self, native, members):
         self._native = native
         self.members = tuple(members)
         self._index = {w: g for g, w in enumerate(self.members)}
-        self._rows = None
-        self._rows_lock = threading.Lock()  # its own: making it blocks on the other members
-
-    def rows_native(self):
-        """A native communicator of the same members, ranked alike, for the package's own
-        point-to-point traffic (the uneven all_to_all's rows), apart from the program's messages
-        and collectives; made on first use, collective over the members. It keeps this
-        communicator's timeout."""
-        if self._rows is None:
-            with self._rows_lock:
-                if self._rows is None:
-                    self._rows = self._native.subgroup(list(range(self.size)), "chorus.rows")
-        self._rows.timeout = self._native.timeout
-        return self._rows
 
     rank = property(lambda self: self._native.rank)
     size = property(lambda self: self._native.size)

@@ -8,10 +8,9 @@ from each rank. The ranks first exchange what each pair will send, in one even a
 int64 per pair (the rows, and a signature of the dtype, device and other dimensions); each receiver
 checks them (against its recv_splits, when it passes them), and the ranks gather every verdict
 (one allgather), so that an error, or a call one rank refuses, is raised on every rank, naming
-the same rank. Then the rows move: while every rank's padded blocks are small (64 KiB), and for
-CUDA arrays (NCCL's ungrouped point-to-point calls would serialize on the stream), through one even
-all_to_all padded to the largest pair; else point to point on a communicator of the group's own,
-straight from their place in x into their place in the result.
+the same rank. Then host rows move in one native all_to_all_v (Communicator::allToAllV), straight
+from x into the result; CUDA rows (the native form takes host tensors only) through one even
+all_to_all padded to the largest pair.
 
 allgather(x, uneven=True): the extents along `axis` may differ. The ranks gather every rank's
 extent and a signature of the rest (one allgather of two int64 per rank), check that the rest
@@ -26,16 +25,8 @@ import numpy as np
 from . import _arrays, _chorus, _groups, _ops
 from ._foreign import accepts_foreign
 
-# Host rows travel on the group's rows communicator (_groups.Communicator.rows_native), apart from
-# the program's own messages, under this tag.
-_ROWS_TAG = 0
-# CUDA rows take the padded even all_to_all instead (NCCL's point-to-point calls would each be a
-# kernel of their own, and a receive queued before a send blocks the stream); tests set this to
-# run that path on host arrays.
+# CUDA rows take the padded even all_to_all; tests set this to run that path on host arrays.
 _PADDED_ON_HOST = False
-# Host rows take it too while every rank's padded blocks come to at most this many bytes: one
-# collective costs less than a point-to-point transfer per pair.
-_PADDED_HOST_BYTES = 64 << 10
 
 # What a rank may find wrong with its part of an all_to_all, in its verdict.
 _FINE, _REFUSED, _ROWS_DISAGREE, _ARRAYS_DISAGREE = 0, 1, 2, 3
@@ -102,21 +93,16 @@ def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, rec
     signature = _signature(b.dtype, b.shape[1:], b.cuda) if b is not None else 0
     arrives, largest = _agree_on_rows(comm, rank_list, sends, expects, signature, problem)
     received.extend(arrives)
-    item = b.array.element_size() if b.torch else b.array.itemsize
-    row_bytes = item * int(np.prod(b.shape[1:], dtype=np.int64))  # alike on every rank
-    if b.cuda or _PADDED_ON_HOST or comm.size * largest * row_bytes <= _PADDED_HOST_BYTES:
+    if b.cuda or _PADDED_ON_HOST:
         return _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize)
     y = b.like(b.empty((sum(arrives),) + b.shape[1:]))
-    pending = _post_rows(comm, b, y, sends, arrives)
+    in_cap, out_cap = b.capsule(), y.capsule()
 
-    def finish():
-        return _ops._results([y], False)
+    def call(is_async):
+        return _chorus.all_to_all_v(comm._native, in_cap, sends, out_cap, arrives, b.export_dtype,
+                                    is_async)
 
-    if async_op:
-        return _ops.Work(pending, finish)
-    for work in pending:
-        work.wait(None)
-    return finish()
+    return _ops._complete([call], lambda: _ops._results([y], False), async_op, synchronize)
 
 
 def _agree_on_rows(comm, rank_list, sends, expects, signature, problem):
@@ -165,28 +151,6 @@ def _raise_first(verdicts, problem, comm):
         raise _chorus.MismatchError(
             f"all_to_all: group rank {peer} sends {rows} rows to group rank {rank}, which expects "
             f"{expected} (recv_splits)")
-
-
-def _post_rows(comm, b, y, sends, arrives):
-    """Every pair's rows, point to point on the group's rows communicator, straight into their
-    place in y (this rank's own rows copied); returns the pending transfers."""
-    me = comm.rank
-    rows = comm.rows_native() if comm.size > 1 else None  # every member makes it, rows or not
-    send_at = np.concatenate([[0], np.cumsum(sends)]).tolist()
-    recv_at = np.concatenate([[0], np.cumsum(arrives)]).tolist()
-    pending = []
-    for peer in range(comm.size):
-        if peer != me and arrives[peer] > 0:
-            into = y.like(y.array[recv_at[peer]:recv_at[peer + 1]])  # contiguous: written in place
-            pending.append(_chorus.recv(rows, into.capsule(), peer, _ROWS_TAG, y.export_dtype,
-                                        True))
-    for peer in range(comm.size):
-        if peer != me and sends[peer] > 0:
-            part = b.like(b.array[send_at[peer]:send_at[peer + 1]])
-            pending.append(_chorus.send(rows, part.capsule(), peer, _ROWS_TAG, b.export_dtype,
-                                        True))
-    y.array[recv_at[me]:recv_at[me + 1]] = b.array[send_at[me]:send_at[me + 1]]
-    return pending
 
 
 def _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize):

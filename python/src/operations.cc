@@ -1,6 +1,6 @@
 // The Communicator's operations as seen from Python: one function per C++ method (allreduce,
-// broadcast, reduce, allgather, reduce_scatter, gather, scatter, all_to_all, send, recv, barrier),
-// each taking that method's arguments in its order, and besides them only:
+// broadcast, reduce, allgather, reduce_scatter, gather, scatter, all_to_all, all_to_all_v, send,
+// recv, barrier), each taking that method's arguments in its order, and besides them only:
 //  - `native`, the Communicator, first;
 //  - tensors as DLPack capsules, which the package exports (python/chorus/_arrays.py) and which
 //    this file views as Tensors; the package passes one capsule twice for "in place";
@@ -157,6 +157,19 @@ py::object allToAll(Communicator& comm,
                          });
 }
 
+py::object allToAllV(Communicator& comm,
+                     py::handle input,
+                     const std::vector<int64_t>& sendSplits,
+                     py::handle output,
+                     const std::vector<int64_t>& recvSplits,
+                     Dtype dtype,
+                     bool async) {
+  return betweenCapsules(input, output, false, dtype, async,
+                         [&](const Tensor& in, const Tensor& out) {
+                           return comm.allToAllV(in, sendSplits, out, recvSplits);
+                         });
+}
+
 py::object send(Communicator& comm, py::handle tensor, int peer, int tag, Dtype dtype, bool async) {
   const Tensor view = tensorFromCapsule(tensor, dtype);
   return runOperation(
@@ -259,14 +272,6 @@ void bindCommunicator(py::module_& module) {
       .def_property_readonly("group_id", &Communicator::groupId)
       .def_property_readonly("group_size", &Communicator::groupSize)
       .def_property_readonly("backend", &Communicator::backendName)
-      .def(
-          "subgroup",
-          [](Communicator& c, const std::vector<int>& members, const std::string& tag) {
-            py::gil_scoped_release release;  // collective over the members: it may block
-            return c.subgroup(members, tag);
-          },
-          py::arg("members"), py::arg("tag"),
-          "Communicator::subgroup: the members (ranks of this communicator) form a new one.")
       .def_property(
           "timeout", [](const Communicator& c) { return c.timeout().count() / 1000.0; },
           [](Communicator& c, double seconds) {
@@ -327,6 +332,8 @@ void bindOperations(py::module_& module) {
   module.def("scatter", &scatter, native, input, output, py::arg("root"), dtype, async);
   module.def("all_to_all", &allToAll, native, input, output, py::arg("split_axis"),
              py::arg("concat_axis"), dtype, async);
+  module.def("all_to_all_v", &allToAllV, native, input, py::arg("send_splits"), output,
+             py::arg("recv_splits"), dtype, async);
   module.def("send", &send, native, py::arg("tensor"), py::arg("peer"), py::arg("tag"), dtype,
              async);
   module.def("recv", &recv, native, py::arg("tensor"), py::arg("peer"), py::arg("tag"), dtype,

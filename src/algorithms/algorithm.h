@@ -38,7 +38,7 @@ struct AlgorithmInfo {
 // "auto") to a row's name, that row runs when it supports the call (else a warning is logged and
 // default selection applies); an unknown name is InvalidArgumentError listing the valid ones.
 // No row supporting the call is UnsupportedError. Reads the environment on every call (cheap).
-// Defined in tables.cc for the nine argument types below.
+// Defined in tables.cc for the ten argument types below.
 template <typename Args>
 const AlgorithmInfo<Args>& selectAlgorithm(std::span<const AlgorithmInfo<Args>> table,
                                            const Args& args,
@@ -53,6 +53,7 @@ std::span<const AlgorithmInfo<ReduceArgs>> reduceAlgorithms();
 std::span<const AlgorithmInfo<GatherArgs>> gatherAlgorithms();
 std::span<const AlgorithmInfo<ScatterArgs>> scatterAlgorithms();
 std::span<const AlgorithmInfo<AllToAllArgs>> allToAllAlgorithms();
+std::span<const AlgorithmInfo<AllToAllVArgs>> allToAllVAlgorithms();
 std::span<const AlgorithmInfo<BarrierArgs>> barrierAlgorithms();
 
 }  // namespace chorus::algorithms

@@ -18,6 +18,7 @@ void reducePipelinedChain(Peers& peers, const ReduceArgs& args);
 void gatherLinear(Peers& peers, const GatherArgs& args);
 void scatterLinear(Peers& peers, const ScatterArgs& args);
 void allToAllPairwise(Peers& peers, const AllToAllArgs& args);
+void allToAllVPairwise(Peers& peers, const AllToAllVArgs& args);
 void barrierDissemination(Peers& peers, const BarrierArgs& args);
 
 }  // namespace chorus::algorithms

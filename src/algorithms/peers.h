@@ -77,6 +77,8 @@ class Peers {
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
   const Fingerprint& fingerprint() const { return fingerprint_; }
+  // The world rank of member `member`, for errors (Note [One rank numbering]).
+  int worldRank(int member) const { return transport_.worldRank(member); }
 
   // Post a send / receive and return its request, which stays valid until waitAll(). Buffers must
   // stay valid until the request completes (wait()/waitAll()). `peer` must not be rank().

@@ -88,6 +88,10 @@ constexpr AlgorithmInfo<AllToAllArgs> kAllToAllAlgorithms[] = {
     {"pairwise", "p-1 steps, one partner each way per step", always, always, allToAllPairwise},
 };
 
+constexpr AlgorithmInfo<AllToAllVArgs> kAllToAllVAlgorithms[] = {
+    {"pairwise", "p-1 steps, one partner each way per step", always, always, allToAllVPairwise},
+};
+
 constexpr AlgorithmInfo<BarrierArgs> kBarrierAlgorithms[] = {
     {"dissemination", "ceil(log2 p) rounds of empty messages, any p", always, always,
      barrierDissemination},
@@ -152,6 +156,7 @@ CHORUS_TABLE(ReduceArgs, reduceAlgorithms, kReduceAlgorithms);
 CHORUS_TABLE(GatherArgs, gatherAlgorithms, kGatherAlgorithms);
 CHORUS_TABLE(ScatterArgs, scatterAlgorithms, kScatterAlgorithms);
 CHORUS_TABLE(AllToAllArgs, allToAllAlgorithms, kAllToAllAlgorithms);
+CHORUS_TABLE(AllToAllVArgs, allToAllVAlgorithms, kAllToAllVAlgorithms);
 CHORUS_TABLE(BarrierArgs, barrierAlgorithms, kBarrierAlgorithms);
 
 #undef CHORUS_TABLE

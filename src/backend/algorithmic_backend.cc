@@ -101,6 +101,10 @@ void AlgorithmicBackend::allToAll(const CallContext& call, const AllToAllArgs& a
   run(call, algorithms::allToAllAlgorithms(), "CHORUS_ALLTOALL_ALGO", args);
 }
 
+void AlgorithmicBackend::allToAllV(const CallContext& call, const AllToAllVArgs& args) {
+  run(call, algorithms::allToAllVAlgorithms(), "CHORUS_ALLTOALLV_ALGO", args);
+}
+
 void AlgorithmicBackend::barrier(const CallContext& call) {
   run(call, algorithms::barrierAlgorithms(), "CHORUS_BARRIER_ALGO", BarrierArgs{});
 }

@@ -89,6 +89,12 @@ class Backend {
   virtual void gather(const CallContext& call, const GatherArgs& args) = 0;
   virtual void scatter(const CallContext& call, const ScatterArgs& args) = 0;
   virtual void allToAll(const CallContext& call, const AllToAllArgs& args) = 0;
+  // Uneven all_to_all. Besides the fingerprint, the backend checks every pair, this rank's own
+  // too (rank q's sendBytes[r] against rank r's recvBytes[q]), before any block moves, so that a
+  // disagreement is the same MismatchError (makeSplitMismatchError) on every rank of the call,
+  // never a cut or padded block. (A transport's size check on a receive is not enough: it fails
+  // the receiver, while the sender may have finished.)
+  virtual void allToAllV(const CallContext& call, const AllToAllVArgs& args) = 0;
   virtual void barrier(const CallContext& call) = 0;
   virtual void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) = 0;
   virtual void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) = 0;

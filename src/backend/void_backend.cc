@@ -1,8 +1,11 @@
 // The void backend: see void_backend.h.
 #include "backend/void_backend.h"
 
+#include <cstddef>
+
 #include "chorus/error.h"
 #include "core/check.h"
+#include "core/copy_bytes.h"
 
 namespace chorus::backend {
 
@@ -41,6 +44,11 @@ void VoidBackend::scatter(const CallContext&, const ScatterArgs& args) {
 
 void VoidBackend::allToAll(const CallContext&, const AllToAllArgs& args) {
   copyToOutput(args.input, args.output, args.bytesPerRank);
+}
+
+void VoidBackend::allToAllV(const CallContext&, const AllToAllVArgs& args) {
+  copyBytes(static_cast<std::byte*>(args.output) + args.recvOffsets[0],
+            static_cast<const std::byte*>(args.input) + args.sendOffsets[0], args.recvBytes[0]);
 }
 
 void VoidBackend::send(const CallContext&, const void*, size_t, int peer, int) {

@@ -32,6 +32,8 @@ std::string_view toString(Collective collective) {
       return "send/recv";
     case Collective::kSplit:
       return "group setup (split or rank_list)";
+    case Collective::kAllToAllV:
+      return "all_to_all_v";
   }
   return "unknown collective";
 }
@@ -56,7 +58,7 @@ std::string dataTypeName(uint8_t dtype) {
 }
 
 std::string collectiveName(Collective collective) {
-  if (static_cast<uint8_t>(collective) > static_cast<uint8_t>(Collective::kSplit)) {
+  if (static_cast<uint8_t>(collective) > static_cast<uint8_t>(Collective::kAllToAllV)) {
     return detail::concat("collective ", int{static_cast<uint8_t>(collective)});
   }
   return std::string(toString(collective));
@@ -171,6 +173,19 @@ MismatchError makeByteCountMismatchError(int selfRank,
       " bytes. Every rank must call the same collectives in the same order with the same "
       "arguments, and a receive must be posted with the size of the matching send.");
   return MismatchError(message, "bytes", {selfRank, peerRank});
+}
+
+MismatchError makeSplitMismatchError(int sender,
+                                     int receiver,
+                                     const Fingerprint& fingerprint,
+                                     uint64_t sentBytes,
+                                     uint64_t expectedBytes) {
+  std::string message =
+      detail::concat(shortName(fingerprint), ": rank ", sender, " sends ", sentBytes,
+                     " bytes to rank ", receiver, ", which expects ", expectedBytes,
+                     " bytes from it. Each rank's split for a peer must equal "
+                     "that peer's split for it.");
+  return MismatchError(message, "bytes", {sender, receiver});
 }
 
 }  // namespace chorus

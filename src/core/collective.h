@@ -25,6 +25,7 @@ enum class Collective : uint8_t {
   kBarrier,
   kPointToPoint,
   kSplit,
+  kAllToAllV,  // all_to_all with a block size per pair (MPI's Alltoallv)
 };
 std::string_view toString(Collective collective);
 
@@ -73,5 +74,13 @@ MismatchError makeByteCountMismatchError(int selfRank,
                                          const Fingerprint& self,
                                          uint64_t expectedBytes,
                                          uint64_t sentBytes);
+// The MismatchError (field "bytes") of an all_to_all_v whose pair disagrees: `sender` (a world
+// rank) sends `sentBytes` to `receiver`, which expects `expectedBytes` from it. Every rank that
+// sees both numbers raises this same error, so the message names the pair, not the raiser.
+MismatchError makeSplitMismatchError(int sender,
+                                     int receiver,
+                                     const Fingerprint& fingerprint,
+                                     uint64_t sentBytes,
+                                     uint64_t expectedBytes);
 
 }  // namespace chorus

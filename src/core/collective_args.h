@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <span>
 
 #include "chorus/types.h"
 
@@ -76,6 +77,20 @@ struct AllToAllArgs {
   const void* input;  // size * bytesPerRank: block i goes to rank i
   void* output;       // size * bytesPerRank: block i came from rank i
   size_t bytesPerRank;
+};
+
+// all_to_all with a block size per pair: the block for rank i is sendBytes[i] bytes at
+// sendOffsets[i] of input, the block from rank i lands in recvBytes[i] bytes at recvOffsets[i] of
+// output (each span has size() entries). The front end packs the blocks in rank order, but a
+// backend reads only these. Whether sendBytes[i] on this rank equals recvBytes[me] on rank i is
+// the backend's to check, on every rank (Backend::allToAllV).
+struct AllToAllVArgs {
+  const void* input;
+  void* output;  // never overlaps input
+  std::span<const size_t> sendBytes;
+  std::span<const size_t> sendOffsets;
+  std::span<const size_t> recvBytes;
+  std::span<const size_t> recvOffsets;
 };
 
 struct BarrierArgs {};

@@ -84,6 +84,9 @@ class TransportCore : public Transport {
   // Test hook: leaves without goodbye, as a killed process would (vanish()).
   void crash() noexcept;
 
+  // The world rank of member `member`, by which errors name it (Note [One rank numbering]).
+  int worldRank(int member) const override { return names_(member); }
+
  protected:
   // The wait scratch is sized up front for a send and a receive per peer, so that the first wait
   // that finds that many incomplete does not allocate (a warmed call allocates nothing).
@@ -93,8 +96,6 @@ class TransportCore : public Transport {
     waitingOn_.reserve(2 * static_cast<size_t>(size) + 2);
   }
 
-  // The world rank of member `member`, by which errors name it (Note [One rank numbering]).
-  int worldRank(int member) const { return names_(member); }
   const detail::RankNames& names() const { return names_; }
 
   // The lock-held helpers hooks may use.

@@ -88,6 +88,9 @@ class Transport {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The world rank of member `member`, by which errors name it (Note [One rank numbering] in
+  // core/rank_names.h); the member itself where the transport was given no names.
+  virtual int worldRank(int member) const { return member; }
   // "tcp", "loopback", ...
   virtual std::string_view name() const = 0;
 

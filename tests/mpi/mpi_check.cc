@@ -12,7 +12,8 @@
 //   mpi_check --timeout  rank 0 skips an allreduce: the others time out (run with a short
 //                        CHORUS_TIMEOUT) instead of hanging
 //   mpi_check --mismatch rank 0 calls differently from the others (count, op, dtype, root,
-//                        collective): every rank raises MismatchError naming the field and ranks
+//                        all_to_all_v's bytes, collective): every rank raises MismatchError naming
+//                        the field and ranks
 //
 // Expected values are closed forms. Prints "mpi_check: OK on N ranks" on rank 0 when every rank
 // passed (failures are summed over the world), and exits nonzero otherwise.
@@ -198,6 +199,7 @@ int timeout() {
 struct MismatchCase {
   const char* field;
   std::function<void(chorus::Communicator&, bool odd)> call;
+  bool ownPair = false;  // rank 0 disagrees with itself: the error names rank 0 twice
 };
 
 const MismatchCase kMismatchCases[] = {
@@ -223,6 +225,31 @@ const MismatchCase kMismatchCases[] = {
        std::vector<int64_t> v(3, comm.rank());
        comm.broadcast(chorus::Tensor(v.data(), {3}), odd ? 1 : 0)->wait();
      }},
+    {"bytes",  // rank 0 expects one row fewer from rank 1 than rank 1 sends it
+     [](chorus::Communicator& comm, bool odd) {
+       const int p = comm.size();
+       std::vector<int64_t> sendSplits(p, 2), recvSplits(p, 2);
+       if (odd)
+         recvSplits[1] = 1;
+       std::vector<float> in(2 * p, 1.0f), out(2 * p, 0.0f);
+       const int64_t outRows = odd ? 2 * p - 1 : 2 * p;
+       comm.allToAllV(chorus::Tensor(in.data(), {2 * p}), sendSplits,
+                      chorus::Tensor(out.data(), {outRows}), recvSplits)
+           ->wait();
+     }},
+    {"bytes",  // rank 0 sends itself three rows but expects two
+     [](chorus::Communicator& comm, bool odd) {
+       const int p = comm.size();
+       std::vector<int64_t> sendSplits(p, 2), recvSplits(p, 2);
+       if (odd)
+         sendSplits[0] = 3;
+       std::vector<float> in(2 * p + 1, 1.0f), out(2 * p, 0.0f);
+       const int64_t inRows = odd ? 2 * p + 1 : 2 * p;
+       comm.allToAllV(chorus::Tensor(in.data(), {inRows}), sendSplits,
+                      chorus::Tensor(out.data(), {2 * p}), recvSplits)
+           ->wait();
+     },
+     true},
     {"collective",
      [](chorus::Communicator& comm, bool odd) {
        std::vector<float> v(1, 1.0f);
@@ -246,7 +273,8 @@ int mismatch() {
       const auto& ranks = error.ranks();
       // The rank that found the mismatch and the one it disagrees with; rank 0 is in every pair.
       const bool namesTwo =
-          ranks.size() == 2 && ranks[0] != ranks[1] && (ranks[0] == 0 || ranks[1] == 0);
+          c.ownPair ? ranks == std::vector<int>{0, 0}
+                    : ranks.size() == 2 && ranks[0] != ranks[1] && (ranks[0] == 0 || ranks[1] == 0);
       got = error.field() == c.field && namesTwo ? "" : std::string(error.what());
     } catch (const std::exception& error) {
       got = std::string("not a MismatchError: ") + error.what();

@@ -171,6 +171,28 @@ def test_all_to_all_single_even_and_uneven(world, size, rank):
     assert torch.equal(received, expected)
 
 
+def test_all_to_all_single_in_place_and_into_a_non_contiguous_output(world, size, rank):
+    """One tensor as input and output, with split sizes; then an output that is a transposed view.
+    Rank q sends rank p 1 + (q + p) % 2 rows of [10q + p, 10q + p]."""
+    def rows(q, p):
+        return 1 + (q + p) % 2
+
+    def outgoing():
+        return torch.cat([torch.full((rows(rank, p), 2), float(10 * rank + p))
+                          for p in range(size)])
+
+    sends = [rows(rank, p) for p in range(size)]
+    receives = [rows(q, rank) for q in range(size)]
+    expected = torch.cat([torch.full((rows(q, rank), 2), float(10 * q + rank))
+                          for q in range(size)])
+    both = outgoing()
+    tdist.all_to_all_single(both, both, output_split_sizes=receives, input_split_sizes=sends)
+    assert torch.equal(both, expected)
+    out = torch.zeros(2, sum(receives)).t()
+    tdist.all_to_all_single(out, outgoing(), output_split_sizes=receives, input_split_sizes=sends)
+    assert not out.is_contiguous() and torch.equal(out, expected)
+
+
 def test_all_to_all_lists_of_any_size(world, size, rank):
     send = [torch.full((rank + p + 1,), float(10 * rank + p)) for p in range(size)]
     received = [torch.zeros(q + rank + 1) for q in range(size)]

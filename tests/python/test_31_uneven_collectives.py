@@ -17,11 +17,11 @@ from chorus import _uneven
 from helpers import CUDA, cuda_device
 
 
-@pytest.fixture(params=["padded", "point_to_point"])
+@pytest.fixture(params=["padded", "native"])
 def rows_path(request, monkeypatch):
-    """Host rows take one padded all_to_all while they are small, else point to point: each test
-    that uses this runs both."""
-    monkeypatch.setattr(_uneven, "_PADDED_HOST_BYTES", 1 << 40 if request.param == "padded" else 0)
+    """Host rows take the native all_to_all_v; CUDA rows one padded even all_to_all, which tests
+    run on host arrays too: each test that uses this runs both."""
+    monkeypatch.setattr(_uneven, "_PADDED_ON_HOST", request.param == "padded")
     return request.param
 
 
@@ -79,10 +79,9 @@ def test_all_to_all_with_splits_async(comm, rows_path):
 
 def test_the_rows_do_not_meet_the_programs_own_messages(comm, multi_rank, monkeypatch):
     """A message the program sent on the group (tag 0) before an all_to_all with splits, and
-    receives after it, reaches that receive: the rows travel under a tag of their own, so the
-    all_to_all's receive of its neighbour's rows does not take it. (A row of three int64 from the
-    left neighbour has the very size of the program's message.)"""
-    monkeypatch.setattr(_uneven, "_PADDED_HOST_BYTES", 0)  # point to point
+    receives after it, reaches that receive: the rows travel as a collective, apart from the
+    program's messages, so the all_to_all does not take it. (A row of three int64 from the left
+    neighbour has the very size of the program's message.)"""
     left, right = (comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size
     sent = chorus.send(np.array([-1, comm.rank, right], dtype=np.int64), right, async_op=True)
     x, splits = outgoing(comm.rank, comm.size, "numpy")
@@ -91,6 +90,23 @@ def test_the_rows_do_not_meet_the_programs_own_messages(comm, multi_rank, monkey
     sent.wait()
     np.testing.assert_array_equal(y, incoming(comm.rank, comm.size)[0])
     np.testing.assert_array_equal(got, [-1, left, comm.rank])
+
+
+def test_all_to_all_with_splits_of_large_rows(comm, rows_path):
+    """Rows of 5000 float64 (40 KB each: past the shared-memory backend's small slot, so they are
+    read from the sender's memory), row k from q to p holding q * 1e6 + p * 1e4 + k + i / 1e4 at
+    column i."""
+    columns = np.arange(5000) / 1e4
+    splits = [rows_between(comm.rank, p) for p in range(comm.size)]
+    x = np.concatenate([comm.rank * 1e6 + p * 1e4 + k + columns
+                        for p in range(comm.size) for k in range(splits[p])] or
+                       [np.empty(0)]).reshape(-1, 5000)
+    y, received = chorus.all_to_all(x, splits=splits)
+    expected_splits = [rows_between(q, comm.rank) for q in range(comm.size)]
+    assert received == expected_splits
+    expected = [q * 1e6 + comm.rank * 1e4 + k + columns
+                for q in range(comm.size) for k in range(expected_splits[q])]
+    np.testing.assert_array_equal(y, np.array(expected).reshape(-1, 5000))
 
 
 def test_all_to_all_with_splits_in_a_group(comm, rows_path, multi_rank):

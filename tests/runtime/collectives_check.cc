@@ -70,6 +70,36 @@ int main() {
     for (int j = 0; j < p; ++j) ok = ok && receiveBlocks[j] == j * 100 + r;
     check(ok, "all_to_all", r);
 
+    // all_to_all_v: rank q sends rank j (q + j) % 3 rows of 700 int32 (past the shm small slot
+    // for some pairs, none for others), element i of row k being q * 1000000 + j * 10000 + k * 700
+    // + i.
+    auto rowsBetween = [](int q, int j) { return int64_t{(q + j) % 3}; };
+    auto value = [](int q, int j, int64_t k, int64_t i) {
+      return static_cast<int32_t>(q * 1000000 + j * 10000 + k * 700 + i);
+    };
+    std::vector<int64_t> sendSplits, recvSplits;
+    std::vector<int32_t> sendRows, receiveRows;
+    for (int j = 0; j < p; ++j) {
+      sendSplits.push_back(rowsBetween(r, j));
+      recvSplits.push_back(rowsBetween(j, r));
+      for (int64_t k = 0; k < sendSplits.back(); ++k) {
+        for (int64_t i = 0; i < 700; ++i) sendRows.push_back(value(r, j, k, i));
+      }
+    }
+    const int64_t receivedRows = std::accumulate(recvSplits.begin(), recvSplits.end(), int64_t{0});
+    receiveRows.assign(static_cast<size_t>(receivedRows * 700), -1);
+    comm->allToAllV(Tensor(sendRows.data(), {static_cast<int64_t>(sendRows.size()) / 700, 700}),
+                    sendSplits, Tensor(receiveRows.data(), {receivedRows, 700}), recvSplits)
+        ->wait();
+    ok = true;
+    size_t at = 0;
+    for (int j = 0; j < p; ++j) {
+      for (int64_t k = 0; k < recvSplits[j]; ++k) {
+        for (int64_t i = 0; i < 700; ++i) ok = ok && receiveRows[at++] == value(j, r, k, i);
+      }
+    }
+    check(ok, "all_to_all_v", r);
+
     std::vector<int64_t> reduced(5, r + 1);
     comm->reduce(Tensor(reduced.data(), {5}), p / 2)->wait();
     check(reduced == std::vector<int64_t>(5, r == p / 2 ? p * (p + 1) / 2 : r + 1), "reduce", r);

@@ -87,6 +87,7 @@ class FakeDeviceBackend final : public backend::Backend, public backend::DeviceB
   void gather(const backend::CallContext&, const GatherArgs&) override { refuse(); }
   void scatter(const backend::CallContext&, const ScatterArgs&) override { refuse(); }
   void allToAll(const backend::CallContext&, const AllToAllArgs&) override { refuse(); }
+  void allToAllV(const backend::CallContext&, const AllToAllVArgs&) override { refuse(); }
   void barrier(const backend::CallContext&) override { refuse(); }
   void send(const backend::CallContext&, const void*, size_t, int, int) override { refuse(); }
   void recv(const backend::CallContext&, void*, size_t, int, int) override { refuse(); }

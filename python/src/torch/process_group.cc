@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -599,6 +600,9 @@ WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
     }
     auto pieces = [p](const at::Tensor& tensor, std::vector<int64_t> splits, const char* what) {
       TORCH_CHECK(tensor.dim() > 0, "chorus: all_to_all_single: the ", what, " has no dimension");
+      TORCH_CHECK(!splits.empty() || tensor.size(0) % p == 0, "chorus: all_to_all_single: the ",
+                  what, "'s first dimension (", tensor.size(0), ") must divide evenly among the ",
+                  p, " ranks when its split sizes are not given");
       if (splits.empty())
         splits.assign(p, tensor.size(0) / p);
       checkListLength(splits.size(), p, what, "all_to_all_single (split sizes)");
@@ -615,8 +619,20 @@ WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
       }
       return result;
     };
-    return alltoallChunks(pieces(input, inputSplits, "input"),
-                          pieces(output, outputSplits, "output"));
+    const std::vector<at::Tensor> sends = pieces(input, inputSplits, "input");
+    const std::vector<at::Tensor> receives = pieces(output, outputSplits, "output");
+    if (input.is_cuda())
+      return alltoallChunks(sends, receives);
+    // Host: the pieces are consecutive rows, so one all_to_all_v between the two tensors.
+    checkSameDevice(output, input, "the output", "all_to_all_single");
+    agreedChunkBytes(sends, receives);
+    std::vector<int64_t> sendBytes, recvBytes;
+    for (const auto& piece : sends) sendBytes.push_back(static_cast<int64_t>(piece.nbytes()));
+    for (const auto& piece : receives) recvBytes.push_back(static_cast<int64_t>(piece.nbytes()));
+    // chorus refuses an input that overlaps the output: one storage, so copy the input first.
+    const bool shared = input.storage().is_alias_of(output.storage());
+    return alltoallHost(c10d::OpType::ALLTOALL_BASE, shared ? input.clone() : input, sendBytes,
+                        output, recvBytes);
   });
 }
 
@@ -667,6 +683,27 @@ WorkPtr ProcessGroupChorus::alltoallChunks(const std::vector<at::Tensor>& sends,
   for (const auto& tensor : sends) checkSameDevice(tensor, sends.front(), "a tensor", "all_to_all");
   for (const auto& tensor : receives)
     checkSameDevice(tensor, sends.front(), "a tensor", "all_to_all");
+  if (!sends.front().is_cuda()) {
+    agreedChunkBytes(sends, receives);  // a disagreement raises before any byte moves
+    std::vector<at::Tensor> sent;
+    std::vector<int64_t> sendBytes, recvBytes;
+    for (const auto& tensor : sends) {
+      sent.push_back(asBytes(tensor));
+      sendBytes.push_back(static_cast<int64_t>(tensor.nbytes()));
+    }
+    for (const auto& tensor : receives) recvBytes.push_back(static_cast<int64_t>(tensor.nbytes()));
+    const int64_t total = std::accumulate(recvBytes.begin(), recvBytes.end(), int64_t{0});
+    at::Tensor received = byteBuffer(total, sends.front());
+    return alltoallHost(c10d::OpType::ALLTOALL, at::cat(sent), sendBytes, received, recvBytes,
+                        receives, [receives, received] {
+                          int64_t at = 0;
+                          for (const auto& tensor : receives) {
+                            const auto bytes = static_cast<int64_t>(tensor.nbytes());
+                            copyBytesInto(tensor, received.narrow(0, at, bytes));
+                            at += bytes;
+                          }
+                        });
+  }
   const int64_t largest = agreedChunkBytes(sends, receives);
   at::Tensor sent = packed(sends, largest, sends.front());
   at::Tensor received = byteBuffer(largest * getSize(), sends.front());
@@ -679,6 +716,34 @@ WorkPtr ProcessGroupChorus::alltoallChunks(const std::vector<at::Tensor>& sends,
       copyBytesInto(receives[r], received.narrow(0, r * largest, receives[r].nbytes()));
   };
   return finish(c10d::OpType::ALLTOALL, std::move(issued));
+}
+
+WorkPtr ProcessGroupChorus::alltoallHost(c10d::OpType type,
+                                         const at::Tensor& input,
+                                         const std::vector<int64_t>& sendBytes,
+                                         const at::Tensor& output,
+                                         const std::vector<int64_t>& recvBytes,
+                                         std::vector<at::Tensor> results,
+                                         std::function<void()> after) {
+  const at::Tensor sent = asBytes(input);
+  const at::Tensor received =
+      output.is_contiguous() ? output : byteBuffer(static_cast<int64_t>(output.nbytes()), output);
+  auto work = comm_->allToAllV(bytes(sent, "input", "all_to_all"), sendBytes,
+                               bytes(received, "output", "all_to_all"), recvBytes);
+  if (results.empty())
+    results = {output};
+  Issued issued{{work}, results, {sent, received, input, output}};
+  issued.keepAlive.insert(issued.keepAlive.end(), results.begin(), results.end());
+  if (!received.is_same(output)) {
+    issued.after = [output, received, after] {
+      copyBytesInto(output, received);
+      if (after)
+        after();
+    };
+  } else {
+    issued.after = std::move(after);
+  }
+  return finish(type, std::move(issued));
 }
 
 WorkPtr ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {

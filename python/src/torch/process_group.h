@@ -165,6 +165,16 @@ class ProcessGroupChorus : public BackendBase {
   // even alltoall of chunks padded to the largest on any rank.
   c10::intrusive_ptr<c10d::Work> alltoallChunks(const std::vector<at::Tensor>& sends,
                                                 const std::vector<at::Tensor>& receives);
+  // Host tensors: one Communicator::allToAllV from `input` to `output` (each made contiguous when
+  // it is not), the blocks given in bytes; chorus checks every pair on every rank. The work's
+  // result is `results` (default: output), written by `after` (if any) once the exchange is done.
+  c10::intrusive_ptr<c10d::Work> alltoallHost(c10d::OpType type,
+                                              const at::Tensor& input,
+                                              const std::vector<int64_t>& sendBytes,
+                                              const at::Tensor& output,
+                                              const std::vector<int64_t>& recvBytes,
+                                              std::vector<at::Tensor> results = {},
+                                              std::function<void()> after = {});
   c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors,
                                          int peer,
                                          int tag,

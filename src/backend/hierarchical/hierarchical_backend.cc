@@ -168,6 +168,10 @@ void HierarchicalBackend::allToAll(const CallContext& call, const AllToAllArgs& 
   viaFlat(call, &Backend::allToAll, args);
 }
 
+void HierarchicalBackend::allToAllV(const CallContext& call, const AllToAllVArgs& args) {
+  viaFlat(call, &Backend::allToAllV, args);
+}
+
 void HierarchicalBackend::send(
     const CallContext& call, const void* data, size_t bytes, int peer, int tag) {
   guarded([&] { flat_->send(call, data, bytes, peer, tag); });

@@ -87,6 +87,7 @@ class HierarchicalBackend : public Backend {
   void gather(const CallContext& call, const GatherArgs& args) override;
   void scatter(const CallContext& call, const ScatterArgs& args) override;
   void allToAll(const CallContext& call, const AllToAllArgs& args) override;
+  void allToAllV(const CallContext& call, const AllToAllVArgs& args) override;
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;

@@ -9,6 +9,8 @@
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <limits>
+#include <vector>
 
 #include "backend/mpi/mpi_types.h"
 #include "connector/mpi_environment.h"
@@ -297,6 +299,68 @@ void MpiBackend::allToAll(const CallContext& call, const AllToAllArgs& args) {
   run(call, "MPI_Ialltoall", -1, [&](MPI_Request* request) {
     return MPI_Ialltoall(args.input, asInt(args.bytesPerRank), MPI_BYTE, args.output,
                          asInt(args.bytesPerRank), MPI_BYTE, comm_, request);
+  });
+}
+
+// Note [Splits over MPI]
+// MPI_Alltoallv trusts its counts: one that disagrees with the peer's is an MPI error or a cut
+// message. So first an MPI_Ialltoall of the byte counts tells each rank what every peer will send
+// it, which it compares with what it expects; then an MPI_Iallreduce(MIN) gives every rank the
+// first disagreeing pair (sender * size + receiver), with whether every rank's counts fit MPI's
+// int (else all take the fallback together); on a disagreement only, an MPI_Ibcast from that
+// pair's receiver brings both counts, so every rank raises the same MismatchError.
+bool MpiBackend::checkSplits(const CallContext& call, const AllToAllVArgs& args) {
+  bool fits = true;
+  for (int peer = 0; peer < size_; ++peer) {
+    fits = fits && fitsInt(args.sendOffsets[peer] + args.sendBytes[peer]) &&
+           fitsInt(args.recvOffsets[peer] + args.recvBytes[peer]);
+  }
+  if (size_ == 1)
+    return fits;  // the front end checked the one pair
+  std::vector<int64_t> sending(args.sendBytes.begin(), args.sendBytes.end());
+  std::vector<int64_t> coming(size_);
+  run(call, "MPI_Ialltoall (split check)", -1, [&](MPI_Request* request) {
+    return MPI_Ialltoall(sending.data(), 1, MPI_INT64_T, coming.data(), 1, MPI_INT64_T, comm_,
+                         request);
+  });
+  constexpr int64_t kNoPair = std::numeric_limits<int64_t>::max();
+  std::array<int64_t, 2> verdict{kNoPair, fits ? 1 : 0};  // reduced by MIN
+  for (int sender = 0; sender < size_ && verdict[0] == kNoPair; ++sender) {
+    if (coming[sender] != static_cast<int64_t>(args.recvBytes[sender]))
+      verdict[0] = int64_t{sender} * size_ + rank_;
+  }
+  run(call, "MPI_Iallreduce (split check)", -1, [&](MPI_Request* request) {
+    return MPI_Iallreduce(MPI_IN_PLACE, verdict.data(), 2, MPI_INT64_T, MPI_MIN, comm_, request);
+  });
+  if (verdict[0] == kNoPair)
+    return verdict[1] == 1;
+  const int sender = static_cast<int>(verdict[0] / size_);
+  const int receiver = static_cast<int>(verdict[0] % size_);
+  std::array<int64_t, 2> counts{0, 0};
+  if (receiver == rank_)
+    counts = {coming[sender], static_cast<int64_t>(args.recvBytes[sender])};
+  run(call, "MPI_Ibcast (split check)", receiver, [&](MPI_Request* request) {
+    return MPI_Ibcast(counts.data(), 2, MPI_INT64_T, receiver, comm_, request);
+  });
+  auto error = std::make_exception_ptr(
+      makeSplitMismatchError(names_(sender), names_(receiver), call.fingerprint,
+                             static_cast<uint64_t>(counts[0]), static_cast<uint64_t>(counts[1])));
+  abort(error);
+  std::rethrow_exception(error);
+}
+
+void MpiBackend::allToAllV(const CallContext& call, const AllToAllVArgs& args) {
+  checkFingerprints(call);
+  if (!checkSplits(call, args))
+    return fallback("all_to_all_v").allToAllV(call, args);
+  auto ints = [](std::span<const size_t> values) {
+    return std::vector<int>(values.begin(), values.end());
+  };
+  const std::vector<int> sendCounts = ints(args.sendBytes), sendOffsets = ints(args.sendOffsets);
+  const std::vector<int> recvCounts = ints(args.recvBytes), recvOffsets = ints(args.recvOffsets);
+  run(call, "MPI_Ialltoallv", -1, [&](MPI_Request* request) {
+    return MPI_Ialltoallv(args.input, sendCounts.data(), sendOffsets.data(), MPI_BYTE, args.output,
+                          recvCounts.data(), recvOffsets.data(), MPI_BYTE, comm_, request);
   });
 }
 

@@ -1,6 +1,6 @@
 // The native MPI backend ("mpi"): each collective is one non-blocking MPI collective on the
 // communicator's own MPI communicator (MPI_Iallreduce in place, MPI_Ireduce_scatter_block,
-// MPI_Iallgather, MPI_Ibcast, MPI_Ireduce, MPI_Igather, MPI_Iscatter, MPI_Ialltoall,
+// MPI_Iallgather, MPI_Ibcast, MPI_Ireduce, MPI_Igather, MPI_Iscatter, MPI_Ialltoall(v),
 // MPI_Ibarrier; MPI_Isend / MPI_Irecv with the caller's tag), completed by testing it until the
 // call's deadline (there is no blocking MPI call with a timeout).
 //
@@ -72,6 +72,7 @@ class MpiBackend : public Backend {
   void gather(const CallContext& call, const GatherArgs& args) override;
   void scatter(const CallContext& call, const ScatterArgs& args) override;
   void allToAll(const CallContext& call, const AllToAllArgs& args) override;
+  void allToAllV(const CallContext& call, const AllToAllVArgs& args) override;
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
@@ -109,6 +110,9 @@ class MpiBackend : public Backend {
   // Agrees on the call's fingerprint with the other ranks; MismatchError (on every rank) when
   // their calls differ.
   void checkFingerprints(const CallContext& call);
+  // Agrees on an all_to_all_v's block sizes (Note [Splits over MPI]): MismatchError on every rank
+  // when a pair disagrees. Returns whether every rank's counts and offsets fit MPI's int.
+  bool checkSplits(const CallContext& call, const AllToAllVArgs& args);
   // The algorithmic backend over the MPI transport; UnsupportedError naming `what` without one.
   Backend& fallback(const char* what);
   // A MismatchError (failing the backend) unless a receive of `bytes` from `peer` got that many.

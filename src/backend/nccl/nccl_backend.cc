@@ -202,6 +202,9 @@ void NcclBackend::scatter(const CallContext&, const ScatterArgs&) { refuseHostMe
 void NcclBackend::allToAll(const CallContext&, const AllToAllArgs&) {
   refuseHostMemory("all_to_all");
 }
+void NcclBackend::allToAllV(const CallContext&, const AllToAllVArgs&) {
+  refuseHostMemory("all_to_all_v");
+}
 void NcclBackend::barrier(const CallContext&) { refuseHostMemory("barrier"); }
 void NcclBackend::send(const CallContext&, const void*, size_t, int, int) {
   refuseHostMemory("send");

@@ -60,6 +60,7 @@ class ShmBackend : public Backend {
   void gather(const CallContext& call, const GatherArgs& args) override;
   void scatter(const CallContext& call, const ScatterArgs& args) override;
   void allToAll(const CallContext& call, const AllToAllArgs& args) override;
+  void allToAllV(const CallContext& call, const AllToAllVArgs& args) override;
   void barrier(const CallContext& call) override;
   void send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) override;
   void recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) override;
@@ -130,6 +131,9 @@ class ShmBackend : public Backend {
   // `output` for writer q (every rank), or as the whole output (one writer).
   void scatterBlocks(
       const CallContext& call, const void* input, void* output, size_t bytes, int writer);
+  // all_to_all_v's arrival round: publishes this rank's table (see shm_all_to_all_v.cc) and,
+  // where it fits, its input; returns the collective's number.
+  uint64_t arriveWithSplits(const CallContext& call, const AllToAllVArgs& args);
   // The direct path (ShmGroup::directReads): every rank publishes the address of its `input` in
   // the arrival round, `read(addresses)` copies what this rank needs out of its peers' memory
   // (addresses[q] is rank q's input), and a second round keeps every input in place until all its

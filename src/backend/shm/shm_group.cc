@@ -269,8 +269,9 @@ void ShmGroup::arrive(uint64_t sequence,
                       size_t bytes) {
   ArrivalRecord& record = block(rank_).arrivals[sequence & 1];
   record.fingerprint = fingerprint;
-  if (bytes > 0)
-    std::memcpy(bytes <= kInlineBytes ? record.data : smallSlot(rank_, sequence), data, bytes);
+  std::byte* to = bytes <= kInlineBytes ? record.data : smallSlot(rank_, sequence);
+  if (bytes > 0 && to != data)
+    std::memcpy(to, data, bytes);
   announce(record.sequence, sequence);
 }
 

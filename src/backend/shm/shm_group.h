@@ -86,6 +86,9 @@ class ShmGroup {
   // `bytes` (at most kSmallSlotBytes) of `data`, which makes its kArrived step `sequence`, and
   // wakes sleeping waiters.
   void arrive(uint64_t sequence, const Fingerprint& fingerprint, const void* data, size_t bytes);
+  // Where this rank's data of more than kInlineBytes for collective `sequence` goes: a caller may
+  // build it there and pass this as arrive's `data` (then nothing is copied).
+  std::byte* outgoingSlot(uint64_t sequence) const { return smallSlot(rank_, sequence); }
   // What `rank` published on arriving at `sequence`, valid once waitAll(kArrived, sequence) has
   // returned and until this rank arrives at sequence + 1: its fingerprint, and its data of
   // `bytes` (the size it was published with).

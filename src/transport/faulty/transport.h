@@ -50,6 +50,7 @@ class FaultyTransport final : public Transport {
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
+  int worldRank(int member) const override { return inner_->worldRank(member); }
   std::string_view name() const override { return inner_->name(); }
   void postSend(int peer,
                 uint64_t tag,
