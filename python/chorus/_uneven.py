@@ -28,8 +28,6 @@ from ._foreign import accepts_foreign
 # CUDA rows take the padded even all_to_all; tests set this to run that path on host arrays.
 _PADDED_ON_HOST = False
 
-# What a rank may find wrong with its part of an all_to_all, in its verdict.
-_FINE, _REFUSED, _ROWS_DISAGREE, _ARRAYS_DISAGREE = 0, 1, 2, 3
 _MOST_ROWS = 1 << 62
 
 
@@ -91,9 +89,10 @@ def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, rec
     if problem is None and recv_splits is not None:
         expects, problem = _counts(recv_splits, comm.size, "recv_splits")
     signature = _signature(b.dtype, b.shape[1:], b.cuda) if b is not None else 0
-    arrives, largest = _agree_on_rows(comm, rank_list, sends, expects, signature, problem)
+    padded = b is not None and (b.cuda or _PADDED_ON_HOST)
+    arrives, largest = _agree_on_rows(comm, rank_list, sends, expects, signature, problem, padded)
     received.extend(arrives)
-    if b.cuda or _PADDED_ON_HOST:
+    if padded:
         return _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize)
     y = b.like(b.empty((sum(arrives),) + b.shape[1:]))
     in_cap, out_cap = b.capsule(), y.capsule()
@@ -105,52 +104,55 @@ def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, rec
     return _ops._complete([call], lambda: _ops._results([y], False), async_op, synchronize)
 
 
-def _agree_on_rows(comm, rank_list, sends, expects, signature, problem):
-    """(the rows each group rank sends here, the most rows any rank sends another), after every
-    rank has checked its pairs and seen every rank's verdict; an error on every rank when any rank
-    found one."""
+def _agree_on_rows(comm, rank_list, sends, expects, signature, problem, padded):
+    """(the rows each group rank sends here, the most rows any rank sends another, or None when
+    not `padded`), an error on every rank alike when the call cannot go on.
+
+    One even all_to_all of two int64 per pair tells every rank the rows each rank sends it and
+    every rank's signature, or -1 rows from a rank that refused its call: those errors every rank
+    finds alike in what it heard. Only a rank's own recv_splits, and the padded path's largest
+    pair, need every rank's word: then one allgather of every rank's verdict follows."""
     told = np.full((comm.size, 2), -1, dtype=np.int64)  # row p: the rows for p, the signature
-    if sends is not None:
+    if problem is None:
         told[:, 0] = sends
     told[:, 1] = signature
-    heard = _ops._all_to_all(told, 0, 0, rank_list, False, False, None)
-    # (what, peer, rows, expected, the most rows this rank sends one rank)
-    verdict = np.array([_FINE, -1, -1, -1, max(sends or [0])], dtype=np.int64)
-    if problem is not None:
-        verdict[:4] = [_REFUSED, -1, -1, -1]
-    else:
-        for peer in range(comm.size):
-            rows, theirs = (int(v) for v in heard[peer])
-            if rows < 0:
-                continue  # that rank's call is refused, and its own verdict says so
-            if theirs != signature:
-                verdict[:4] = [_ARRAYS_DISAGREE, peer, -1, -1]
-                break
-            if expects is not None and rows != expects[peer]:
-                verdict[:4] = [_ROWS_DISAGREE, peer, rows, expects[peer]]
-                break
-    verdicts = _ops._allgather(verdict[None], 0, rank_list, False, False, None)
-    _raise_first(verdicts, problem, comm)
-    return [int(v) for v in heard[:, 0]], int(verdicts[:, 4].max())
-
-
-def _raise_first(verdicts, problem, comm):
-    """Raises, on every rank alike, for the lowest group rank that found something wrong."""
-    for rank, (what, peer, rows, expected, _) in enumerate(verdicts.tolist()):
-        if what == _FINE:
-            continue
-        if what == _REFUSED:
+    heard = _small_all_to_all(comm, told).tolist()
+    for rank, (rows, _) in enumerate(heard):
+        if rows < 0:
             if rank == comm.rank:
                 raise problem
             raise _chorus.MismatchError(
                 f"all_to_all: group rank {rank}'s call was refused (see its error)")
-        if what == _ARRAYS_DISAGREE:
+    for rank, (_, theirs) in enumerate(heard):
+        if theirs != heard[0][1]:
             raise _chorus.MismatchError(
-                f"all_to_all: group ranks {peer} and {rank} have arrays of different dtypes, "
-                "devices or dimensions other than 0; their rows cannot be exchanged")
-        raise _chorus.MismatchError(
-            f"all_to_all: group rank {peer} sends {rows} rows to group rank {rank}, which expects "
-            f"{expected} (recv_splits)")
+                f"all_to_all: group ranks 0 and {rank} have arrays of different dtypes, devices "
+                "or dimensions other than 0; their rows cannot be exchanged")
+    arrives = [rows for rows, _ in heard]
+    if expects is None and not padded:
+        return arrives, None
+    # (peer, rows, expected, the most rows this rank sends one rank)
+    verdict = np.array([[-1, -1, -1, max(sends)]], dtype=np.int64)
+    for peer in range(comm.size):
+        if expects is not None and arrives[peer] != expects[peer]:
+            verdict[0, :3] = [peer, arrives[peer], expects[peer]]
+            break
+    verdicts = _ops._allgather(verdict, 0, rank_list, False, False, None)
+    for rank, (peer, rows, expected, _) in enumerate(verdicts.tolist()):
+        if peer >= 0:
+            raise _chorus.MismatchError(
+                f"all_to_all: group rank {peer} sends {rows} rows to group rank {rank}, which "
+                f"expects {expected} (recv_splits)")
+    return arrives, int(verdicts[:, 3].max())
+
+
+def _small_all_to_all(comm, told):
+    """The even all_to_all of `told` (int64, one row per group rank), straight to the native call:
+    the agreement's round is most of a small exchange's time."""
+    heard = np.empty_like(told)
+    _chorus.all_to_all(comm._native, _arrays.prepare(told).capsule(),
+                       _arrays.prepare(heard).capsule(), 0, 0, None, False)
+    return heard
 
 
 def _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize):
