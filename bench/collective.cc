@@ -5,13 +5,15 @@
 #include <array>
 #include <string>
 
+#include "uneven_collectives.h"
+
 namespace chorus::bench {
 namespace {
 
 // Pointers, not copies, so the table does not depend on other files' initialization order.
-const std::array<const Collective*, 9> kCollectives = {
+const std::array<const Collective*, 10> kCollectives = {
     &kAllreduce, &kAllgather, &kReduceScatter, &kBroadcast, &kReduce,
-    &kAlltoall,  &kGather,    &kScatter,       &kBarrier,
+    &kAlltoall,  &kAlltoallv, &kGather,        &kScatter,   &kBarrier,
 };
 
 struct Alias {
@@ -22,6 +24,7 @@ constexpr Alias kAliases[] = {
     {"all_reduce", "allreduce"},         {"all_gather", "allgather"},
     {"reducescatter", "reduce_scatter"}, {"reduce-scatter", "reduce_scatter"},
     {"all_to_all", "alltoall"},          {"bcast", "broadcast"},
+    {"all_to_all_v", "alltoallv"},
 };
 
 }  // namespace

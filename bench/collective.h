@@ -61,6 +61,8 @@ struct Collective {
   Communicator::WorkPtr (*issue)(const Call& call);
   // Elements on this rank that differ from the closed form, after fill() and one issue()->wait().
   int64_t (*countWrong)(const Call& call);
+  // No CUDA form (alltoallv): --device cuda refuses it, and its `--op all` leaves it out.
+  bool hostOnly = false;
 };
 
 // Every collective, in the order `--op all` runs them.

@@ -5,9 +5,11 @@
 
 #include <climits>
 #include <string_view>
+#include <vector>
 
 #include "backend/mpi/mpi_types.h"
 #include "chorus/error.h"
+#include "uneven_collectives.h"
 
 namespace chorus::bench {
 namespace {
@@ -51,6 +53,22 @@ int runAlltoall(const Call& c, MPI_Datatype type, MPI_Op) {
   const int count = elements(c.shape.count);
   return MPI_Alltoall(c.in, count, type, c.out, count, type, MPI_COMM_WORLD);
 }
+// The blocks chorus's alltoallv row sends (uneven_collectives.h), as MPI's int counts and offsets.
+int runAlltoallv(const Call& c, MPI_Datatype type, MPI_Op) {
+  const UnevenSplits splits = unevenSplits(c);
+  std::vector<int> sendCounts, sendOffsets, recvCounts, recvOffsets;
+  int sendAt = 0, recvAt = 0;
+  for (int peer = 0; peer < c.ranks(); ++peer) {
+    sendCounts.push_back(elements(splits.send[peer]));
+    recvCounts.push_back(elements(splits.recv[peer]));
+    sendOffsets.push_back(sendAt);
+    recvOffsets.push_back(recvAt);
+    sendAt += sendCounts.back();
+    recvAt += recvCounts.back();
+  }
+  return MPI_Alltoallv(c.in, sendCounts.data(), sendOffsets.data(), type, c.out, recvCounts.data(),
+                       recvOffsets.data(), type, MPI_COMM_WORLD);
+}
 int runGather(const Call& c, MPI_Datatype type, MPI_Op) {
   const int count = elements(c.shape.count);
   return MPI_Gather(c.in, count, type, c.out, count, type, c.root, MPI_COMM_WORLD);
@@ -73,6 +91,7 @@ constexpr MpiCollective kMpiCollectives[] = {
     {"allgather", "MPI_Allgather", runAllgather},
     {"broadcast", "MPI_Bcast", runBroadcast},
     {"alltoall", "MPI_Alltoall", runAlltoall},
+    {"alltoallv", "MPI_Alltoallv", runAlltoallv},
     {"gather", "MPI_Gather", runGather},
     {"scatter", "MPI_Scatter", runScatter},
     {"barrier", "MPI_Barrier", runBarrier},

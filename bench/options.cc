@@ -16,7 +16,8 @@ namespace chorus::bench {
 namespace {
 
 constexpr const char* kFooter = R"(
-Collectives: allreduce allgather reduce_scatter broadcast reduce alltoall gather scatter barrier
+Collectives: allreduce allgather reduce_scatter broadcast reduce alltoall alltoallv gather scatter
+barrier
 Sizes: bytes with an optional K, M or G suffix (powers of 1024), e.g. 8, 4K, 256M.
 Output (rank 0): size (bytes, nccl-tests' notion: the full gathered buffer for allgather,
 reduce_scatter, alltoall, gather, scatter), count (elements per rank chunk for those, else of the
@@ -39,8 +40,8 @@ Examples:
   mpirun -np 2 chorus-bench --compare mpi --op allreduce --max 64M --check --csv allreduce.csv
   chorusrun -np 2 chorus-bench --device cuda --compare nccl --op all --max 256M --check)";
 
-// The op list: a comma list of names, or "all".
-std::vector<std::string> expandOps(const std::vector<std::string>& given) {
+// The op list: a comma list of names, or "all" (on the GPU, every row with a CUDA form).
+std::vector<std::string> expandOps(const std::vector<std::string>& given, bool onDevice) {
   std::vector<std::string> ops;
   for (const std::string& item : given) {
     std::stringstream stream(item);
@@ -51,7 +52,8 @@ std::vector<std::string> expandOps(const std::vector<std::string>& given) {
       }
       if (name == "all") {
         for (const Collective* collective : allCollectives()) {
-          ops.emplace_back(collective->name);
+          if (!(onDevice && collective->hostOnly))
+            ops.emplace_back(collective->name);
         }
         continue;
       }
@@ -60,7 +62,12 @@ std::vector<std::string> expandOps(const std::vector<std::string>& given) {
         throw CLI::ValidationError("--op", "unknown collective '" + name +
                                                "'; use one of allreduce, allgather, "
                                                "reduce_scatter, broadcast, reduce, alltoall, "
-                                               "gather, scatter, barrier, or all");
+                                               "alltoallv, gather, scatter, barrier, or all");
+      }
+      if (onDevice && collective->hostOnly) {
+        throw CLI::ValidationError("--op", "'" + name +
+                                               "' takes host buffers only (chorus refuses it "
+                                               "on CUDA tensors): drop --device cuda");
       }
       ops.emplace_back(collective->name);
     }
@@ -147,7 +154,7 @@ void checkComparison(const BenchOptions& options) {
 
 // Converts the text options and checks what CLI11 cannot (throws CLI::ValidationError).
 void finishOptions(const RawText& raw, BenchOptions& options) {
-  options.ops = expandOps({raw.ops});
+  options.ops = expandOps({raw.ops}, raw.device == "cuda");
   options.minBytes = parseOrThrow("--min", raw.minBytes, parseByteSize);
   options.maxBytes = parseOrThrow("--max", raw.maxBytes, parseByteSize);
   options.dtype =

@@ -145,6 +145,12 @@ class Communicator {
                     std::span<const int64_t> sendSplits,
                     Tensor output,
                     std::span<const int64_t> recvSplits);
+  // allgather of inputs whose dimension 0 differs (MPI's Allgatherv, Horovod's allgather): every
+  // rank's `input` rows land in `output` in rank order, recvSplits[r] rows from rank r (size()
+  // entries adding up to output's dimension 0). Rank r's recvSplits[q] must equal rank q's rows
+  // (else MismatchError on every rank, naming the pair); dtype, row shape and the rest as for
+  // allToAllV.
+  WorkPtr allgatherV(Tensor input, Tensor output, std::span<const int64_t> recvSplits);
   // Point-to-point: a send matches the recv with the same (peer, tag) in order. Sizes and dtypes
   // must agree (else MismatchError on both sides). A recv from kAnySource takes a message with its
   // tag from whichever rank; the Work's sourceRank() then says who sent it. As in MPI, a message

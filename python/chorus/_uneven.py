@@ -13,9 +13,10 @@ from x into the result; CUDA rows (the native form takes host tensors only) thro
 all_to_all padded to the largest pair.
 
 allgather(x, uneven=True): the extents along `axis` may differ. The ranks gather every rank's
-extent and a signature of the rest (one allgather of two int64 per rank), check that the rest
-agrees, then gather x padded to the largest extent; along axis 0 into one array (this rank's block
-in place), whose blocks then move down to follow each other.
+extent and a signature of the rest (one allgather of two int64 per rank) and check that the rest
+agrees. Along axis 0, host rows then move in one native allgather_v (Communicator::allgatherV);
+CUDA rows, and other axes, gather x padded to the largest extent (along axis 0 into one array,
+this rank's block in place, whose blocks then move down to follow each other).
 """
 
 import zlib
@@ -191,7 +192,7 @@ def allgather(x, axis, rank_list, async_op, synchronize):
     mine = np.array([[-1 if problem else b.shape[axis],
                       _signature(b.dtype, (ndim, axis) + others, b.cuda) if b else 0]],
                     dtype=np.int64)
-    every = _ops._allgather(mine, 0, rank_list, False, False, None).tolist()
+    every = _small_allgather(comm, mine).tolist()
     for rank, (extent, signature) in enumerate(every):
         if extent < 0:
             if rank == comm.rank:
@@ -207,6 +208,15 @@ def allgather(x, axis, rank_list, async_op, synchronize):
     largest = max(extents)
     if all(extent == largest for extent in extents):
         return _ops._allgather(b.array, axis, rank_list, async_op, synchronize, None)
+    if axis == 0 and not (b.cuda or _PADDED_ON_HOST):
+        y = b.like(b.empty((sum(extents),) + b.shape[1:]))
+        in_cap, out_cap = b.capsule(), y.capsule()
+
+        def call(is_async):
+            return _chorus.allgather_v(comm._native, in_cap, out_cap, extents, b.export_dtype,
+                                       is_async)
+
+        return _ops._complete([call], lambda: _ops._results([y], False), async_op, synchronize)
     if axis == 0:
         return _gather_rows(b, comm, extents, largest, rank_list, async_op, synchronize)
     padded = b.empty(b.shape[:axis] + (largest,) + b.shape[axis + 1:])
@@ -223,7 +233,7 @@ def allgather(x, axis, rank_list, async_op, synchronize):
 
 
 def _gather_rows(b, comm, extents, largest, rank_list, async_op, synchronize):
-    """Along axis 0: one array of every rank's block of `largest` rows, this rank's gathered in
+    """Along axis 0, for CUDA arrays (host arrays take the native allgather_v): one array of every rank's block of `largest` rows, this rank's gathered in
     place, then each block moved down to follow the one before; the result is a view of it (one
     new array in all, as for the plain allgather)."""
     whole = b.empty((comm.size * largest,) + b.shape[1:])
@@ -245,6 +255,15 @@ def _gather_rows(b, comm, extents, largest, rank_list, async_op, synchronize):
             else whole[:at].clone()
 
     return _then(gathered, compact)
+
+
+def _small_allgather(comm, mine):
+    """The allgather of `mine` (int64, one row) straight to the native call, as
+    _small_all_to_all."""
+    every = np.empty((comm.size,) + mine.shape[1:], dtype=mine.dtype)
+    _chorus.allgather(comm._native, _arrays.prepare(mine).capsule(),
+                      _arrays.prepare(every).capsule(), 0, None, False)
+    return every
 
 
 def _then(result, change):

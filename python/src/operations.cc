@@ -1,6 +1,7 @@
 // The Communicator's operations as seen from Python: one function per C++ method (allreduce,
-// broadcast, reduce, allgather, reduce_scatter, gather, scatter, all_to_all, all_to_all_v, send,
-// recv, barrier), each taking that method's arguments in its order, and besides them only:
+// broadcast, reduce, allgather, reduce_scatter, gather, scatter, all_to_all, all_to_all_v,
+// allgather_v, send, recv, barrier), each taking that method's arguments in its order, and besides
+// them only:
 //  - `native`, the Communicator, first;
 //  - tensors as DLPack capsules, which the package exports (python/chorus/_arrays.py) and which
 //    this file views as Tensors; the package passes one capsule twice for "in place";
@@ -170,6 +171,17 @@ py::object allToAllV(Communicator& comm,
                          });
 }
 
+py::object allgatherV(Communicator& comm,
+                      py::handle input,
+                      py::handle output,
+                      const std::vector<int64_t>& recvSplits,
+                      Dtype dtype,
+                      bool async) {
+  return betweenCapsules(
+      input, output, false, dtype, async,
+      [&](const Tensor& in, const Tensor& out) { return comm.allgatherV(in, out, recvSplits); });
+}
+
 py::object send(Communicator& comm, py::handle tensor, int peer, int tag, Dtype dtype, bool async) {
   const Tensor view = tensorFromCapsule(tensor, dtype);
   return runOperation(
@@ -334,6 +346,8 @@ void bindOperations(py::module_& module) {
              py::arg("concat_axis"), dtype, async);
   module.def("all_to_all_v", &allToAllV, native, input, py::arg("send_splits"), output,
              py::arg("recv_splits"), dtype, async);
+  module.def("allgather_v", &allgatherV, native, input, output, py::arg("recv_splits"), dtype,
+             async);
   module.def("send", &send, native, py::arg("tensor"), py::arg("peer"), py::arg("tag"), dtype,
              async);
   module.def("recv", &recv, native, py::arg("tensor"), py::arg("peer"), py::arg("tag"), dtype,

@@ -34,6 +34,8 @@ std::string_view toString(Collective collective) {
       return "group setup (split or rank_list)";
     case Collective::kAllToAllV:
       return "all_to_all_v";
+    case Collective::kAllgatherV:
+      return "allgather_v";
   }
   return "unknown collective";
 }
@@ -58,7 +60,7 @@ std::string dataTypeName(uint8_t dtype) {
 }
 
 std::string collectiveName(Collective collective) {
-  if (static_cast<uint8_t>(collective) > static_cast<uint8_t>(Collective::kAllToAllV)) {
+  if (static_cast<uint8_t>(collective) > static_cast<uint8_t>(Collective::kAllgatherV)) {
     return detail::concat("collective ", int{static_cast<uint8_t>(collective)});
   }
   return std::string(toString(collective));

@@ -25,7 +25,8 @@ enum class Collective : uint8_t {
   kBarrier,
   kPointToPoint,
   kSplit,
-  kAllToAllV,  // all_to_all with a block size per pair (MPI's Alltoallv)
+  kAllToAllV,   // all_to_all with a block size per pair (MPI's Alltoallv)
+  kAllgatherV,  // allgather with a block size per rank (MPI's Allgatherv)
 };
 std::string_view toString(Collective collective);
 

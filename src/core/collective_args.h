@@ -82,8 +82,9 @@ struct AllToAllArgs {
 // all_to_all with a block size per pair: the block for rank i is sendBytes[i] bytes at
 // sendOffsets[i] of input, the block from rank i lands in recvBytes[i] bytes at recvOffsets[i] of
 // output (each span has size() entries). The front end packs the blocks in rank order, but a
-// backend reads only these. Whether sendBytes[i] on this rank equals recvBytes[me] on rank i is
-// the backend's to check, on every rank (Backend::allToAllV).
+// backend reads only these (an allgather_v sends its whole input to every rank: every send block
+// is at offset 0). Whether sendBytes[i] on this rank equals recvBytes[me] on rank i is the
+// backend's to check, on every rank (Backend::allToAllV).
 struct AllToAllVArgs {
   const void* input;
   void* output;  // never overlaps input

@@ -1,11 +1,9 @@
 // Communicator front end, part 2: the collectives that move data without reducing it (allgather,
-// gather, scatter, all_to_all), point-to-point send/recv, and barrier. Concatenation and splitting
-// along an axis other than the outermost are staged through rank-major blocks (tensor_layout.h).
-#include <algorithm>
+// gather, scatter, all_to_all; the uneven ones are in communicator_uneven.cc), point-to-point
+// send/recv, and barrier. Concatenation and splitting along an axis other than the outermost are
+// staged through rank-major blocks (tensor_layout.h).
 #include <cstdint>
 #include <cstring>
-#include <span>
-#include <vector>
 
 #include "chorus/communicator.h"
 #include "core/check.h"
@@ -209,93 +207,6 @@ Communicator::WorkPtr Communicator::allToAll(Tensor input,
     state.backend().allToAll(call, {send, receive, partBytes});
     if (concatLayout.outer > 1)
       detail::interleaveBlocks(receive, output.data(), size, concatLayout);
-  });
-}
-
-namespace {
-
-// all_to_all_v's blocks in bytes: `size` sizes then `size` offsets (packed in rank order), from
-// `splits` (rows) of `tensor`, whose dimension 0 they must add up to. `what` is "send" or "recv".
-void appendBlocks(std::vector<size_t>& blocks,
-                  std::span<const int64_t> splits,
-                  const Tensor& tensor,
-                  size_t rowBytes,
-                  std::string_view what,
-                  int size,
-                  int me) {
-  CHORUS_CHECK_ARG(static_cast<int>(splits.size()) == size, "rank ", me,
-                   " (this process): all_to_all_v: ", what, "_splits has ", splits.size(),
-                   " entries; it needs one per rank of the group (", size, ")");
-  int64_t rows = 0;
-  for (int64_t split : splits) {
-    CHORUS_CHECK_ARG(split >= 0, "rank ", me, " (this process): all_to_all_v: ", what,
-                     "_splits has a negative entry (", split, ")");
-    rows += split;
-  }
-  CHORUS_CHECK_ARG(rows == tensor.shape()[0], "rank ", me, " (this process): all_to_all_v: ", what,
-                   "_splits add up to ", rows, " rows, but dimension 0 of the ",
-                   what == "send" ? "input" : "output", " ", tensor.describe(), " has ",
-                   tensor.shape()[0]);
-  const size_t sizes = blocks.size();
-  for (int64_t split : splits) blocks.push_back(static_cast<size_t>(split) * rowBytes);
-  size_t offset = 0;
-  for (int r = 0; r < size; ++r) {
-    blocks.push_back(offset);
-    offset += blocks[sizes + r];
-  }
-}
-
-}  // namespace
-
-Communicator::WorkPtr Communicator::allToAllV(Tensor input,
-                                              std::span<const int64_t> sendSplits,
-                                              Tensor output,
-                                              std::span<const int64_t> recvSplits) {
-  const int me = worldRank();  // in messages (Note [One rank numbering])
-  const int p = size();
-  const char* op = "all_to_all_v";
-  detail::checkTensor(input, "input", op, me);
-  detail::checkTensor(output, "output", op, me);
-  checkHasAxes(input, "input", op, me);
-  checkHasAxes(output, "output", op, me);
-  std::vector<int64_t> rowShape(input.shape().begin() + 1, input.shape().end());
-  CHORUS_CHECK_ARG(input.dtype() == output.dtype() &&
-                       std::equal(rowShape.begin(), rowShape.end(), output.shape().begin() + 1,
-                                  output.shape().end()),
-                   "rank ", me, " (this process): all_to_all_v: the input ", input.describe(),
-                   " and the output ", output.describe(),
-                   " must have one dtype and the same dimensions after the first");
-  const auto in = reinterpret_cast<std::uintptr_t>(input.data());
-  const auto out = reinterpret_cast<std::uintptr_t>(output.data());
-  CHORUS_CHECK_ARG(input.nbytes() == 0 || output.nbytes() == 0 || out + output.nbytes() <= in ||
-                       in + input.nbytes() <= out,
-                   "rank ", me, " (this process): all_to_all_v: the input overlaps the output");
-  size_t rowElements = 1;
-  for (int64_t extent : rowShape) rowElements *= static_cast<size_t>(extent);
-  const size_t rowBytes = rowElements * dataTypeSize(input.dtype());
-  std::vector<size_t> blocks;  // send sizes, send offsets, recv sizes, recv offsets
-  blocks.reserve(4 * static_cast<size_t>(p));
-  appendBlocks(blocks, sendSplits, input, rowBytes, "send", p, me);
-  appendBlocks(blocks, recvSplits, output, rowBytes, "recv", p, me);
-  if (detail::deviceOf({&input, &output}, op, me) >= 0) {
-    throw UnsupportedError(concat("rank ", me,
-                                  " (this process): all_to_all_v of CUDA tensors; "
-                                  "pad the blocks to one size and use all_to_all"));
-  }
-  auto fingerprint =
-      detail::makeFingerprint(Collective::kAllToAllV, rowElements, input.dtype(), std::nullopt, -1);
-  // Alone, this rank's own pair is every pair; among peers, the backend checks every pair on every
-  // rank (a check here would fail this rank alone).
-  if (p == 1 && blocks[0] != blocks[2])
-    throw makeSplitMismatchError(me, me, fingerprint, blocks[0], blocks[2]);
-  auto& state = *state_;
-  return state_->submit(fingerprint, [&state, input, output, blocks = std::move(blocks)](
-                                         const backend::CallContext& call) {
-    const size_t n = static_cast<size_t>(state.info().size);
-    const std::span<const size_t> all(blocks);
-    const AllToAllVArgs args{input.data(),      output.data(),         all.subspan(0, n),
-                             all.subspan(n, n), all.subspan(2 * n, n), all.subspan(3 * n, n)};
-    state.backend().allToAllV(call, args);
   });
 }
 

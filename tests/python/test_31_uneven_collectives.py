@@ -224,7 +224,7 @@ def test_differentiable_all_to_all_with_splits_sends_each_gradient_back(comm, ro
 
 
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
-def test_uneven_allgather_concatenates_every_rank(comm, kind):
+def test_uneven_allgather_concatenates_every_rank(comm, kind, rows_path):
     """Rank r gives r + 1 rows [r, k] (rank 0's first row counts from 0)."""
     mine = np.array([[comm.rank, k] for k in range(comm.rank + 1)], dtype=np.float64)
     x = torch.from_numpy(mine) if kind == "torch" else mine
@@ -232,6 +232,16 @@ def test_uneven_allgather_concatenates_every_rank(comm, kind):
     expected = np.array([[r, k] for r in range(comm.size) for k in range(r + 1)], np.float64)
     assert isinstance(y, torch.Tensor if kind == "torch" else np.ndarray)
     np.testing.assert_array_equal(np.asarray(y), expected)
+
+
+def test_uneven_allgather_of_large_rows_async(comm, rows_path):
+    """Rank r gives 2r rows of 5000 float64 (rank 0 none), row k holding r * 1e4 + k + i / 1e4 at
+    column i: past the shared-memory backend's small slot."""
+    columns = np.arange(5000) / 1e4
+    mine = np.array([comm.rank * 1e4 + k + columns for k in range(2 * comm.rank)]).reshape(-1, 5000)
+    y = chorus.allgather(mine, uneven=True, async_op=True).wait()
+    expected = [r * 1e4 + k + columns for r in range(comm.size) for k in range(2 * r)]
+    np.testing.assert_array_equal(y, np.array(expected).reshape(-1, 5000))
 
 
 def test_uneven_allgather_along_axis_1_async_and_even(comm):

@@ -100,6 +100,28 @@ int main() {
     }
     check(ok, "all_to_all_v", r);
 
+    // allgather_v: rank q contributes rowsBetween(q, 0) rows (rank 0 none), the same values.
+    std::vector<int32_t> myRows, gatheredRows;
+    std::vector<int64_t> gatherSplits;
+    for (int64_t k = 0; k < rowsBetween(r, 0); ++k) {
+      for (int64_t i = 0; i < 700; ++i) myRows.push_back(value(r, 0, k, i));
+    }
+    for (int q = 0; q < p; ++q) gatherSplits.push_back(rowsBetween(q, 0));
+    const int64_t gatheredCount =
+        std::accumulate(gatherSplits.begin(), gatherSplits.end(), int64_t{0});
+    gatheredRows.assign(static_cast<size_t>(gatheredCount * 700), -1);
+    comm->allgatherV(Tensor(myRows.data(), {static_cast<int64_t>(myRows.size()) / 700, 700}),
+                     Tensor(gatheredRows.data(), {gatheredCount, 700}), gatherSplits)
+        ->wait();
+    ok = true;
+    at = 0;
+    for (int q = 0; q < p; ++q) {
+      for (int64_t k = 0; k < gatherSplits[q]; ++k) {
+        for (int64_t i = 0; i < 700; ++i) ok = ok && gatheredRows[at++] == value(q, 0, k, i);
+      }
+    }
+    check(ok, "allgather_v", r);
+
     std::vector<int64_t> reduced(5, r + 1);
     comm->reduce(Tensor(reduced.data(), {5}), p / 2)->wait();
     check(reduced == std::vector<int64_t>(5, r == p / 2 ? p * (p + 1) / 2 : r + 1), "reduce", r);

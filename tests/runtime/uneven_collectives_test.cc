@@ -1,10 +1,12 @@
-// Communicator::allToAllV (all_to_all with a block size per pair) through the front end, with ranks
+// Communicator::allToAllV (all_to_all with a block size per pair) and allgatherV (allgather of
+// inputs of different lengths) through the front end, with ranks
 // as threads of this process, on every host backend: the void backend (one rank), tcp (the
 // pairwise algorithm), shm (tables in the arrival round; blocks in the small slot, read directly,
 // or, with CHORUS_SHM_DIRECT=0, through the fallback: the test shm_all_to_all_v_through_slots) and
 // hierarchical. Expected values are closed forms of (sender, receiver, row): rank q sends rank r
 // rowsBetween(q, r) rows (some pairs none), row k of them holding code(q, r, k, i) at column i.
-// Then the errors: a pair that disagrees, this rank's own pair, and bad arguments.
+// allgatherV: rank q contributes rowsBetween(q, 0, scale) rows holding code(q, 0, k, i). Then the
+// errors: a pair that disagrees, this rank's own pair, and bad arguments.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -210,6 +212,67 @@ TEST_P(AllToAllVTest, ARanksOwnPairThatDisagreesFailsEveryRank) {
       options());
 }
 
+// Every rank's rows, in rank order, some ranks contributing none; both slot parities; each size
+// twice.
+TEST_P(AllToAllVTest, AllgatherVConcatenatesEveryRanksRows) {
+  chorus::testing::runRanks(
+      GetParam().size,
+      [](Communicator& comm) {
+        const int p = comm.size();
+        for (int64_t scale : {int64_t{1}, int64_t{4}, int64_t{5000}}) {
+          for (int round = 0; round < 2; ++round) {
+            std::vector<int32_t> mine;
+            for (int64_t k = 0; k < rowsBetween(comm.rank(), 0, scale); ++k) {
+              for (int64_t i = 0; i < 3; ++i) mine.push_back(code(comm.rank(), 0, k, i));
+            }
+            std::vector<int64_t> recvSplits;
+            int64_t rows = 0;
+            for (int q = 0; q < p; ++q) {
+              recvSplits.push_back(rowsBetween(q, 0, scale));
+              rows += recvSplits.back();
+            }
+            std::vector<int32_t> all(static_cast<size_t>(3 * rows), -1);
+            comm.allgatherV(rowsOf(mine, 3), rowsOf(all, 3), recvSplits)->wait();
+            size_t at = 0;
+            for (int q = 0; q < p; ++q) {
+              for (int64_t k = 0; k < recvSplits[q]; ++k) {
+                for (int64_t i = 0; i < 3; ++i, ++at)
+                  ASSERT_EQ(all[at], code(q, 0, k, i)) << "scale " << scale << " from " << q;
+              }
+            }
+          }
+        }
+      },
+      options());
+}
+
+// The last rank expects one row more from rank 0 than rank 0 has.
+TEST_P(AllToAllVTest, AllgatherVOfCountsThatDisagreeFailsEveryRank) {
+  if (GetParam().size < 2)
+    GTEST_SKIP() << "needs two ranks";
+  chorus::testing::runRanks(
+      GetParam().size,
+      [](Communicator& comm) {
+        const int p = comm.size();
+        std::vector<int64_t> recvSplits(p, 2);
+        if (comm.rank() == p - 1)
+          recvSplits[0] = 3;
+        std::vector<int32_t> mine(2, 7), all(static_cast<size_t>(2 * p + 1));
+        const int64_t rows = comm.rank() == p - 1 ? 2 * p + 1 : 2 * p;
+        try {
+          comm.allgatherV(Tensor(mine.data(), {2}), Tensor(all.data(), {rows}), recvSplits)->wait();
+          ADD_FAILURE() << "rank " << comm.rank() << ": no error";
+        } catch (const MismatchError& error) {
+          EXPECT_NE(std::string(error.what())
+                        .find("rank 0 sends 8 bytes to rank " + std::to_string(p - 1) +
+                              ", which expects 12 bytes from it"),
+                    std::string::npos)
+              << error.what();
+        }
+      },
+      options());
+}
+
 std::vector<Case> cases() {
   std::vector<Case> all{{"auto", 1}};
   for (const char* backend : {"tcp", "shm"}) {
@@ -255,6 +318,8 @@ TEST(AllToAllVArgumentsTest, BadArgumentsAreRefusedNamingWhatIsWrong) {
     });
     refuses("needs",
             [&] { comm.allToAllV(Tensor(values.data(), {}), std::vector<int64_t>{1}, out, six); });
+    refuses("allgather_v: recv_splits add up to 5 rows",
+            [&] { comm.allgatherV(in, out, std::vector<int64_t>{5}); });
     // None of those reached the communicator: it still works.
     comm.allToAllV(in, six, out, six)->wait();
   });
