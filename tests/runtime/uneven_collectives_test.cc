@@ -49,29 +49,48 @@ Tensor rowsOf(std::vector<int32_t>& values, int64_t columns) {
   return Tensor(values.data(), {static_cast<int64_t>(values.size()) / columns, columns});
 }
 
-// One call, checked against the closed form: `scale` rows per unit of rowsBetween.
-void exchangeAndCheck(Communicator& comm, int64_t scale, int64_t columns) {
-  const int p = comm.size();
-  const int me = comm.rank();
-  Outgoing out = outgoing(me, p, scale, columns);
-  std::vector<int64_t> recvSplits;
+// The rows rank `to` receives from each rank, `scale` per unit of rowsBetween (to = 0 also
+// serves allgatherV, whose ranks contribute rowsBetween(q, 0, scale) rows each).
+std::vector<int64_t> splitsInto(int to, int p, int64_t scale) {
+  std::vector<int64_t> splits;
+  for (int from = 0; from < p; ++from) splits.push_back(rowsBetween(from, to, scale));
+  return splits;
+}
+
+// A buffer of -1 for `splits` rows of `columns`.
+std::vector<int32_t> receiveBuffer(const std::vector<int64_t>& splits, int64_t columns) {
   int64_t rows = 0;
-  for (int from = 0; from < p; ++from) {
-    recvSplits.push_back(rowsBetween(from, me, scale));
-    rows += recvSplits.back();
-  }
-  std::vector<int32_t> received(static_cast<size_t>(rows * columns), -1);
-  comm.allToAllV(rowsOf(out.values, columns), out.splits, rowsOf(received, columns), recvSplits)
-      ->wait();
+  for (int64_t split : splits) rows += split;
+  return std::vector<int32_t>(static_cast<size_t>(rows * columns), -1);
+}
+
+// `received` holds, in rank order, splits[q] rows from each rank q, row k of them holding
+// code(q, as, k, i) at column i.
+void expectRows(const std::vector<int32_t>& received,
+                const std::vector<int64_t>& splits,
+                int64_t columns,
+                int as,
+                const std::string& context) {
   size_t at = 0;
-  for (int from = 0; from < p; ++from) {
-    for (int64_t k = 0; k < recvSplits[from]; ++k) {
+  for (int from = 0; from < static_cast<int>(splits.size()); ++from) {
+    for (int64_t k = 0; k < splits[from]; ++k) {
       for (int64_t i = 0; i < columns; ++i, ++at) {
-        ASSERT_EQ(received[at], code(from, me, k, i))
-            << "scale " << scale << ": from rank " << from << ", row " << k << ", column " << i;
+        ASSERT_EQ(received[at], code(from, as, k, i))
+            << context << ": from rank " << from << ", row " << k << ", column " << i;
       }
     }
   }
+}
+
+// One call, checked against the closed form: `scale` rows per unit of rowsBetween.
+void exchangeAndCheck(Communicator& comm, int64_t scale, int64_t columns) {
+  const int me = comm.rank();
+  Outgoing out = outgoing(me, comm.size(), scale, columns);
+  const std::vector<int64_t> recvSplits = splitsInto(me, comm.size(), scale);
+  std::vector<int32_t> received = receiveBuffer(recvSplits, columns);
+  comm.allToAllV(rowsOf(out.values, columns), out.splits, rowsOf(received, columns), recvSplits)
+      ->wait();
+  expectRows(received, recvSplits, columns, me, "scale " + std::to_string(scale));
 }
 
 struct Case {
@@ -127,27 +146,17 @@ TEST_P(AllToAllVTest, AsyncCallsInARow) {
           const int64_t scale = call % 2 == 0 ? 2 : 2000;
           outs.push_back(outgoing(comm.rank(), p, scale, 1));
         }
-        received.resize(outs.size());
+        std::vector<std::vector<int64_t>> recvSplits;
         for (size_t call = 0; call < outs.size(); ++call) {
-          const int64_t scale = call % 2 == 0 ? 2 : 2000;
-          std::vector<int64_t> recvSplits;
-          for (int from = 0; from < p; ++from)
-            recvSplits.push_back(rowsBetween(from, comm.rank(), scale));
-          int64_t rows = 0;
-          for (int64_t r : recvSplits) rows += r;
-          received[call].assign(static_cast<size_t>(rows), -1);
+          recvSplits.push_back(splitsInto(comm.rank(), p, call % 2 == 0 ? 2 : 2000));
+          received.push_back(receiveBuffer(recvSplits.back(), 1));
           works.push_back(comm.allToAllV(rowsOf(outs[call].values, 1), outs[call].splits,
-                                         rowsOf(received[call], 1), recvSplits));
+                                         rowsOf(received[call], 1), recvSplits[call]));
         }
         for (auto& work : works) work->wait();
-        for (size_t call = 0; call < outs.size(); ++call) {
-          const int64_t scale = call % 2 == 0 ? 2 : 2000;
-          size_t at = 0;
-          for (int from = 0; from < p; ++from) {
-            for (int64_t k = 0; k < rowsBetween(from, comm.rank(), scale); ++k, ++at)
-              ASSERT_EQ(received[call][at], code(from, comm.rank(), k, 0)) << "call " << call;
-          }
-        }
+        for (size_t call = 0; call < outs.size(); ++call)
+          expectRows(received[call], recvSplits[call], 1, comm.rank(),
+                     "call " + std::to_string(call));
       },
       options());
 }
@@ -225,21 +234,10 @@ TEST_P(AllToAllVTest, AllgatherVConcatenatesEveryRanksRows) {
             for (int64_t k = 0; k < rowsBetween(comm.rank(), 0, scale); ++k) {
               for (int64_t i = 0; i < 3; ++i) mine.push_back(code(comm.rank(), 0, k, i));
             }
-            std::vector<int64_t> recvSplits;
-            int64_t rows = 0;
-            for (int q = 0; q < p; ++q) {
-              recvSplits.push_back(rowsBetween(q, 0, scale));
-              rows += recvSplits.back();
-            }
-            std::vector<int32_t> all(static_cast<size_t>(3 * rows), -1);
+            const std::vector<int64_t> recvSplits = splitsInto(0, p, scale);
+            std::vector<int32_t> all = receiveBuffer(recvSplits, 3);
             comm.allgatherV(rowsOf(mine, 3), rowsOf(all, 3), recvSplits)->wait();
-            size_t at = 0;
-            for (int q = 0; q < p; ++q) {
-              for (int64_t k = 0; k < recvSplits[q]; ++k) {
-                for (int64_t i = 0; i < 3; ++i, ++at)
-                  ASSERT_EQ(all[at], code(q, 0, k, i)) << "scale " << scale << " from " << q;
-              }
-            }
+            expectRows(all, recvSplits, 3, 0, "scale " + std::to_string(scale));
           }
         }
       },
