@@ -109,36 +109,40 @@ def _agree_on_rows(comm, rank_list, sends, expects, signature, problem, padded):
     """(the rows each group rank sends here, the most rows any rank sends another, or None when
     not `padded`), an error on every rank alike when the call cannot go on.
 
-    One even all_to_all of two int64 per pair tells every rank the rows each rank sends it and
-    every rank's signature, or -1 rows from a rank that refused its call: those errors every rank
-    finds alike in what it heard. Only a rank's own recv_splits, and the padded path's largest
-    pair, need every rank's word: then one allgather of every rank's verdict follows."""
-    told = np.full((comm.size, 2), -1, dtype=np.int64)  # row p: the rows for p, the signature
+    One even all_to_all of three int64 per pair tells every rank the rows each rank sends it (or
+    -1 from a rank that refused its call), every rank's signature, and whether it passed
+    recv_splits: the refusals and signatures every rank judges alike from what it heard. A rank's
+    own recv_splits, and the padded path's largest pair, need every rank's word: when any rank
+    passed recv_splits, or on the padded path, one allgather of every rank's verdict follows (on
+    every rank alike, since every rank heard who passed them)."""
+    # Row p: the rows for p, the signature, whether this rank checks recv_splits.
+    told = np.full((comm.size, 3), -1, dtype=np.int64)
     if problem is None:
         told[:, 0] = sends
     told[:, 1] = signature
+    told[:, 2] = expects is not None
     heard = _small_all_to_all(comm, told).tolist()
-    for rank, (rows, _) in enumerate(heard):
+    for rank, (rows, _, _) in enumerate(heard):
         if rows < 0:
             if rank == comm.rank:
                 raise problem
             raise _chorus.MismatchError(
                 f"all_to_all: group rank {rank}'s call was refused (see its error)")
-    for rank, (_, theirs) in enumerate(heard):
+    for rank, (_, theirs, _) in enumerate(heard):
         if theirs != heard[0][1]:
             raise _chorus.MismatchError(
                 f"all_to_all: group ranks 0 and {rank} have arrays of different dtypes, devices "
                 "or dimensions other than 0; their rows cannot be exchanged")
-    arrives = [rows for rows, _ in heard]
-    if expects is None and not padded:
+    arrives = [rows for rows, _, _ in heard]
+    if not padded and not any(checks for _, _, checks in heard):
         return arrives, None
     # (peer, rows, expected, the most rows this rank sends one rank)
-    verdict = np.array([[-1, -1, -1, max(sends)]], dtype=np.int64)
+    verdict = np.array([[-1, -1, -1, max(sends)]], dtype=np.int64)  # (problem is None here)
     for peer in range(comm.size):
         if expects is not None and arrives[peer] != expects[peer]:
             verdict[0, :3] = [peer, arrives[peer], expects[peer]]
             break
-    verdicts = _ops._allgather(verdict, 0, rank_list, False, False, None)
+    verdicts = _small_allgather(comm, verdict)
     for rank, (peer, rows, expected, _) in enumerate(verdicts.tolist()):
         if peer >= 0:
             raise _chorus.MismatchError(

@@ -134,6 +134,16 @@ def test_recv_splits_that_disagree_fail_on_every_rank(comm, multi_rank):
     chorus.barrier()
 
 
+def test_recv_splits_on_one_rank_only(comm, rows_path, multi_rank):
+    """Only the last rank passes recv_splits (right ones): every rank still takes the same steps."""
+    x, splits = outgoing(comm.rank, comm.size, "numpy")
+    expected, expected_splits = incoming(comm.rank, comm.size)
+    recv_splits = expected_splits if comm.rank == comm.size - 1 else None
+    y, received = chorus.all_to_all(x, splits=splits, recv_splits=recv_splits)
+    assert received == expected_splits
+    np.testing.assert_array_equal(y, expected)
+
+
 def test_bad_splits_on_one_rank_fail_on_every_rank(comm, multi_rank):
     x, splits = outgoing(comm.rank, comm.size, "numpy")
     if comm.rank == comm.size - 1:
