@@ -34,7 +34,8 @@ void allToAllPairwise(Peers& peers, const AllToAllArgs& args) {
 
 // The same steps with a block size per pair, after the same steps carried every rank's table
 // (its sizes to and from each rank) to every rank: each checks every pair, so a pair that
-// disagrees is the same MismatchError on every rank before any block moves. (A transport's own
+// disagrees is a MismatchError naming it on every rank before any block moves (a rank still in
+// the table round may hear of it first through the abort, which quotes it). (A transport's own
 // size check fails only the receiver: its peers may have sent everything and returned.)
 void allToAllVPairwise(Peers& peers, const AllToAllVArgs& args) {
   const int rank = peers.rank();

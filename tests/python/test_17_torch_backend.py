@@ -193,6 +193,17 @@ def test_all_to_all_single_in_place_and_into_a_non_contiguous_output(world, size
     assert not out.is_contiguous() and torch.equal(out, expected)
 
 
+def test_all_to_all_single_splits_may_cover_fewer_rows(world, size, rank):
+    """Split sizes that add up to fewer rows than the tensors have move those rows; the rows past
+    them stay as they were (as gloo refuses such sizes, chorus takes them as it always did)."""
+    sent = torch.cat([torch.arange(size, dtype=torch.float32) + 10 * rank, torch.tensor([-5.0])])
+    out = torch.full((size + 1,), -1.0)
+    tdist.all_to_all_single(out, sent, output_split_sizes=[1] * size,
+                            input_split_sizes=[1] * size)
+    expected = torch.cat([torch.arange(size, dtype=torch.float32) * 10 + rank, torch.tensor([-1.0])])
+    assert torch.equal(out, expected)
+
+
 def test_all_to_all_lists_of_any_size(world, size, rank):
     send = [torch.full((rank + p + 1,), float(10 * rank + p)) for p in range(size)]
     received = [torch.zeros(q + rank + 1) for q in range(size)]

@@ -623,16 +623,26 @@ WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
     const std::vector<at::Tensor> receives = pieces(output, outputSplits, "output");
     if (input.is_cuda())
       return alltoallChunks(sends, receives);
-    // Host: the pieces are consecutive rows, so one all_to_all_v between the two tensors.
+    // Host: the pieces are consecutive rows from row 0 (splits may cover fewer rows than the
+    // tensor has), so one all_to_all_v between the rows they cover.
     checkSameDevice(output, input, "the output", "all_to_all_single");
     agreedChunkBytes(sends, receives);
     std::vector<int64_t> sendBytes, recvBytes;
-    for (const auto& piece : sends) sendBytes.push_back(static_cast<int64_t>(piece.nbytes()));
-    for (const auto& piece : receives) recvBytes.push_back(static_cast<int64_t>(piece.nbytes()));
+    int64_t sendRows = 0, recvRows = 0;
+    for (const auto& piece : sends) {
+      sendBytes.push_back(static_cast<int64_t>(piece.nbytes()));
+      sendRows += piece.size(0);
+    }
+    for (const auto& piece : receives) {
+      recvBytes.push_back(static_cast<int64_t>(piece.nbytes()));
+      recvRows += piece.size(0);
+    }
     // chorus refuses an input that overlaps the output: one storage, so copy the input first.
-    const bool shared = input.storage().is_alias_of(output.storage());
-    return alltoallHost(c10d::OpType::ALLTOALL_BASE, shared ? input.clone() : input, sendBytes,
-                        output, recvBytes);
+    at::Tensor sent = input.narrow(0, 0, sendRows);
+    if (input.storage().is_alias_of(output.storage()))
+      sent = sent.clone();
+    return alltoallHost(c10d::OpType::ALLTOALL_BASE, sent, sendBytes, output.narrow(0, 0, recvRows),
+                        recvBytes, {output});
   });
 }
 

@@ -167,7 +167,8 @@ class ProcessGroupChorus : public BackendBase {
                                                 const std::vector<at::Tensor>& receives);
   // Host tensors: one Communicator::allToAllV from `input` to `output` (each made contiguous when
   // it is not), the blocks given in bytes; chorus checks every pair on every rank. The work's
-  // result is `results` (default: output), written by `after` (if any) once the exchange is done.
+  // result is `results` (default: output; it must hold output), written by `after` (if any) once
+  // the exchange is done.
   c10::intrusive_ptr<c10d::Work> alltoallHost(c10d::OpType type,
                                               const at::Tensor& input,
                                               const std::vector<int64_t>& sendBytes,
