@@ -37,6 +37,7 @@ endforeach()
 pybind11_add_module(_c10d MODULE
   src/torch/monitored_barrier.cc
   src/torch/process_group.cc
+  src/torch/process_group_all_to_all.cc
   src/torch/sparse_allreduce.cc
   src/torch/torch_module.cc
   src/torch/torch_store.cc

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -150,7 +151,20 @@ class ProcessGroupChorus : public BackendBase {
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
  private:
-  struct Issued;  // what an operation hands to finish()
+  // What an operation hands to finish().
+  struct Issued {
+    Issued() = default;
+    Issued(std::vector<std::shared_ptr<chorus::Work>> works,
+           std::vector<at::Tensor> outputs = {},
+           std::vector<at::Tensor> keepAlive = {})
+        : works(std::move(works)), outputs(std::move(outputs)), keepAlive(std::move(keepAlive)) {}
+
+    std::vector<std::shared_ptr<chorus::Work>> works;
+    std::vector<at::Tensor> outputs;    // result() and the future's value
+    std::vector<at::Tensor> keepAlive;  // everything the chorus operations read or write
+    std::function<void()> after;        // once they have completed
+    int sourceRank = -1;
+  };
   c10::intrusive_ptr<c10d::Work> finish(c10d::OpType type, Issued issued);
   // Gathers every input into outputLists[i][r] (r: the rank it came from).
   c10::intrusive_ptr<c10d::Work> allgatherEach(

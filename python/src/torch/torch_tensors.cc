@@ -171,4 +171,35 @@ void rethrowAsTorchError() {
   }
 }
 
+void checkListLength(size_t length, int size, const char* what, const char* op) {
+  TORCH_CHECK(static_cast<int>(length) == size, "chorus: ", op, ": ", what, " holds ", length,
+              " tensors; it must hold one per rank of the group (", size, ")");
+}
+
+at::Tensor asBytes(const at::Tensor& tensor) {
+  // The values as they read (a lazy conjugate or negation applied), then their bytes.
+  at::Tensor flat = tensor.resolve_conj().resolve_neg().contiguous().reshape({-1});
+  return flat.scalar_type() == at::kByte ? flat : flat.view(at::kByte);
+}
+
+void copyBytesInto(const at::Tensor& to, at::Tensor from) {
+  if (from.storage_offset() % to.element_size() != 0)
+    from = from.clone();  // viewing bytes as a wider dtype needs them aligned to it
+  to.copy_(from.view(to.scalar_type()).view(to.sizes()));
+}
+
+at::Tensor packed(const std::vector<at::Tensor>& tensors, int64_t stride, const at::Tensor& where) {
+  at::Tensor buffer =
+      at::zeros({stride * static_cast<int64_t>(tensors.size())}, where.options().dtype(at::kByte));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    at::Tensor piece = asBytes(tensors[i]);
+    buffer.narrow(0, static_cast<int64_t>(i) * stride, piece.numel()).copy_(piece);
+  }
+  return buffer;
+}
+
+at::Tensor byteBuffer(int64_t bytes, const at::Tensor& where) {
+  return at::empty({bytes}, where.options().dtype(at::kByte));
+}
+
 }  // namespace chorus::torch_backend

@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <vector>
 
 #include "chorus/tensor.h"
 #include "chorus/types.h"
@@ -40,6 +41,19 @@ void checkSameDevice(const at::Tensor& tensor,
 chorus::ReduceOp toChorus(const c10d::ReduceOp& op, std::string_view opName);
 // "torch.int16": a dtype as a torch user writes it.
 std::string dtypeName(at::ScalarType type);
+
+// The byte helpers of the operations that copy bytes:
+// checkListLength: torch's error unless a list form's list holds one tensor per rank (`size`).
+void checkListLength(size_t length, int size, const char* what, const char* op);
+// asBytes: `tensor`'s bytes, a flat uint8 tensor (over the same memory when it is contiguous).
+at::Tensor asBytes(const at::Tensor& tensor);
+// copyBytesInto: copies the raw bytes `from` (a flat uint8 tensor of to.nbytes()) into `to`, of any
+// layout, on its device (on a CUDA one, queued on the current stream).
+void copyBytesInto(const at::Tensor& to, at::Tensor from);
+// packed: `tensors` laid end to end (their bytes), each `stride` bytes apart, on `where`'s device.
+at::Tensor packed(const std::vector<at::Tensor>& tensors, int64_t stride, const at::Tensor& where);
+// byteBuffer: a flat uint8 tensor of `bytes` on the device of `where`.
+at::Tensor byteBuffer(int64_t bytes, const at::Tensor& where);
 
 // Call inside a catch block only.
 [[noreturn]] void rethrowAsTorchError();
