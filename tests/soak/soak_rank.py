@@ -5,7 +5,8 @@
 
 Every rank draws the same program from `--seed` (random.Random(seed)): each step picks an operation
 (allreduce of a tensor, a list or a dict nest, allgather, reduce_scatter, broadcast, reduce,
-gather, scatter, all_to_all, send/recv pairs, barrier), a dtype, a reduce op, a size (0 to
+gather, scatter, all_to_all, send/recv pairs, barrier, and the uneven all_to_all and allgather of
+soak_uneven.py), a dtype, a reduce op, a size (0 to
 --max-bytes, weighted towards small ones, with counts at and around the shm backend's 32 KiB and
 512 KiB slot sizes), roots, a rank_list partition (several pools are alive at once), blocking or
 async_op=True (waited later, in a random local order), inplace or not, NumPy or torch.
@@ -46,6 +47,7 @@ import numpy as np
 import chorus
 import chorus.distributed as dist
 from closed_forms import bool_form, group_values, reduced, values
+from soak_uneven import UnevenOps
 
 torch = None  # imported in main() unless --no-torch
 
@@ -61,7 +63,9 @@ SMALL_SLOT, CHUNK_SLOT = 32 << 10, 512 << 10  # the shm backend's slot sizes
 # Relative weights of the operations in the program.
 OPERATIONS = {"allreduce": 20, "allreduce_list": 6, "allreduce_dict": 3, "allgather": 8,
               "reduce_scatter": 7, "reduce_scatter_list": 3, "broadcast": 8, "reduce": 8,
-              "gather": 6, "scatter": 6, "all_to_all": 6, "sendrecv": 8, "barrier": 3}
+              "gather": 6, "scatter": 6, "all_to_all": 6, "sendrecv": 8, "barrier": 3,
+              "all_to_all_splits": 4, "allgather_uneven": 3}
+UNEVEN = {"all_to_all_splits", "allgather_uneven"}  # soak_uneven.py
 REDUCING = {"allreduce", "allreduce_list", "allreduce_dict", "reduce_scatter",
             "reduce_scatter_list", "reduce"}
 MAX_WRONG_LINES = 20
@@ -132,7 +136,8 @@ class Program:
         self.features = features
         self.partitions = [self._partition() for _ in range(args.partitions)]
         names = [name for name in OPERATIONS
-                 if name != "allreduce_dict" or features["dict"]]
+                 if (name != "allreduce_dict" or features["dict"]) and
+                 (name not in UNEVEN or features["uneven"])]
         self.names = names
         self.weights = [OPERATIONS[name] for name in names]
 
@@ -254,7 +259,7 @@ class Checker:
                 f"inplace={spec['inplace']} group={group} {what} detail={problem}")
 
 
-class Runner:
+class Runner(UnevenOps):
     """Executes steps for this rank and keeps async handles until they are waited for."""
 
     def __init__(self, args, rank, size, features):
@@ -662,7 +667,8 @@ class Runner:
 def detect_features(use_torch):
     with_out = all("out" in inspect.signature(f).parameters
                    for f in (chorus.allreduce, chorus.broadcast, chorus.allgather))
-    features = {"torch": use_torch, "out": with_out, "dict": False}
+    uneven = "splits" in inspect.signature(chorus.all_to_all).parameters
+    features = {"torch": use_torch, "out": with_out, "dict": False, "uneven": uneven}
     try:  # a dict nest: either refused before any communication on every rank, or run by all
         chorus.allreduce({"probe": np.zeros(1, np.float32)})
         features["dict"] = True
