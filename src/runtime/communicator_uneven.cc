@@ -25,6 +25,13 @@ using detail::concat;
 size_t checkRows(const Tensor& input, const Tensor& output, const char* op, int me) {
   detail::checkTensor(input, "input", op, me);
   detail::checkTensor(output, "output", op, me);
+  // Device first: a host/CUDA mix is refused as such, and CUDA pointers are not compared.
+  if (detail::deviceOf({&input, &output}, op, me) >= 0) {
+    const bool gathers = std::string_view(op) == "allgather_v";
+    throw UnsupportedError(concat("rank ", me, " (this process): ", op,
+                                  " of CUDA tensors; pad the blocks to one size and use ",
+                                  gathers ? "allgather" : "all_to_all"));
+  }
   for (const Tensor* tensor : {&input, &output}) {
     CHORUS_CHECK_ARG(tensor->dim() >= 1, "rank ", me, " (this process): ", op, ": the ",
                      tensor == &input ? "input" : "output",
@@ -40,12 +47,6 @@ size_t checkRows(const Tensor& input, const Tensor& output, const char* op, int 
   CHORUS_CHECK_ARG(input.nbytes() == 0 || output.nbytes() == 0 || out + output.nbytes() <= in ||
                        in + input.nbytes() <= out,
                    "rank ", me, " (this process): ", op, ": the input overlaps the output");
-  if (detail::deviceOf({&input, &output}, op, me) >= 0) {
-    const bool gathers = std::string_view(op) == "allgather_v";
-    throw UnsupportedError(concat("rank ", me, " (this process): ", op,
-                                  " of CUDA tensors; pad the blocks to one size and use ",
-                                  gathers ? "allgather" : "all_to_all"));
-  }
   size_t rowElements = 1;
   for (int64_t extent : rowShape) rowElements *= static_cast<size_t>(extent);
   return rowElements;

@@ -43,6 +43,18 @@ TEST(DeviceRouting, HostAndCudaTensorsInOneCallAreRefusedAndNothingIsSent) {
         [&] { comm.allToAll(Tensor(other.data(), DataType::kFloat32, {4}, Device::cuda(0)), cpu); },
         mix);
     expectRefused([&] { comm.allreduce({gpu0, gpu1}); }, "one call takes tensors of one GPU");
+    const std::vector<int64_t> twos{2, 2};
+    expectRefused([&] { comm.allToAllV(cpu, twos, gpu0, twos); }, mix);
+    expectRefused([&] { comm.allgatherV(gpu0, Tensor(other.data(), {8}), twos); }, mix);
+    // The uneven forms take host tensors only: refused before anything is sent, on this rank.
+    try {
+      comm.allToAllV(gpu0, twos, Tensor(other.data(), DataType::kFloat32, {4}, Device::cuda(0)),
+                     twos);
+      ADD_FAILURE() << "no error";
+    } catch (const UnsupportedError& error) {
+      EXPECT_NE(std::string(error.what()).find("all_to_all_v of CUDA tensors"), std::string::npos)
+          << error.what();
+    }
     comm.allreduce(cpu)->wait();  // nothing was sent: the communicator still works
     EXPECT_EQ(host, std::vector<float>(4, 2.0f));
   });
