@@ -365,6 +365,9 @@ def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, s
                    out=out)
 
 
+reduce = _front(reduce)
+
+
 @accepts_foreign
 def _reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, synchronize=False,
             out=None):
@@ -385,6 +388,9 @@ def reduce_scatter(x, op="sum", rank_list=None, async_op=False, synchronize=Fals
         return _nested.fused_split("reduce_scatter", x, dict(op=op, rank_list=rank_list),
                                    async_op, out)
     return _reduce_scatter(x, op, rank_list, async_op, synchronize, out=out)
+
+
+reduce_scatter = _front(reduce_scatter)
 
 
 @accepts_foreign
@@ -487,6 +493,9 @@ def gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False,
     return _gather(x, root, axis, rank_list, async_op, synchronize, out=out)
 
 
+gather = _front(gather)
+
+
 @accepts_foreign
 def _gather(x, root=0, axis=0, rank_list=None, async_op=False, synchronize=False, out=None):
     b = _arrays.prepare(x)
@@ -520,6 +529,9 @@ def scatter(x, root=0, rank_list=None, async_op=False, synchronize=False, out=No
         return _nested.fused_split("scatter", x, dict(root=root, rank_list=rank_list), async_op,
                                    out)
     return _scatter(x, root, rank_list, async_op, synchronize, out=out)
+
+
+scatter = _front(scatter)
 
 
 @accepts_foreign
@@ -567,6 +579,9 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, s
     return _all_to_all(x, split_axis, concat_axis, rank_list, async_op, synchronize, out=out)
 
 
+all_to_all = _front(all_to_all)
+
+
 @accepts_foreign
 def _all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, synchronize=False,
                 out=None):
@@ -591,6 +606,9 @@ def send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False, grou
     rank_list = _groups.resolve(group, rank_list, "send")
     peer = _groups.world_rank_of(group, peer, "peer")
     return _send(x, peer, tag, rank_list, async_op, synchronize)
+
+
+send = _front(send)
 
 
 @accepts_foreign
@@ -638,6 +656,9 @@ def recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, asy
         peer = _groups.world_rank_of(group, peer, "peer")
     return _recv(peer, shape, dtype, tag, out=out, rank_list=rank_list, async_op=async_op,
                  synchronize=synchronize, status=status, group=group)
+
+
+recv = _front(recv)
 
 
 @accepts_foreign

@@ -152,11 +152,11 @@ def _agree_on_rows(comm, rank_list, sends, expects, signature, problem, padded):
 
 
 def _small_all_to_all(comm, told):
-    """The even all_to_all of `told` (int64, one row per group rank), straight to the native call:
-    the agreement's round is most of a small exchange's time."""
+    """The even all_to_all of `told` (int64, one row per group rank), through the short call
+    (python/src/short_calls.cc) on the group's communicator: the agreement's round is most of a
+    small exchange's time."""
     heard = np.empty_like(told)
-    _chorus.all_to_all(comm._native, _arrays.prepare(told).capsule(),
-                       _arrays.prepare(heard).capsule(), 0, 0, None, False)
+    _taken(_chorus.all_to_all_array(comm._native, told, heard, 0, 0))
     return heard
 
 
@@ -262,12 +262,17 @@ def _gather_rows(b, comm, extents, largest, rank_list, async_op, synchronize):
 
 
 def _small_allgather(comm, mine):
-    """The allgather of `mine` (int64, one row) straight to the native call, as
-    _small_all_to_all."""
+    """The allgather of `mine` (int64, one row), through the short call, as _small_all_to_all."""
     every = np.empty((comm.size,) + mine.shape[1:], dtype=mine.dtype)
-    _chorus.allgather(comm._native, _arrays.prepare(mine).capsule(),
-                      _arrays.prepare(every).capsule(), 0, None, False)
+    _taken(_chorus.allgather_array(comm._native, mine, every, 0))
     return every
+
+
+def _taken(result):
+    """A short call's result, which is NotImplemented only if it declined arrays made for it."""
+    if result is NotImplemented:
+        raise _chorus.InternalError("a short call declined the agreement's own arrays")
+    return result
 
 
 def _then(result, change):

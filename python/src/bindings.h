@@ -24,11 +24,11 @@ void bindConfig(py::module_& module);
 // Communicator objects, the ReduceOp and DataType enums, and one function per Communicator
 // operation (operations.cc).
 void bindOperations(py::module_& module);
-// The short paths of the commonest calls (short_calls.cc): allreduce_array, broadcast_array and
-// allgather_array (blocking, one NumPy array, the world) and barrier_world.
+// The short paths of every operation (short_calls.h): allreduce_array, ..., recv_array (blocking,
+// one NumPy array or torch CPU tensor, the world) and barrier_world.
 void bindShortCalls(py::module_& module);
-// front and set_world (front_calls.cc): the package's public allreduce, broadcast, allgather and
-// barrier as CPython functions that take the short paths without a Python frame.
+// front and set_world (front_calls.cc): the package's public operations as CPython functions
+// that take the short paths without a Python frame.
 void bindFronts(py::module_& module);
 // PendingWork, the handle of an async operation.
 void bindWork(py::module_& module);

@@ -1,10 +1,12 @@
-// The package's public functions of its commonest operations, chorus.allreduce, broadcast,
-// allgather and barrier, as CPython functions (METH_FASTCALL | METH_KEYWORDS) that
+// The package's public functions of its operations (chorus.allreduce, broadcast, reduce,
+// allgather, reduce_scatter, gather, scatter, all_to_all, send, recv and barrier) as CPython
+// functions (METH_FASTCALL | METH_KEYWORDS) that
 // _chorus.front(name, general, doc) makes from `general`, the package's Python function of the
 // same name and signature.
 //
 // A call whose arguments allow it (rank_list None: the world; async_op and synchronize False;
-// inplace False, or True without out) takes the operation's short path (short_calls.h) on the
+// group None; inplace False, or True without out; every other parameter the short path does not
+// read at its default) takes the operation's short path (short_calls.h) on the
 // world's Communicator, which the package registers with _chorus.set_world. Every other call, and
 // every call the short path declines (NotImplemented), goes to `general` with its arguments
 // exactly as given, so it behaves as `general` does, errors included: a wrong argument count or
@@ -33,10 +35,8 @@ constexpr size_t kMostParameters = 12;
 PyObject* worldObject = nullptr;
 Communicator* worldCommunicator = nullptr;
 
-enum class Kind { kAllreduce, kBroadcast, kAllgather, kBarrier };
-
 struct Front {
-  Kind kind;
+  const ShortOperation* operation = nullptr;
   std::string name;
   std::string doc;
   PyMethodDef method{};
@@ -44,24 +44,13 @@ struct Front {
   std::vector<py::object> names;     // the parameters, in order
   std::vector<py::object> defaults;  // by parameter; empty for one without a default
   // Where the short path's parameters are (-1: the operation has no such parameter).
-  int x = -1, argument = -1, rankList = -1, asyncOp = -1, synchronize = -1, inplace = -1, out = -1,
-      group = -1;
-  // The parameters the short path does not read (allgather's uneven): a call takes it only with
-  // each of them at its default.
+  int x = -1, rankList = -1, asyncOp = -1, synchronize = -1, inplace = -1, out = -1, group = -1;
+  std::array<int, kMostShortArguments> arguments{};  // ShortOperation::arguments', in order
+  size_t argumentCount = 0;
+  // The parameters the short path does not read (allgather's uneven, recv's status): a call takes
+  // it only with each of them at its default.
   std::vector<int> others;
 };
-
-Kind kindOf(const std::string& name) {
-  if (name == "allreduce")
-    return Kind::kAllreduce;
-  if (name == "broadcast")
-    return Kind::kBroadcast;
-  if (name == "allgather")
-    return Kind::kAllgather;
-  if (name == "barrier")
-    return Kind::kBarrier;
-  throw py::value_error("front: no short path for '" + name + "'");
-}
 
 int indexOf(const Front& front, const char* name) {
   for (size_t i = 0; i < front.names.size(); ++i) {
@@ -73,6 +62,7 @@ int indexOf(const Front& front, const char* name) {
 
 // Reads `general`'s parameters and defaults, and finds those the short path reads.
 void describe(Front& front) {
+  const ShortOperation& operation = *front.operation;
   const py::object code = front.general.attr("__code__");
   const auto count = code.attr("co_argcount").cast<size_t>();
   if (count > kMostParameters || code.attr("co_kwonlyargcount").cast<int>() != 0)
@@ -84,20 +74,29 @@ void describe(Front& front) {
   const py::tuple defaults = given.is_none() ? py::tuple() : py::tuple(given);
   for (size_t i = 0; i < defaults.size(); ++i)
     front.defaults[count - defaults.size() + i] = defaults[i];
-  front.x = indexOf(front, "x");
-  front.argument = indexOf(front, front.kind == Kind::kAllreduce   ? "op"
-                                  : front.kind == Kind::kBroadcast ? "root"
-                                                                   : "axis");
-  front.rankList = indexOf(front, "rank_list");
-  front.asyncOp = indexOf(front, "async_op");
-  front.synchronize = indexOf(front, "synchronize");
-  front.inplace = indexOf(front, "inplace");
-  front.out = indexOf(front, "out");
-  front.group = indexOf(front, "group");
+  bool complete = true;
+  std::vector<int> read;
+  auto find = [&](const char* name, bool required) {
+    const int at = indexOf(front, name);
+    complete = complete && (at >= 0 || !required);
+    read.push_back(at);
+    return at;
+  };
+  front.x = find("x", operation.takesInput);
+  front.out = find("out", operation.takesOutput);
+  front.rankList = find("rank_list", true);
+  front.asyncOp = find("async_op", true);
+  front.synchronize = find("synchronize", true);
+  front.inplace = find("inplace", false);
+  front.group = find("group", false);
+  while (front.argumentCount < kMostShortArguments &&
+         operation.arguments[front.argumentCount] != nullptr) {
+    front.arguments[front.argumentCount] = find(operation.arguments[front.argumentCount], true);
+    ++front.argumentCount;
+  }
+  if (!complete)
+    throw py::value_error("front: '" + front.name + "' lacks a parameter of its short path");
   for (int i = 0; i < static_cast<int>(count); ++i) {
-    const std::array<int, 8> read = {front.x,       front.argument,    front.rankList,
-                                     front.asyncOp, front.synchronize, front.inplace,
-                                     front.out,     front.group};
     if (std::find(read.begin(), read.end(), i) != read.end())
       continue;
     if (!front.defaults[i])
@@ -105,10 +104,6 @@ void describe(Front& front) {
                             "path cannot take");
     front.others.push_back(i);
   }
-  const bool withArray = front.kind != Kind::kBarrier;
-  if (front.rankList < 0 || front.asyncOp < 0 || front.synchronize < 0 ||
-      (withArray && (front.x < 0 || front.argument < 0 || front.out < 0)))
-    throw py::value_error("front: '" + front.name + "' lacks a parameter of its short path");
 }
 
 // The value of every parameter in a call: as given, else its default. False when the arguments do
@@ -157,9 +152,7 @@ bool isShort(const Front& front,
     if (values[i] != front.defaults[i].ptr())
       return false;
   }
-  if (front.kind == Kind::kBarrier)
-    return true;
-  target = values[front.out];
+  target = front.out >= 0 ? values[front.out] : Py_None;
   if (front.inplace < 0)
     return true;
   if (values[front.inplace] == Py_True) {
@@ -175,17 +168,9 @@ py::object runShort(const Front& front,
                     Communicator& comm,
                     const std::array<PyObject*, kMostParameters>& values,
                     PyObject* target) {
-  switch (front.kind) {
-    case Kind::kAllreduce:
-      return allreduceArray(comm, values[front.x], target, values[front.argument]);
-    case Kind::kBroadcast:
-      return broadcastArray(comm, values[front.x], target, values[front.argument]);
-    case Kind::kAllgather:
-      return allgatherArray(comm, values[front.x], target, values[front.argument]);
-    case Kind::kBarrier:
-      return barrierWorld(comm);
-  }
-  return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  ShortCall call{py::handle(front.x >= 0 ? values[front.x] : Py_None), py::handle(target), {}};
+  for (size_t i = 0; i < front.argumentCount; ++i) call.arguments[i] = values[front.arguments[i]];
+  return front.operation->path(comm, call);
 }
 
 PyObject* frontCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -209,7 +194,9 @@ PyObject* frontCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
 
 py::object makeFront(const std::string& name, py::object general, const std::string& doc) {
   auto front = std::make_unique<Front>();
-  front->kind = kindOf(name);
+  front->operation = findShortOperation(name);
+  if (front->operation == nullptr)
+    throw py::value_error("front: no short path for '" + name + "'");
   front->name = name;
   front->doc = doc;
   front->general = std::move(general);
@@ -241,8 +228,8 @@ void setWorld(py::object native) {
 
 void bindFronts(py::module_& module) {
   module.def("front", &makeFront, py::arg("name"), py::arg("general"), py::arg("doc"),
-             "The public function `name` (allreduce, broadcast, allgather or barrier): takes the "
-             "short path where the call allows it, and calls `general` otherwise");
+             "The public function `name` (an operation with a short path, short_calls.h): takes "
+             "the short path where the call allows it, and calls `general` otherwise");
   module.def("set_world", &setWorld, py::arg("native"),
              "Registers the world's Communicator for the fronts' short paths (None forgets it)");
 }

@@ -1,26 +1,65 @@
-// The short paths of the commonest calls from Python (short_calls.cc): a blocking operation of one
-// NumPy array or torch CPU tensor on `comm` (the world), with no pybind11 dispatch, no DLPack
-// capsule and no heap allocation once warm but the result. Each returns the result, or
-// NotImplemented for a call it does not take (another array type, a strided, misaligned,
-// byte-swapped or read-only output, an op that is not a ReduceOp's name or that the dtype does not
-// take, a root or axis that is not an int in range, different dtypes or shapes), which the
-// package's general path then handles. Errors of the operation itself are C++ exceptions, as from
-// any binding.
+// The short paths of the commonest calls from Python (short_calls.cc, short_point_to_point.cc):
+// a blocking operation of one NumPy array or torch CPU tensor on `comm` (the world), with no
+// pybind11 dispatch, no DLPack capsule and no heap allocation once warm but the result. Every
+// operation has one: allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter,
+// all_to_all, send, recv and barrier.
+//
+// Each returns the result, or NotImplemented for a call it does not take (another array type; a
+// strided, misaligned, byte-swapped or read-only output; an op that is not a ReduceOp's name or
+// that the dtype does not take; a root, peer, tag or axis that is not an int in range; different
+// dtypes or sizes; an extent that does not divide), which the package's general path then
+// handles, raising the error users see there. Errors of the operation itself are C++ exceptions,
+// as from any binding. So a short path adds speed and changes no behaviour.
+//
+// The package's fronts (front_calls.cc) find an operation's short path by its name; each is also
+// a CPython function of the module, `<name>_array(native, [x,] [out,] arguments...)` (the barrier's
+// is `barrier_world(native)`), for tests and for callers that hold a Communicator.
 #pragma once
+
+#include <array>
+#include <string_view>
 
 #include "bindings.h"
 
 namespace chorus::python {
 
-// allreduce of `x` with the op named `op` ("sum", ...), into `out`, or a new array if `out` is
-// None.
-py::object allreduceArray(Communicator& comm, py::handle x, py::handle out, py::handle op);
-// broadcast of `x` from rank `root`, into `out`, or a new array if `out` is None.
-py::object broadcastArray(Communicator& comm, py::handle x, py::handle out, py::handle root);
-// allgather of `x` along `axis`, into `out`, or a new array if `out` is None.
-py::object allgatherArray(Communicator& comm, py::handle x, py::handle out, py::handle axis);
-// A blocking barrier; returns None.
-py::object barrierWorld(Communicator& comm);
+inline constexpr size_t kMostShortArguments = 4;
+
+// The arguments of one short call, as the caller gave them.
+struct ShortCall {
+  py::handle x;    // the input (None for recv and barrier)
+  py::handle out;  // the output: the caller's array, x itself (in place), or None for a new one
+  std::array<py::handle, kMostShortArguments> arguments;  // ShortOperation::arguments, in order
+};
+
+using ShortPath = py::object (*)(Communicator& comm, const ShortCall& call);
+
+struct ShortOperation {
+  const char* name;    // the package's function: "allreduce", ...
+  const char* direct;  // the module's CPython function: "allreduce_array", ...
+  ShortPath path;
+  bool takesInput;   // reads the parameter x
+  bool takesOutput;  // writes the parameter out (or a new array)
+  // The names of the other parameters the path reads, in the order of ShortCall::arguments;
+  // nullptr after the last.
+  std::array<const char*, kMostShortArguments> arguments;
+};
+
+// The short path of the package's function `name`, or nullptr when it has none.
+const ShortOperation* findShortOperation(std::string_view name);
+
+// The paths, by operation (short_calls.cc: the collectives; short_point_to_point.cc: send, recv).
+py::object allreduceShort(Communicator& comm, const ShortCall& call);      // (op)
+py::object broadcastShort(Communicator& comm, const ShortCall& call);      // (root)
+py::object reduceShort(Communicator& comm, const ShortCall& call);         // (root, op)
+py::object allgatherShort(Communicator& comm, const ShortCall& call);      // (axis)
+py::object reduceScatterShort(Communicator& comm, const ShortCall& call);  // (op)
+py::object gatherShort(Communicator& comm, const ShortCall& call);         // (root, axis)
+py::object scatterShort(Communicator& comm, const ShortCall& call);        // (root)
+py::object allToAllShort(Communicator& comm, const ShortCall& call);       // (split, concat)
+py::object barrierShort(Communicator& comm, const ShortCall& call);        // ()
+py::object sendShort(Communicator& comm, const ShortCall& call);           // (peer, tag)
+py::object recvShort(Communicator& comm, const ShortCall& call);  // (peer, tag, shape, dtype)
 
 // Sets the Python error for the C++ exception being handled, as pybind11's dispatcher does
 // (through the translators errors.cc registered); returns null, for a CPython function to return.

@@ -140,15 +140,10 @@ std::optional<Tensor> torchTensor(py::handle object, bool shaped) {
   return Tensor(data, *dtype, {count});
 }
 
-py::object emptyTorchLike(py::handle like, int axis, int64_t factor) {
+py::object emptyTorchLike(py::handle like, std::span<const int64_t> extents) {
   const TorchObjects& torch = *torchObjects();
-  py::tuple shape(like.attr("shape"));
-  if (axis >= 0) {
-    py::list extents(shape);
-    const auto at = static_cast<size_t>(axis);
-    extents[at] = py::int_(extents[at].cast<int64_t>() * factor);
-    shape = py::tuple(extents);
-  }
+  py::tuple shape(extents.size());
+  for (size_t d = 0; d < extents.size(); ++d) shape[d] = py::int_(extents[d]);
   py::dict options;  // a CPU tensor like `like`, whatever torch's default device
   options["dtype"] = like.attr("dtype");
   options["device"] = like.attr("device");

@@ -10,8 +10,8 @@
 //    shape if `shaped`. nullopt for anything else, which the general path handles. It never
 //    imports torch, and reads each tensor with a few attribute reads and method calls.
 //  - isTorchTensor(object): whether torch is imported and `object` is exactly a torch.Tensor.
-//  - emptyTorchLike(like, axis, factor): a new contiguous CPU tensor of `like`'s dtype and shape,
-//    dimension `axis` (if >= 0) multiplied by `factor` (torch.empty).
+//  - emptyTorchLike(like, extents): a new contiguous CPU tensor of `like`'s dtype and device, and
+//    of `extents` (torch.empty).
 //  - Writing into a tensor through the Tensor does not bump torch's version counter, as
 //    torch.distributed's collectives in place do not (torch 1.13). The Tensor holds no reference
 //    to the storage: the caller keeps the tensor object alive, and another thread must not swap
@@ -22,6 +22,7 @@
 #include <pybind11/pybind11.h>
 
 #include <optional>
+#include <span>
 
 #include "chorus/tensor.h"
 
@@ -31,6 +32,6 @@ namespace py = pybind11;
 
 std::optional<Tensor> torchTensor(py::handle object, bool shaped = false);
 bool isTorchTensor(py::handle object);
-py::object emptyTorchLike(py::handle like, int axis = -1, int64_t factor = 1);
+py::object emptyTorchLike(py::handle like, std::span<const int64_t> extents);
 
 }  // namespace chorus::python

@@ -2,8 +2,12 @@
 // gather, scatter, all_to_all; the uneven ones are in communicator_uneven.cc), point-to-point
 // send/recv, and barrier. Concatenation and splitting along an axis other than the outermost are
 // staged through rank-major blocks (tensor_layout.h).
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "chorus/communicator.h"
 #include "core/check.h"
@@ -62,13 +66,19 @@ void checkHasAxes(const Tensor& input, std::string_view what, std::string_view o
                    ": the tensor is 0-dimensional; this operation needs at least one dimension");
 }
 
-std::vector<int64_t> withAxisScaled(std::span<const int64_t> extents,
-                                    int axis,
-                                    int64_t multiply,
-                                    int64_t divide) {
-  std::vector<int64_t> shape(extents.begin(), extents.end());
+// A tensor of no data shaped like `tensor` with dimension `axis` multiplied by `multiply` and
+// divided by `divide`. The shape is scaled on the stack: a blocking call allocates nothing
+// (Tensor keeps up to kInlineDims extents inline).
+Tensor withAxisScaled(const Tensor& tensor, int axis, int64_t multiply, int64_t divide) {
+  if (tensor.dim() > Tensor::kInlineDims) {
+    std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+    shape[axis] = shape[axis] * multiply / divide;
+    return Tensor(nullptr, tensor.dtype(), shape);
+  }
+  std::array<int64_t, Tensor::kInlineDims> shape{};
+  std::copy(tensor.shape().begin(), tensor.shape().end(), shape.begin());
   shape[axis] = shape[axis] * multiply / divide;
-  return shape;
+  return Tensor(nullptr, tensor.dtype(), std::span<const int64_t>(shape.data(), tensor.dim()));
 }
 
 }  // namespace
@@ -181,8 +191,7 @@ Communicator::WorkPtr Communicator::allToAll(Tensor input,
   CHORUS_CHECK_ARG(input.shape()[splitAxis] % p == 0, "rank ", me,
                    " (this process): all_to_all needs dimension ", splitAxis, " (",
                    input.shape()[splitAxis], ") to be divisible by the group size (", p, ")");
-  auto partShape = withAxisScaled(input.shape(), splitAxis, 1, p);
-  Tensor part(nullptr, input.dtype(), partShape);
+  const Tensor part = withAxisScaled(input, splitAxis, 1, p);
   checkConcatShape(part, output, concatAxis, p, "all_to_all", me);
   auto fingerprint = detail::makeFingerprint(Collective::kAllToAll, input.numel(), input.dtype(),
                                              std::nullopt, -1);

@@ -10,6 +10,7 @@ import torch
 
 import chorus
 import chorus.distributed as dist
+from chorus import _ops
 
 # Element types chorus moves. bfloat16 exists in torch only.
 NP_DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool"]
@@ -236,3 +237,31 @@ def assert_unchanged(x, before):
 
 def avg_rtol(dtype):
     return {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-6, "float64": 1e-12}.get(dtype, 0.0)
+
+
+def summable(dtype, rank, n):
+    """Rank r's input: small values whose sum over ranks is exact in every dtype."""
+    if dtype == "bool":
+        return (np.arange(n) + rank) % 3 == 0
+    return ((np.arange(n) % 3) + rank % 2).astype(dtype)
+
+
+def exact_sum(dtype, size, n):
+    """The sum over `size` ranks of summable(dtype, r, n) (logical or for bool), in NumPy."""
+    total = sum(summable(dtype, r, n).astype(np.float64) for r in range(size))
+    return (total > 0) if dtype == "bool" else total.astype(dtype)
+
+
+def spy_on_general_paths(monkeypatch, names):
+    """Records each call of chorus._ops's functions `names` (the general paths the fronts call
+    for what their short paths do not take, and _complete, where every general path ends)."""
+    calls = []
+    for name in names:
+        real = getattr(_ops, name)
+
+        def spy(*args, _name=name, _real=real, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(_ops, name, spy)
+    return calls

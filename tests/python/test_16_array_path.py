@@ -17,66 +17,38 @@ import pytest
 import torch
 
 import chorus
-from chorus import _chorus, _groups, _ops
+from chorus import _chorus, _groups
 
-from helpers import NP_DTYPES, rank_size
+from helpers import NP_DTYPES, exact_sum, rank_size, spy_on_general_paths, summable
 
 
 def _native():
     return _groups.get(None)._native
 
 
-def _values(dtype, rank, n):
-    """Rank r's input: small values whose sum over ranks is exact in every dtype."""
-    if dtype == "bool":
-        return (np.arange(n) + rank) % 3 == 0
-    return ((np.arange(n) % 3) + rank % 2).astype(dtype)
-
-
-def _expected(dtype, size, n):
-    total = sum(_values(dtype, r, n).astype(np.float64) for r in range(size))
-    return (total > 0) if dtype == "bool" else total.astype(dtype)
-
-
 @pytest.mark.parametrize("dtype", NP_DTYPES)
 @pytest.mark.parametrize("n", [0, 1, 7, 70001])
 def test_the_short_path_reduces_every_dtype(dtype, n):
     rank, size = rank_size()
-    x = _values(dtype, rank, n)
+    x = summable(dtype, rank, n)
     before = x.copy()
     fresh = _chorus.allreduce_array(_native(), x, None, "sum")
     assert fresh is not NotImplemented and type(fresh) is np.ndarray
     assert fresh.dtype == x.dtype and fresh.shape == x.shape
-    np.testing.assert_array_equal(fresh, _expected(dtype, size, n))
+    np.testing.assert_array_equal(fresh, exact_sum(dtype, size, n))
     out = np.full_like(x, 1)
     assert _chorus.allreduce_array(_native(), x, out, "sum") is out
-    np.testing.assert_array_equal(out, _expected(dtype, size, n))
+    np.testing.assert_array_equal(out, exact_sum(dtype, size, n))
     np.testing.assert_array_equal(x, before)
     assert _chorus.allreduce_array(_native(), x, x, "sum") is x  # in place
-    np.testing.assert_array_equal(x, _expected(dtype, size, n))
-
-
-def _spy_on_general_paths(monkeypatch, names):
-    """Records each call of the package's functions `names` (_allreduce, _broadcast, _allgather:
-    the general paths the fronts call for what they do not take themselves; _complete: where every
-    general path ends, barrier's included)."""
-    calls = []
-    for name in names:
-        real = getattr(_ops, name)
-
-        def spy(*args, _name=name, _real=real, **kwargs):
-            calls.append(_name)
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(_ops, name, spy)
-    return calls
+    np.testing.assert_array_equal(x, exact_sum(dtype, size, n))
 
 
 def test_the_package_takes_the_short_path(monkeypatch):
     """chorus.allreduce of a plain NumPy array on the world, blocking, never reaches the general
     path (python/src/front_calls.cc takes it); every other call does."""
     rank, size = rank_size()
-    calls = _spy_on_general_paths(monkeypatch, ["_allreduce"])
+    calls = spy_on_general_paths(monkeypatch, ["_allreduce"])
     x = np.ones(5, np.float32)
     out = np.empty_like(x)
     assert chorus.allreduce(x, out=out) is out
@@ -196,9 +168,9 @@ def test_bad_calls_of_the_short_path_raise_python_errors():
 def test_the_short_path_broadcasts_every_dtype_from_every_root(dtype, n):
     rank, size = rank_size()
     for root in range(size):
-        x = _values(dtype, rank, n)
+        x = summable(dtype, rank, n)
         before = x.copy()
-        expected = _values(dtype, root, n)
+        expected = summable(dtype, root, n)
         fresh = _chorus.broadcast_array(_native(), x, None, root)
         assert fresh is not NotImplemented and type(fresh) is np.ndarray
         assert fresh.dtype == x.dtype and fresh.shape == x.shape
@@ -217,9 +189,9 @@ def test_the_short_path_broadcasts_every_dtype_from_every_root(dtype, n):
 def test_the_short_path_gathers_every_dtype_along_every_axis(dtype, shape, axis):
     rank, size = rank_size()
     n = int(np.prod(shape))
-    x = _values(dtype, rank, n).reshape(shape)
+    x = summable(dtype, rank, n).reshape(shape)
     before = x.copy()
-    expected = np.concatenate([_values(dtype, r, n).reshape(shape) for r in range(size)], axis)
+    expected = np.concatenate([summable(dtype, r, n).reshape(shape) for r in range(size)], axis)
     fresh = _chorus.allgather_array(_native(), x, None, axis)
     assert fresh is not NotImplemented and type(fresh) is np.ndarray
     assert fresh.dtype == x.dtype
@@ -240,8 +212,8 @@ def test_a_front_is_made_only_for_a_function_it_can_bind():
     def allgather(x, rank_list=None, async_op=False, synchronize=False, out=None):
         pass
 
-    with pytest.raises(ValueError, match="no short path for 'reduce'"):
-        _chorus.front("reduce", allreduce, "")
+    with pytest.raises(ValueError, match="no short path for 'shutdown'"):
+        _chorus.front("shutdown", allreduce, "")
     with pytest.raises(ValueError, match="'allreduce' has parameters the front cannot bind"):
         _chorus.front("allreduce", allreduce, "")
     with pytest.raises(ValueError, match="'allgather' lacks a parameter of its short path"):
@@ -250,7 +222,7 @@ def test_a_front_is_made_only_for_a_function_it_can_bind():
 
 def test_the_package_takes_the_short_paths_of_broadcast_and_allgather(monkeypatch):
     rank, size = rank_size()
-    calls = _spy_on_general_paths(monkeypatch, ["_broadcast", "_allgather", "_complete"])
+    calls = spy_on_general_paths(monkeypatch, ["_broadcast", "_allgather", "_complete"])
     x = np.full(5, rank, np.float32)
     out = np.empty_like(x)
     assert chorus.broadcast(x, root=size - 1, out=out) is out

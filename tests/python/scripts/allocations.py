@@ -1,8 +1,9 @@
-"""A warmed blocking allreduce, broadcast or allgather of a NumPy array allocates nothing on the
+"""A warmed blocking operation of a NumPy array (allreduce, broadcast, reduce, allgather,
+reduce_scatter, gather, scatter, all_to_all, and a send and recv in turn) allocates nothing on the
 C++ heap beyond its result (issue 19, item 2): with `out=`, with a fresh result (NumPy allocates
-that one with malloc, outside the count) and, for allreduce and broadcast, in place, at 8 B, 4 KiB
-and 1 MiB (or the float32 element counts given as arguments); nor does a blocking barrier of the
-world. Every operator new of the process counts: the
+that one with malloc, outside the count) and, for allreduce, broadcast and reduce, in place, at 8
+B, 4 KiB and 1 MiB (or the float32 element counts given as arguments); nor does a blocking barrier
+of the world. Every operator new of the process counts: the
 test preloads tests/harness's chorus_allocation_counter (LD_PRELOAD, set by ctest's
 python_allocations_np2) and reads it through ctypes. Results are checked against closed forms.
 Prints "allocations: OK" on rank 0 when every rank saw zero.
@@ -13,7 +14,10 @@ too fails: a call that allocates does so in every window (COUNTED times), while 
 recur. The one-off seen: a blocking call's Work comes from a per-thread cache of blocks
 (core/thread_cached_allocator.h), and when the worker thread happens to drop a Work's last
 reference, that block joins the worker's cache; the caller's cache, once empty, takes one block from
-the heap (1 allocation in 200 calls, once in a CI run)."""
+the heap (1 allocation in 200 calls, once in a CI run). A send and a recv in turn, on a loaded
+machine, met it in two windows running (1 allocation in each): so a call fails only when both
+windows allocated at least RECURRING times, which a call that allocates (COUNTED times or more in
+each) always does and those one-offs never came near."""
 
 import ctypes
 import sys
@@ -32,6 +36,7 @@ except AttributeError:
 counter.restype = ctypes.c_uint64
 
 WARM, COUNTED = 20, 200
+RECURRING = COUNTED // 20
 failures = []
 ROOT = size - 1
 
@@ -50,6 +55,64 @@ def windows_of(call):
             return windows, result
 
 
+def _other_operations(count, x, out):
+    """{name: (call, closed form)} of reduce, reduce_scatter, gather, scatter, all_to_all and
+    send/recv between ranks 2k and 2k + 1 (closed forms: rank r's x holds r + 1)."""
+    w = x.copy()  # reduce in place with max: ROOT keeps size there, the others r + 1
+    whole = np.full(size * count, rank + 1, np.float32)
+    parts = np.empty(count, np.float32)
+    everyone = np.repeat(np.arange(1, size + 1, dtype=np.float32), count)
+    gathered = np.empty(size * count, np.float32)
+    # scatter: only ROOT's content is read, chunk r holding r + 1; elsewhere zeros
+    dealt = everyone if rank == ROOT else np.zeros(size * count, np.float32)
+    # all_to_all: rank q's block p holds q * size + p, so rank r receives q * size + r from q
+    blocks = np.repeat(rank * size + np.arange(size, dtype=np.float32), count)
+    exchanged = np.empty_like(blocks)
+    received = np.repeat(np.arange(size, dtype=np.float32) * size + rank, count)
+    partner = rank ^ 1
+    got = np.empty_like(x)
+
+    def send_recv():
+        if partner >= size:
+            return x
+        if rank % 2 == 0:
+            chorus.send(x, partner, tag=3)
+            return chorus.recv(partner, tag=3, out=got)
+        chorus.recv(partner, tag=3, out=got)
+        chorus.send(x, partner, tag=3)
+        return got
+
+    def recv_send():  # recv into a fresh array of a shape and dtype name
+        if partner >= size:
+            return x
+        if rank % 2 == 1:
+            chorus.send(x, partner, tag=4)
+            return chorus.recv(partner, (count,), "float32", tag=4)
+        fresh = chorus.recv(partner, (count,), "float32", tag=4)
+        chorus.send(x, partner, tag=4)
+        return fresh
+
+    mine = size * (size + 1) / 2 if rank == ROOT else rank + 1
+    return {
+        "reduce out=": (lambda: chorus.reduce(x, root=ROOT, out=out), mine),
+        "reduce fresh": (lambda: chorus.reduce(x, root=ROOT), mine),
+        "reduce inplace": (lambda: chorus.reduce(w, ROOT, "max", inplace=True),
+                           size if rank == ROOT else rank + 1),
+        "reduce_scatter out=": (lambda: chorus.reduce_scatter(whole, out=parts),
+                                size * (size + 1) / 2),
+        "reduce_scatter fresh": (lambda: chorus.reduce_scatter(whole), size * (size + 1) / 2),
+        "gather out=": (lambda: chorus.gather(x, ROOT, out=gathered),
+                        everyone if rank == ROOT else rank + 1),
+        "gather fresh": (lambda: chorus.gather(x, ROOT), everyone if rank == ROOT else rank + 1),
+        "scatter out=": (lambda: chorus.scatter(dealt, ROOT, out=parts), rank + 1),
+        "scatter fresh": (lambda: chorus.scatter(dealt, ROOT), rank + 1),
+        "all_to_all out=": (lambda: chorus.all_to_all(blocks, out=exchanged), received),
+        "all_to_all fresh": (lambda: chorus.all_to_all(blocks), received),
+        "send and recv out=": (send_recv, (partner + 1) if partner < size else rank + 1),
+        "send and recv fresh": (recv_send, (partner + 1) if partner < size else rank + 1),
+    }
+
+
 COUNTS = [int(a) for a in sys.argv[1:]] or [2, 1024, 262144]  # float32: 8 B, 4 KiB, 1 MiB
 for count in COUNTS:
     x = np.full(count, rank + 1, np.float32)
@@ -59,6 +122,7 @@ for count in COUNTS:
     gathered = np.empty(size * count, np.float32)
     everyone = np.repeat(np.arange(1, size + 1, dtype=np.float32), count)
     calls = {  # name: (call, closed form)
+        **_other_operations(count, x, out),
         "allreduce out=": (lambda: chorus.allreduce(x, out=out), size * (size + 1) / 2),
         "allreduce fresh": (lambda: chorus.allreduce(x), size * (size + 1) / 2),
         "allreduce inplace": (lambda: chorus.allreduce(y, op="max", inplace=True), size),
@@ -74,14 +138,14 @@ for count in COUNTS:
         windows, result = windows_of(call)
         if not np.array_equal(result, np.broadcast_to(expected, result.shape)):
             failures.append(f"{name} at {4 * count} B gave a wrong result")
-        if all(windows):
+        if min(windows) >= RECURRING:
             failures.append(f"{name} at {4 * count} B: {windows} allocations in windows of "
                             f"{COUNTED} calls")
 
 for _ in range(WARM):
     chorus.barrier()
 windows, _ = windows_of(chorus.barrier)
-if all(windows):
+if min(windows) >= RECURRING:
     failures.append(f"barrier: {windows} allocations in windows of {COUNTED} calls")
 
 for failure in failures:
