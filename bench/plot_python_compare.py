@@ -10,6 +10,10 @@ per size: per mode the chorus time, the reference time and reference / chorus (>
 faster). Otherwise it draws one panel per mode, time per call against size on logarithmic axes,
 chorus solid and the reference dashed, with the ratio on a second axis below each panel.
 
+A run with `--ops` also has rows of the other operations (mode OP/out, or barrier at 0 bytes):
+--table then prints them after the allreduce table, one row per (op, size) with the same three
+cells ("n/a" where the reference lacks the op); the plots show allreduce's modes only.
+
 Needs matplotlib (Debian: python3-matplotlib) for drawing (Agg backend, no display needed).
 """
 
@@ -61,10 +65,13 @@ def human_time(seconds):
 
 
 def table(reference, merged):
-    """The Markdown table, as a list of lines."""
+    """The Markdown table of allreduce's modes, as a list of lines (none without such rows)."""
+    sizes = sorted({n for n, mode, _ in merged if mode in MODES})
+    if not sizes:
+        return []
     header = ["size"] + [f"{m} {lib}" for m in MODES for lib in ("chorus", reference, "ratio")]
     lines = ["| " + " | ".join(header) + " |", "|---:|" + "---:|" * (3 * len(MODES))]
-    for nbytes in sorted({key[0] for key in merged}):
+    for nbytes in sizes:
         cells = [human_size(nbytes)]
         for mode in MODES:
             mine = merged.get((nbytes, mode, "chorus"))
@@ -74,6 +81,25 @@ def table(reference, merged):
                 continue
             cells += [human_time(mine), human_time(theirs), f"{theirs / mine:.2f}×"]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def ops_table(reference, merged):
+    """The Markdown table of the other operations (python_compare.py --ops), as a list of lines:
+    one row per (op, size), ops in the order they first appear, none without such rows."""
+    labels = list(dict.fromkeys(mode for _, mode, _ in merged if mode not in MODES))
+    if not labels:
+        return []
+    lines = [f"| op | size | chorus | {reference} | ratio |", "|:---|---:|---:|---:|---:|"]
+    for label in labels:
+        for nbytes in sorted({n for n, mode, _ in merged if mode == label}):
+            mine = merged.get((nbytes, label, "chorus"))
+            theirs = merged.get((nbytes, label, reference))
+            cells = [label.replace("/", " "), human_size(nbytes) if nbytes else "-",
+                     human_time(mine) if mine is not None else "n/a",
+                     human_time(theirs) if theirs is not None else "n/a",
+                     f"{theirs / mine:.2f}×" if mine is not None and theirs is not None else "-"]
+            lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -120,8 +146,12 @@ def main(argv=None):
     reference, samples = read_runs(args.csv)
     merged = medians(samples)
     if args.table:
-        print("\n".join(table(reference, merged)))
+        tables = [t for t in (table(reference, merged), ops_table(reference, merged)) if t]
+        print("\n\n".join("\n".join(t) for t in tables))
     if args.output:
+        if not any(mode in MODES for _, mode, _ in merged):
+            sys.exit("plot_python_compare.py: no allreduce rows to plot (the plots show "
+                     "allreduce's modes; --table shows the other operations)")
         plot(reference, merged, args.output, args.title)
 
 

@@ -58,3 +58,28 @@ def test_it_refuses_a_file_of_another_tool_and_mixed_references(tmp_path):
     mixed = [write_run(tmp_path / "a.csv", "mpi4py", 1, 2), write_run(tmp_path / "b.csv", "torch.gloo", 1, 2)]
     with pytest.raises(SystemExit, match="one reference library"):
         plot_python_compare.main(mixed + ["--table"])
+
+
+def test_the_rows_of_other_operations_make_a_second_table(tmp_path, capsys):
+    """A python_compare.py --ops run: allreduce's modes, then OP/out rows and barrier at 0 B; an
+    op the reference lacks has chorus's time only."""
+    run = tmp_path / "ops.csv"
+    lines = ["bytes,mode,library,seconds"]
+    for mode in MODES:
+        lines += [f"8,{mode},chorus,1e-6", f"8,{mode},mpi4py,2e-6"]
+    lines += ["8,broadcast/out,chorus,1e-6", "8,broadcast/out,mpi4py,3e-6",
+              "4096,broadcast/out,chorus,4e-6", "4096,broadcast/out,mpi4py,2e-6",
+              "8,reduce_scatter/out,chorus,5e-6", "0,barrier,chorus,1e-6", "0,barrier,mpi4py,1e-6"]
+    run.write_text("\n".join(lines) + "\n")
+    plot_python_compare.main([str(run), "--table"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "| 8 B |" + " 1.00 µs | 2.00 µs | 2.00× |" * 3
+    assert len(out) == 3 + 1 + 2 + 4
+    assert out[4:] == ["| op | size | chorus | mpi4py | ratio |", "|:---|---:|---:|---:|---:|",
+                       "| broadcast out | 8 B | 1.00 µs | 3.00 µs | 3.00× |",
+                       "| broadcast out | 4 KiB | 4.00 µs | 2.00 µs | 0.50× |",
+                       "| reduce_scatter out | 8 B | 5.00 µs | n/a | - |",
+                       "| barrier | - | 1.00 µs | 1.00 µs | 1.00× |"]
+    with pytest.raises(SystemExit, match="no allreduce rows"):
+        run.write_text("bytes,mode,library,seconds\n0,barrier,chorus,1e-6\n0,barrier,mpi4py,1e-6\n")
+        plot_python_compare.main([str(run), "-o", str(tmp_path / "p.png")])
