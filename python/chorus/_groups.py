@@ -9,6 +9,7 @@ and peers are given as world ranks and mapped to ranks within the caller's group
 """
 
 import threading
+import weakref
 
 from . import _chorus
 
@@ -16,6 +17,7 @@ _lock = threading.Lock()
 _cache = {}  # normalized rank_list (tuple of tuples) or None -> Communicator
 _given = {}  # a rank_list as the caller wrote it (as tuples) -> Communicator, checked before
 _world = None
+_with_native = weakref.WeakSet()  # Groups whose _native the short paths use, until reset()
 
 
 class Communicator:
@@ -176,7 +178,10 @@ class Group:
     ValueError (chorus.InvalidArgumentError) naming it and the group.
     """
 
-    __slots__ = ("ranks", "size", "rank", "_index", "_rank_list")
+    # _native: on a member, its group's native Communicator, whose ranks are the group ranks; the
+    # fronts' short paths (python/src/front_calls.cc) run group= calls on it. None elsewhere, and
+    # once reset() has forgotten the communicators.
+    __slots__ = ("ranks", "size", "rank", "_index", "_rank_list", "_native", "__weakref__")
 
     def __init__(self, ranks, world_rank):
         self.ranks = tuple(ranks)
@@ -184,6 +189,7 @@ class Group:
         self._index = {w: g for g, w in enumerate(self.ranks)}
         self.rank = self._index.get(world_rank, -1)
         self._rank_list = (self.ranks,)
+        self._native = None
 
     def world_rank(self, group_rank):
         """The world rank of group rank `group_rank`."""
@@ -211,8 +217,16 @@ def new_group(ranks):
             f"new_group needs a non-empty list of world ranks, not {ranks!r}")
     ranks = list(ranks)
     normalize([ranks], world.world_size)  # ints, in range, none twice: or a clear error
-    get([ranks])
-    return Group(ranks, world.world_rank)
+    comm = get([ranks])
+    group = Group(ranks, world.world_rank)
+    if group.rank >= 0 and comm.members == group.ranks:  # group ranks are the communicator's
+        with _lock:
+            group._native = comm._native
+            _with_native.add(group)
+    return group
+
+
+_chorus.set_group_type(Group)  # the fronts take group= calls of this type only
 
 
 def resolve(group, rank_list, operation):
@@ -254,3 +268,6 @@ def reset():
         _given.clear()
         _world = None
         _chorus.set_world(None)
+        for group in list(_with_native):
+            group._native = None
+        _with_native.clear()

@@ -4,14 +4,15 @@
 // _chorus.front(name, general, doc) makes from `general`, the package's Python function of the
 // same name and signature.
 //
-// A call whose arguments allow it (rank_list None: the world; async_op and synchronize False;
-// group None; inplace False, or True without out; every other parameter the short path does not
-// read at its default) takes the operation's short path (short_calls.h) on the
-// world's Communicator, which the package registers with _chorus.set_world. Every other call, and
-// every call the short path declines (NotImplemented), goes to `general` with its arguments
-// exactly as given, so it behaves as `general` does, errors included: a wrong argument count or
-// keyword reaches `general`, which raises Python's own TypeError. The common call thus runs no
-// Python frame at all (the Python function around the short path cost ~0.25 us of a 0.7 us call).
+// A call whose arguments allow it (rank_list None: the world, or group= a chorus Group that
+// carries its communicator; async_op and synchronize False; inplace False, or True without out;
+// every other parameter the short path does not read at its default) takes the operation's short
+// path (short_calls.h) on the world's Communicator, which the package registers with
+// _chorus.set_world. Every other call, and every call the short path declines (NotImplemented),
+// goes to `general` with its arguments exactly as given, so it behaves as `general` does, errors
+// included: a wrong argument count or keyword reaches `general`, which raises Python's own
+// TypeError. The common call thus runs no Python frame at all (the Python function around the short
+// path cost ~0.25 us of a 0.7 us call).
 //
 // The parameters and their defaults are read from `general` (__code__, __defaults__) when the
 // front is made; `doc` starts with "name(signature)\n--\n\n", so that inspect.signature and help()
@@ -34,6 +35,9 @@ constexpr size_t kMostParameters = 12;
 // Python object, and the C++ object it holds.
 PyObject* worldObject = nullptr;
 Communicator* worldCommunicator = nullptr;
+// chorus.distributed's Group class (python/chorus/_groups.py), whose instances a call may pass as
+// group=; a strong reference.
+PyObject* groupType = nullptr;
 
 struct Front {
   const ShortOperation* operation = nullptr;
@@ -146,7 +150,7 @@ bool isShort(const Front& front,
              const std::array<PyObject*, kMostParameters>& values,
              PyObject*& target) {
   if (values[front.rankList] != Py_None || values[front.asyncOp] != Py_False ||
-      values[front.synchronize] != Py_False || (front.group >= 0 && values[front.group] != Py_None))
+      values[front.synchronize] != Py_False)
     return false;
   for (int i : front.others) {
     if (values[i] != front.defaults[i].ptr())
@@ -173,6 +177,27 @@ py::object runShort(const Front& front,
   return front.operation->path(comm, call);
 }
 
+// The native Communicator a short call runs on, held for the call (another thread may forget it
+// while this one waits): the world's for group=None; for a chorus Group, the one the package set
+// as its `_native` (a communicator whose ranks are the group ranks, so roots and peers need no
+// translation). None when the call needs the general path: another kind of group, or a Group
+// without one (on a non-member, or forgotten by a reset).
+py::object communicatorOf(const Front& front,
+                          const std::array<PyObject*, kMostParameters>& values) {
+  PyObject* group = front.group >= 0 ? values[front.group] : Py_None;
+  if (group == Py_None)
+    return py::reinterpret_borrow<py::object>(worldObject);
+  if (groupType == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(group)) != groupType)
+    return py::none();
+  static PyObject* const nativeName = PyUnicode_InternFromString("_native");
+  PyObject* native = PyObject_GetAttr(group, nativeName);
+  if (native == nullptr) {
+    PyErr_Clear();
+    return py::none();
+  }
+  return py::reinterpret_steal<py::object>(native);
+}
+
 PyObject* frontCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   const auto& front = *static_cast<const Front*>(PyCapsule_GetPointer(self, kCapsuleName));
   try {
@@ -180,11 +205,14 @@ PyObject* frontCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
     PyObject* target = nullptr;
     if (worldObject != nullptr && bind(front, args, nargs, kwnames, values) &&
         isShort(front, values, target)) {
-      // Held for the call: another thread may forget the world while this one waits.
-      const auto world = py::reinterpret_borrow<py::object>(worldObject);
-      py::object result = runShort(front, *worldCommunicator, values, target);
-      if (result.ptr() != Py_NotImplemented)
-        return result.release().ptr();
+      const py::object native = communicatorOf(front, values);
+      if (!native.is_none()) {
+        Communicator& comm =
+            native.ptr() == worldObject ? *worldCommunicator : native.cast<Communicator&>();
+        py::object result = runShort(front, comm, values, target);
+        if (result.ptr() != Py_NotImplemented)
+          return result.release().ptr();
+      }
     }
   } catch (...) {
     return setPythonError();
@@ -224,6 +252,12 @@ void setWorld(py::object native) {
   Py_XDECREF(previous);
 }
 
+void setGroupType(py::object type) {
+  PyObject* previous = groupType;
+  groupType = type.is_none() ? nullptr : type.release().ptr();
+  Py_XDECREF(previous);
+}
+
 }  // namespace
 
 void bindFronts(py::module_& module) {
@@ -232,6 +266,9 @@ void bindFronts(py::module_& module) {
              "the short path where the call allows it, and calls `general` otherwise");
   module.def("set_world", &setWorld, py::arg("native"),
              "Registers the world's Communicator for the fronts' short paths (None forgets it)");
+  module.def("set_group_type", &setGroupType, py::arg("type"),
+             "Registers chorus's Group class: the fronts' short paths take group= calls with an "
+             "instance whose _native is a Communicator");
 }
 
 }  // namespace chorus::python

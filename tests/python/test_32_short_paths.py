@@ -339,3 +339,76 @@ def test_torch_tensors_take_the_short_paths_in_bfloat16(monkeypatch):
     y = x.clone()
     assert chorus.reduce(y, 0, inplace=True) is y
     assert calls == []
+
+
+def test_group_calls_take_the_short_path_with_group_ranks(monkeypatch):
+    """A Group from new_group carries its communicator, whose ranks are the group ranks: calls
+    with group= take the short path, roots and peers read as group ranks (here the world reversed:
+    group rank g is world rank size - 1 - g)."""
+    rank, size = rank_size()
+    g = chorus.distributed.new_group(list(reversed(range(size))))
+    me = g.rank
+    assert me == size - 1 - rank
+    calls = _spy_on_general_paths(monkeypatch)
+    x = np.full(2, me + 1, np.float32)
+    whole = np.full(2 * size, me + 1, np.float32)
+    reduced = chorus.reduce(x, 0, group=g)
+    gathered = chorus.gather(x, root=0, group=g)
+    dealt = chorus.scatter(np.repeat(np.arange(size, dtype=np.float32), 2), 0, group=g)
+    exchanged = chorus.all_to_all(np.repeat(np.arange(size, dtype=np.float32), 2) + 100 * me,
+                                  group=g)
+    parts = chorus.reduce_scatter(whole, group=g)
+    broadcast = chorus.broadcast(x, root=size - 1, group=g)
+    chorus.barrier(group=g)
+    partner = me ^ 1
+    if partner < size:
+        if me % 2 == 0:
+            chorus.send(x, partner, group=g)
+            heard = chorus.recv(partner, (2,), "float32", group=g)
+        else:
+            heard = chorus.recv(partner, (2,), "float32", group=g)
+            chorus.send(x, partner, group=g)
+        np.testing.assert_array_equal(heard, np.full(2, partner + 1))
+    assert calls == []
+    total = size * (size + 1) / 2
+    if me == 0:  # world rank size - 1
+        np.testing.assert_array_equal(reduced, np.full(2, total))
+        np.testing.assert_array_equal(gathered, np.repeat(np.arange(1, size + 1), 2))
+    else:
+        np.testing.assert_array_equal(reduced, x)
+        assert gathered is x
+    np.testing.assert_array_equal(dealt, np.full(2, me))
+    np.testing.assert_array_equal(exchanged, np.repeat(100 * np.arange(size) + me, 2))
+    np.testing.assert_array_equal(parts, np.full(2, total))
+    np.testing.assert_array_equal(broadcast, np.full(2, size))
+
+
+def test_a_subgroup_runs_among_its_members_only(monkeypatch):
+    rank, size = rank_size()
+    members = [size - 1, 0] if size > 1 else [0]
+    g = chorus.distributed.new_group(members)
+    calls = _spy_on_general_paths(monkeypatch)
+    if g.rank >= 0:
+        total = chorus.reduce(np.array([rank + 1], np.int64), root=0, group=g)
+        if g.rank == 0:
+            np.testing.assert_array_equal(total, [sum(m + 1 for m in members)])
+        assert calls == []
+    else:
+        assert g._native is None
+        with pytest.raises(chorus.InvalidArgumentError, match="which it is not a member of"):
+            chorus.reduce(np.ones(1), root=0, group=g)
+        assert calls == []  # refused by the front's general function, before any general path
+
+
+def test_a_group_forgotten_by_a_reset_takes_the_general_path(monkeypatch):
+    """After the package forgets its communicators (as chorus.shutdown does), a Group's calls go
+    through the general path, which finds the group's communicator anew."""
+    rank, size = rank_size()
+    g = chorus.distributed.new_group(list(range(size)))
+    assert g._native is not None
+    _groups.reset()
+    assert g._native is None
+    calls = _spy_on_general_paths(monkeypatch)
+    np.testing.assert_array_equal(chorus.reduce(np.ones(3), 0, group=g),
+                                  np.full(3, size) if rank == 0 else np.ones(3))
+    assert calls == ["_reduce", "_complete"]
