@@ -27,11 +27,6 @@ namespace {
 
 constexpr size_t kCacheLine = 64;
 constexpr uint64_t kProbeValue = 0x63686f7275732121;  // "chorus!!"
-// Direct reads go in pieces, so that one call never pins a huge range at once.
-constexpr size_t kDirectReadPieceBytes = 2 << 20;
-// A staged read's pieces: each is read, then copied out while it is in this core's cache.
-constexpr size_t kStagedReadPieceBytes = 64 << 10;
-constexpr size_t kPageBytes = 4096;
 constexpr size_t kMaxErrorBytes = 8192;
 // A wait first spins (a peer that is running publishes within a microsecond or so), then yields
 // the core between passes, then sleeps on the bell. With more ranks than cores the peer it waits
@@ -182,52 +177,20 @@ ShmGroup::ShmGroup(int rank,
 // (EPERM: no CAP_SYS_PTRACE over the peer, Yama ptrace_scope >= 1; ENOSYS; a seccomp filter) or
 // CHORUS_SHM_DIRECT=0 turns direct reads off.
 bool ShmGroup::canReadEveryPeer() const {
-  if (env::integer("CHORUS_SHM_DIRECT").value_or(1) == 0)
+  if (!detail::CrossMemoryReader::enabled())
     return false;
   for (int peer = 0; peer < size_; ++peer) {
     const ControlBlock& theirs = block(peer);
-    uint64_t value = 0;
-    iovec local{&value, sizeof value};
-    iovec remote{reinterpret_cast<void*>(theirs.probeAddress), sizeof value};
-    if (::process_vm_readv(theirs.pid, &local, 1, &remote, 1, 0) != sizeof value ||
-        value != kProbeValue)
+    if (!detail::CrossMemoryReader::canRead(theirs.pid, theirs.probeAddress, kProbeValue))
       return false;
   }
   return true;
 }
 
 void ShmGroup::readFrom(int rank, void* to, uintptr_t from, size_t bytes) {
-  auto* destination = static_cast<std::byte*>(to);
-  const bool staged = copyAvoidsMemcpy(to, reinterpret_cast<const void*>(from), bytes);
-  if (staged && staging_.empty())
-    staging_.resize(kStagedReadPieceBytes + 2 * kPageBytes);
-  while (bytes > 0) {
-    if (!staged) {
-      const size_t got = readPiece(rank, destination, from, std::min(bytes, kDirectReadPieceBytes));
-      destination += got;
-      from += got;
-      bytes -= got;
-      continue;
-    }
-    // The staging copy starts at `from`'s offset in its page: the kernel copies at distance 0.
-    const uintptr_t base = reinterpret_cast<uintptr_t>(staging_.data());
-    std::byte* landing =
-        staging_.data() + (kPageBytes - base % kPageBytes) % kPageBytes + from % kPageBytes;
-    const size_t got = readPiece(rank, landing, from, std::min(bytes, kStagedReadPieceBytes));
-    copyBytes(destination, landing, got);
-    destination += got;
-    from += got;
-    bytes -= got;
-  }
-}
-
-size_t ShmGroup::readPiece(int rank, std::byte* to, uintptr_t from, size_t bytes) const {
-  iovec local{to, bytes};
-  iovec remote{reinterpret_cast<void*>(from), bytes};
-  const ssize_t got = ::process_vm_readv(block(rank).pid, &local, 1, &remote, 1, 0);
-  if (got > 0)
-    return static_cast<size_t>(got);
-  const int error = got < 0 ? errno : EFAULT;
+  const int error = reader_.read(block(rank).pid, to, from, bytes);
+  if (error == 0)
+    return;
   throwIfFailed();  // a failure or a death explains it best
   checkPeer(rank);
   if (error == ESRCH) {  // exiting: its memory is gone before its pidfd says so

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cross_memory.h"
 #include "core/deadline.h"
 #include "core/process_watch.h"
 #include "core/rank_names.h"
@@ -153,9 +154,6 @@ class ShmGroup {
   [[noreturn]] void throwGroupFailure() const;
   void sleepOnBell(uint32_t seen, Deadline deadline);
   bool canReadEveryPeer() const;
-  // One process_vm_readv of up to `bytes` from `rank`'s `from` into `to`: the bytes it read (at
-  // least one). Throws as readFrom does.
-  size_t readPiece(int rank, std::byte* to, uintptr_t from, size_t bytes) const;
 
   int rank_;
   int size_;
@@ -165,7 +163,7 @@ class ShmGroup {
   std::vector<ProcessWatch> peerProcesses_;      // by rank (empty for this one)
   bool closed_ = false;
   bool directReads_ = false;
-  std::vector<std::byte> staging_;  // readFrom's staging buffer, made at its first use
+  detail::CrossMemoryReader reader_;  // readFrom's
 };
 
 }  // namespace chorus::backend::shm

@@ -26,6 +26,9 @@ inline constexpr size_t kCacheLine = 64;
 struct RingControl {
   alignas(2 * kCacheLine) std::atomic<uint64_t> head;  // consumed: written by the receiver
   alignas(2 * kCacheLine) std::atomic<uint64_t> tail;  // produced: written by the sender
+  // Messages whose payload the receiver copied straight out of the sender's memory (the shm
+  // transport's direct messages): written by the receiver once each copy is done.
+  alignas(2 * kCacheLine) std::atomic<uint64_t> directDone;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 

@@ -69,6 +69,9 @@ Segment Segment::create(const std::string& name, int rank, int size) {
   header->size = size;
   header->pid = static_cast<int32_t>(::getpid());
   header->ringBytes = ringBytes;
+  header->probe = SegmentHeader::kProbeValue;
+  header->probeAddress = reinterpret_cast<uintptr_t>(&header->probe);
+  header->directReads.store(SegmentHeader::kUnknown, std::memory_order_relaxed);
   header->state.store(static_cast<uint32_t>(PeerState::kOpen), std::memory_order_relaxed);
   header->abortBytes = 0;
   header->doorbell.store(0, std::memory_order_relaxed);

@@ -35,12 +35,22 @@ struct SegmentHeader {
   static constexpr uint64_t kMagic = 0x63686f7275732d73;  // "chorus-s"
   static constexpr size_t kAbortCapacity = 64 * 1024;
 
+  static constexpr uint64_t kProbeValue = 0x63686f7275732121;  // "chorus!!"
+
   // Written once by the creator, read-only afterwards.
   alignas(kCacheLine) uint64_t magic;
   int32_t rank;
   int32_t size;
   int32_t pid;
   uint32_t ringBytes;
+  // kProbeValue, at `probeAddress` in the creator's memory: what a peer reads with
+  // process_vm_readv to learn whether it may read this rank's memory (core/cross_memory.h).
+  uint64_t probe;
+  uint64_t probeAddress;
+  // Whether this rank reads its peers' large messages straight from their memory: kUnknown until
+  // it has probed every peer, then kYes or kNo (stored with release; read by its senders).
+  static constexpr uint32_t kUnknown = 0, kYes = 1, kNo = 2;
+  alignas(kCacheLine) std::atomic<uint32_t> directReads;
   // PeerState, stored with release after everything it announces (last ring bytes, abort notice).
   alignas(kCacheLine) std::atomic<uint32_t> state;
   uint32_t abortBytes;
