@@ -14,7 +14,9 @@
 //  - barrier: None.
 #include "short_calls.h"
 
+#include <array>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -89,19 +91,26 @@ py::object reduceShort(Communicator& comm, const ShortCall& call) {
       return comm.reduce(*input, output, *root, *op);
     });
   }
-  if (call.out.ptr() == call.x.ptr()) {  // in place: x is not written here
+  if (call.out.ptr() == call.x.ptr()) {  // in place: x is not written here, but must be writable
+    if (!writableTensor(call.x))         // (as on the root, where the general path refuses it)
+      return notImplemented();
     runOperation(
         false, [&] { return comm.reduce(*input, *input, *root, *op); },
         [&] { return py::reinterpret_borrow<py::object>(call.x); });
     return py::reinterpret_borrow<py::object>(call.x);
   }
-  // A copy of x, in a new array or the caller's `out` (which C++ checks as on the root).
+  // A copy of x, in a new array or the caller's `out` (which C++ checks as on the root), made
+  // once the reduce is done, as the general path makes it: a failed reduce leaves `out` as it was.
+  py::object result;
+  const auto output = outputFor(*input, call.x, call.out, input->shape(), result);
+  if (!output || output->numel() != input->numel())
+    return notImplemented();
   const bool fresh = call.out.is_none();
-  return intoSameSize(*input, call, [&](const Tensor& output) {
-    auto work = comm.reduce(*input, fresh ? Tensor() : output, *root, *op);
-    std::memmove(output.data(), input->data(), input->nbytes());
-    return work;
-  });
+  runOperation(
+      false, [&] { return comm.reduce(*input, fresh ? Tensor() : *output, *root, *op); },
+      [&] { return py::make_tuple(call.x, result); });
+  std::memmove(output->data(), input->data(), input->nbytes());
+  return result;
 }
 
 py::object allgatherShort(Communicator& comm, const ShortCall& call) {
@@ -267,23 +276,25 @@ std::string signatureOf(const ShortOperation& operation) {
 }  // namespace
 
 void bindShortCalls(py::module_& module) {
-  static std::vector<PyMethodDef> methods;  // CPython keeps pointers to them: never resized below
-  static std::vector<std::string> docs;
   static const char* const kNames[] = {"allreduce",      "broadcast", "reduce",  "allgather",
                                        "reduce_scatter", "gather",    "scatter", "all_to_all",
                                        "barrier",        "send",      "recv"};
-  methods.reserve(std::size(kNames));
-  docs.reserve(std::size(kNames));
-  for (const char* name : kNames) {
-    const ShortOperation& operation = *findShortOperation(name);
-    docs.push_back(signatureOf(operation) + ": the blocking " + name +
-                   " of the short path (one NumPy array or torch CPU tensor); NotImplemented "
-                   "when the call needs the package's general path");
-    methods.push_back({operation.direct,
-                       reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(directCall)),
-                       METH_FASTCALL, docs.back().c_str()});
+  constexpr size_t kCount = std::size(kNames);
+  // CPython keeps pointers to the method definitions and their docs: made once, never moved.
+  static std::array<PyMethodDef, kCount> methods{};
+  static std::array<std::string, kCount> docs;
+  for (size_t i = 0; i < kCount; ++i) {
+    const ShortOperation& operation = *findShortOperation(kNames[i]);
+    if (docs[i].empty()) {
+      docs[i] = signatureOf(operation) + ": the blocking " + kNames[i] +
+                " of the short path (one NumPy array or torch CPU tensor); NotImplemented when "
+                "the call needs the package's general path";
+      methods[i] = {operation.direct,
+                    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(directCall)),
+                    METH_FASTCALL, docs[i].c_str()};
+    }
     py::capsule self(const_cast<ShortOperation*>(&operation), kOperationCapsule);
-    PyObject* function = PyCFunction_NewEx(&methods.back(), self.ptr(), nullptr);
+    PyObject* function = PyCFunction_NewEx(&methods[i], self.ptr(), nullptr);
     if (function == nullptr)
       throw py::error_already_set();
     module.attr(operation.direct) = py::reinterpret_steal<py::object>(function);

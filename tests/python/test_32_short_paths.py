@@ -33,10 +33,18 @@ def _native():
 
 
 def _distinct(dtype, k, n):
-    """Values that differ from one k to the next (within a dtype's exact range)."""
+    """Values that differ from one k (< 16) to the next, within a dtype's exact range (bool: k's
+    four bits, repeated)."""
     if dtype == "bool":
-        return (np.arange(n) + k) % 3 == 0
+        return ((k >> (np.arange(n) % 4)) & 1).astype(bool)
     return ((np.arange(n) + 7 * k) % 100).astype(dtype)
+
+
+def _assert_exactly(result, expected):
+    """`result` is a NumPy array of expected's dtype (its very type code) and values."""
+    assert isinstance(result, np.ndarray)
+    assert result.dtype.char == np.asarray(expected).dtype.char, (result.dtype, expected.dtype)
+    np.testing.assert_array_equal(result, expected)
 
 
 def _spy_on_general_paths(monkeypatch):
@@ -101,15 +109,15 @@ def test_the_short_paths_reduce_every_dtype(dtype):
     out = np.empty_like(x)
     assert _chorus.reduce_array(_native(), x, out, root, "sum") is out
     if rank == root:
-        np.testing.assert_array_equal(fresh, expected)
+        _assert_exactly(fresh, expected)
         np.testing.assert_array_equal(out, expected)
     else:  # a copy of x, as the general path gives
         assert fresh is not x
-        np.testing.assert_array_equal(fresh, x)
+        _assert_exactly(fresh, x)
         np.testing.assert_array_equal(out, x)
     np.testing.assert_array_equal(x, before)
     parts = _chorus.reduce_scatter_array(_native(), x, None, "sum")
-    np.testing.assert_array_equal(parts, expected[rank * n:(rank + 1) * n])
+    _assert_exactly(parts, expected[rank * n:(rank + 1) * n])
     into = np.empty(n, dtype)
     assert _chorus.reduce_scatter_array(_native(), x, into, "sum") is into
     np.testing.assert_array_equal(into, parts)
@@ -127,15 +135,15 @@ def test_the_short_paths_move_every_dtype(dtype):
     x = every[rank]
     gathered = _chorus.gather_array(_native(), x, None, root, 0)
     if rank == root:
-        np.testing.assert_array_equal(gathered, np.concatenate(every))
+        _assert_exactly(gathered, np.concatenate(every))
     else:
         assert gathered is x
     whole = np.concatenate(every) if rank == root else np.zeros(size * n, dtype)
     dealt = _chorus.scatter_array(_native(), whole, None, root)
-    np.testing.assert_array_equal(dealt, x)
+    _assert_exactly(dealt, x)
     blocks = np.concatenate([_distinct(dtype, rank * size + p, n) for p in range(size)])
     received = _chorus.all_to_all_array(_native(), blocks, None, 0, 0)
-    np.testing.assert_array_equal(
+    _assert_exactly(
         received, np.concatenate([_distinct(dtype, q * size + rank, n) for q in range(size)]))
 
 
@@ -203,8 +211,8 @@ def test_send_and_recv_every_dtype(dtype):
         _chorus.send_array(_native(), x, partner, 2)
         _chorus.send_array(_native(), x, partner, 2)
         out = fresh
-    assert fresh.dtype == np.dtype(dtype) and fresh.shape == (2, 3)
-    np.testing.assert_array_equal(fresh, _distinct(dtype, partner, 6).reshape(2, 3))
+    assert fresh.shape == (2, 3)
+    _assert_exactly(fresh, _distinct(dtype, partner, 6).reshape(2, 3))
     np.testing.assert_array_equal(out.reshape(2, 3), _distinct(dtype, partner, 6).reshape(2, 3))
 
 
@@ -229,6 +237,9 @@ def _declined_cases():
                                         "sum"),
         "reduce out of another size": ("reduce_array", x, np.empty(3, np.float32), 0, "sum"),
         "reduce read-only out": ("reduce_array", x, frozen, 0, "sum"),
+        "reduce in place of a read-only x": ("reduce_array", frozen, frozen, 0, "sum"),
+        "reduce in place of a read-only x elsewhere": ("reduce_array", frozen, frozen, size - 1,
+                                                       "sum"),
         "reduce_scatter of a 0-d array": ("reduce_scatter_array", np.ones((), np.float32), None,
                                           "sum"),
         "reduce_scatter of a byte-swapped input": ("reduce_scatter_array",
@@ -280,16 +291,23 @@ def test_the_short_paths_decline_what_the_general_path_handles(case):
     assert getattr(_chorus, name)(_native(), *arguments) is NotImplemented
 
 
-def test_declined_calls_behave_as_before():
+def test_declined_calls_behave_as_before(monkeypatch):
     """What the short paths decline reaches the general path, with its results and its errors."""
     rank, size = rank_size()
-    x = np.full(2 * size, rank + 1, np.float32)
-    np.testing.assert_array_equal(chorus.reduce_scatter(x[::-1].copy()[::-1]),
-                                  np.full(2, size * (size + 1) / 2))
+    calls = _spy_on_general_paths(monkeypatch)
+    x = np.arange(2 * size, dtype=np.float32) + rank
+    strided = np.repeat(x, 2)[::2]  # x's values, not contiguous: declined
+    np.testing.assert_array_equal(
+        chorus.reduce_scatter(strided),
+        (np.arange(2 * size) * size + size * (size - 1) / 2)[2 * rank:2 * rank + 2])
+    assert calls == ["_reduce_scatter", "_complete"]
     root = np.int64(size - 1)  # a NumPy int: the general path takes it
     gathered = chorus.gather(x, root=root)
     if rank == size - 1:
-        np.testing.assert_array_equal(gathered, np.repeat(np.arange(1, size + 1), 2 * size))
+        np.testing.assert_array_equal(gathered, np.concatenate([x - rank + r for r in range(size)]))
+    else:
+        assert gathered is x
+    assert calls[2:] == ["_gather", "_complete"]
     with pytest.raises(chorus.InvalidArgumentError, match=f"root={size} is not a member"):
         chorus.reduce(x, root=size)
     with pytest.raises(chorus.InvalidArgumentError, match="axis must be an int"):
@@ -312,13 +330,39 @@ def test_a_front_reads_every_parameter_its_short_path_needs():
              synchronize=False):
         pass
 
-    def send(x, peer, tag, rank_list=None, async_op=False, synchronize=False, extra=None):
+    def send_with_a_required_extra(x, peer, tag, extra, rank_list=None, async_op=False,
+                                   synchronize=False):
         pass
+
+    def send(x, peer, tag=0, rank_list=None, async_op=False, synchronize=False, extra=None):
+        return ("general", extra)
 
     with pytest.raises(ValueError, match="'recv' lacks a parameter of its short path"):
         _chorus.front("recv", recv, "")
+    with pytest.raises(ValueError, match="has a required parameter the short path cannot take"):
+        _chorus.front("send", send_with_a_required_extra, "")
     front = _chorus.front("send", send, "send(...)\n--\n\n")
-    assert callable(front)
+    # A parameter the short path does not read, away from its default: the general function.
+    assert front(np.ones(2), 0, extra=1) == ("general", 1)
+    assert front(np.ones(2), 0, async_op=True) == ("general", None)
+    assert front(np.ones(2), 0, 0, None, False, False, 5) == ("general", 5)
+
+
+def test_the_fronts_bind_arguments_as_python_does(monkeypatch):
+    """Positional, keyword and default arguments reach the short path in their places."""
+    rank, size = rank_size()
+    calls = _spy_on_general_paths(monkeypatch)
+    x = (np.arange(2 * size * 3, dtype=np.int64) + 100 * rank).reshape(2 * size, 3)
+    for result in (chorus.all_to_all(x, 0, 1), chorus.all_to_all(x, concat_axis=1),
+                   chorus.all_to_all(x=x, split_axis=0, concat_axis=1, splits=None)):
+        np.testing.assert_array_equal(
+            result, np.concatenate([np.split(x - 100 * rank + 100 * q, size)[rank]
+                                    for q in range(size)], axis=1))
+    gathered = chorus.gather(x, size - 1, 1)
+    if rank == size - 1:
+        np.testing.assert_array_equal(
+            gathered, np.concatenate([x - 100 * rank + 100 * q for q in range(size)], axis=1))
+    assert calls == []
 
 
 def test_torch_tensors_take_the_short_paths_in_bfloat16(monkeypatch):
@@ -338,7 +382,47 @@ def test_torch_tensors_take_the_short_paths_in_bfloat16(monkeypatch):
                                [:, None].expand(size, 2).contiguous())
     y = x.clone()
     assert chorus.reduce(y, 0, inplace=True) is y
+    torch.testing.assert_close(y, torch.full((size, 2), size * (size + 1) / 2 if rank == 0
+                                             else rank + 1.0, dtype=torch.bfloat16))
     assert calls == []
+
+
+def test_torch_outputs_of_reduce_gather_and_recv(monkeypatch):
+    rank, size = rank_size()
+    root = size - 1
+    calls = _spy_on_general_paths(monkeypatch)
+    x = torch.arange(3, dtype=torch.float64) + 10 * rank
+    out = torch.full((3,), -1.0, dtype=torch.float64)
+    assert chorus.reduce(x, root, out=out) is out
+    torch.testing.assert_close(out, torch.arange(3, dtype=torch.float64) * size
+                               + 10 * size * (size - 1) / 2 if rank == root else x)
+    gathered = torch.full((3 * size,), -1.0, dtype=torch.float64)
+    result = chorus.gather(x, root, out=gathered)
+    if rank == root:
+        assert result is gathered
+        torch.testing.assert_close(gathered, torch.cat([x - 10 * rank + 10 * r
+                                                        for r in range(size)]))
+    else:
+        assert result is x
+        torch.testing.assert_close(gathered, torch.full((3 * size,), -1.0, dtype=torch.float64))
+    if size > 1 and rank ^ 1 < size:
+        partner = rank ^ 1
+        into = torch.empty(3, dtype=torch.float64)
+        if rank % 2 == 0:
+            chorus.send(x, partner)
+            assert chorus.recv(partner, out=into) is into
+        else:
+            assert chorus.recv(partner, out=into) is into
+            chorus.send(x, partner)
+        torch.testing.assert_close(into, x - 10 * rank + 10 * partner)
+    assert calls == []
+    # A NumPy out for a torch x: declined, the general path's business (which takes it).
+    mixed = np.full(3 * size, -1.0)
+    chorus.gather(x, root, out=mixed)
+    assert calls == ["_gather", "_complete"]
+    np.testing.assert_array_equal(
+        mixed, np.concatenate([np.arange(3) + 10 * r for r in range(size)]) if rank == root
+        else np.full(3 * size, -1.0))
 
 
 def test_group_calls_take_the_short_path_with_group_ranks(monkeypatch):

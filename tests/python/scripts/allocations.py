@@ -36,7 +36,7 @@ except AttributeError:
 counter.restype = ctypes.c_uint64
 
 WARM, COUNTED = 20, 200
-RECURRING = COUNTED // 20
+RECURRING = 4
 failures = []
 ROOT = size - 1
 
