@@ -5,15 +5,16 @@
 #include <array>
 #include <string>
 
+#include "point_to_point.h"
 #include "uneven_collectives.h"
 
 namespace chorus::bench {
 namespace {
 
 // Pointers, not copies, so the table does not depend on other files' initialization order.
-const std::array<const Collective*, 10> kCollectives = {
-    &kAllreduce, &kAllgather, &kReduceScatter, &kBroadcast, &kReduce,
-    &kAlltoall,  &kAlltoallv, &kGather,        &kScatter,   &kBarrier,
+const std::array<const Collective*, 11> kCollectives = {
+    &kAllreduce, &kAllgather, &kReduceScatter, &kBroadcast, &kReduce,  &kAlltoall,
+    &kAlltoallv, &kGather,    &kScatter,       &kSendrecv,  &kBarrier,
 };
 
 struct Alias {
@@ -24,7 +25,7 @@ constexpr Alias kAliases[] = {
     {"all_reduce", "allreduce"},         {"all_gather", "allgather"},
     {"reducescatter", "reduce_scatter"}, {"reduce-scatter", "reduce_scatter"},
     {"all_to_all", "alltoall"},          {"bcast", "broadcast"},
-    {"all_to_all_v", "alltoallv"},
+    {"all_to_all_v", "alltoallv"},       {"send_recv", "sendrecv"},
 };
 
 }  // namespace

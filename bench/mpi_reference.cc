@@ -9,6 +9,7 @@
 
 #include "backend/mpi/mpi_types.h"
 #include "chorus/error.h"
+#include "point_to_point.h"
 #include "uneven_collectives.h"
 
 namespace chorus::bench {
@@ -77,6 +78,23 @@ int runScatter(const Call& c, MPI_Datatype type, MPI_Op) {
   const int count = elements(c.shape.count);
   return MPI_Scatter(c.in, count, type, c.out, count, type, c.root, MPI_COMM_WORLD);
 }
+// The ring shift of chorus's sendrecv row (point_to_point.h), the same way: blocking MPI_Send to
+// the right and MPI_Recv from the left, even ranks sending first.
+int runSendrecv(const Call& c, MPI_Datatype type, MPI_Op) {
+  const int count = elements(c.shape.count);
+  if (c.ranks() == 1)
+    return MPI_Barrier(MPI_COMM_WORLD);
+  auto send = [&] { return MPI_Send(c.in, count, type, sendrecvRight(c), 0, MPI_COMM_WORLD); };
+  auto recv = [&] {
+    return MPI_Recv(c.out, count, type, sendrecvLeft(c), 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  };
+  if (c.rank() % 2 == 0) {
+    const int sent = send();
+    return sent != MPI_SUCCESS ? sent : recv();
+  }
+  const int received = recv();
+  return received != MPI_SUCCESS ? received : send();
+}
 int runBarrier(const Call&, MPI_Datatype, MPI_Op) { return MPI_Barrier(MPI_COMM_WORLD); }
 
 struct MpiCollective {
@@ -94,6 +112,7 @@ constexpr MpiCollective kMpiCollectives[] = {
     {"alltoallv", "MPI_Alltoallv", runAlltoallv},
     {"gather", "MPI_Gather", runGather},
     {"scatter", "MPI_Scatter", runScatter},
+    {"sendrecv", "MPI_Send and MPI_Recv", runSendrecv},
     {"barrier", "MPI_Barrier", runBarrier},
 };
 

@@ -17,7 +17,7 @@ namespace {
 
 constexpr const char* kFooter = R"(
 Collectives: allreduce allgather reduce_scatter broadcast reduce alltoall alltoallv gather scatter
-barrier
+sendrecv (point-to-point: a ring shift, one message per rank) barrier
 Sizes: bytes with an optional K, M or G suffix (powers of 1024), e.g. 8, 4K, 256M.
 Output (rank 0): size (bytes, nccl-tests' notion: the full gathered buffer for allgather,
 reduce_scatter, alltoall, gather, scatter), count (elements per rank chunk for those, else of the
@@ -59,10 +59,11 @@ std::vector<std::string> expandOps(const std::vector<std::string>& given, bool o
       }
       const Collective* collective = findCollective(name);
       if (collective == nullptr) {
-        throw CLI::ValidationError("--op", "unknown collective '" + name +
-                                               "'; use one of allreduce, allgather, "
-                                               "reduce_scatter, broadcast, reduce, alltoall, "
-                                               "alltoallv, gather, scatter, barrier, or all");
+        throw CLI::ValidationError("--op",
+                                   "unknown collective '" + name +
+                                       "'; use one of allreduce, allgather, "
+                                       "reduce_scatter, broadcast, reduce, alltoall, "
+                                       "alltoallv, gather, scatter, sendrecv, barrier, or all");
       }
       if (onDevice && collective->hostOnly) {
         throw CLI::ValidationError("--op", "'" + name +

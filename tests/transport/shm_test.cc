@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cross_memory.h"
 #include "core/shared_memory.h"
 #include "store/file_store.h"
 #include "transport/shm/transport.h"
@@ -91,6 +93,61 @@ TEST(ShmTransport, MessagesFarLargerThanTheRingBothWays) {
     Request* both[] = {&requests[0], &requests[1]};
     t.wait(both, soon());
     EXPECT_EQ(firstWrongByte(in, peer, 3), -1);
+  });
+  expectAllOk(errors);
+}
+
+// Note [Direct messages]: a receiver that closes right after reading a direct message leaves its
+// sender's send completed, not failed for the goodbye, though the sender first looks after it.
+TEST(ShmTransport, ADirectSendReadJustBeforeItsReceiverClosesCompletes) {
+  if (!detail::CrossMemoryReader::enabled())
+    GTEST_SKIP() << "direct reads are off (CHORUS_SHM_DIRECT=0)";
+  constexpr size_t kBytes = size_t{4} << 20;  // more than a ring: direct
+  auto group = makeGroup("shm", 2);
+  Signal closed;
+  auto errors = runRanks(group, [&](Transport& t) {
+    Request request;
+    Request* one[] = {&request};
+    if (t.rank() == 1) {
+      std::vector<uint8_t> in(kBytes, 0);
+      t.postRecv(0, 5, stamp(1, kBytes), in.data(), kBytes, request);
+      t.wait(one, soon());
+      EXPECT_EQ(firstWrongByte(in, 0, 5), -1);
+      t.close();
+      closed.set();
+      return;
+    }
+    auto out = pattern(0, 5, kBytes);
+    t.postSend(1, 5, stamp(1, kBytes), out.data(), kBytes, request);
+    closed.wait();
+    t.wait(one, soon());  // finds the goodbye, and the read that came before it
+  });
+  expectAllOk(errors);
+}
+
+// A sender that closes with a direct send outstanding revokes it: the receiver delivers nothing
+// (though the sender's buffer is still there to read) and its receive fails for the goodbye.
+TEST(ShmTransport, ADirectSendAbandonedByItsSendersCloseIsNeverDelivered) {
+  if (!detail::CrossMemoryReader::enabled())
+    GTEST_SKIP() << "direct reads are off (CHORUS_SHM_DIRECT=0)";
+  constexpr size_t kBytes = size_t{4} << 20;
+  auto group = makeGroup("shm", 2);
+  Signal closed;
+  const auto out = pattern(0, 6, kBytes);  // lives through the test
+  auto errors = runRanks(group, [&](Transport& t) {
+    Request request;
+    Request* one[] = {&request};
+    if (t.rank() == 0) {
+      t.postSend(1, 6, stamp(1, kBytes), out.data(), kBytes, request);
+      t.close();
+      closed.set();
+      return;
+    }
+    closed.wait();
+    std::vector<uint8_t> in(kBytes, 0);
+    t.postRecv(0, 6, stamp(1, kBytes), in.data(), kBytes, request);
+    EXPECT_THROW(t.wait(one, soon()), PeerError);
+    EXPECT_EQ(std::count(in.begin(), in.end(), uint8_t{0}), static_cast<long>(kBytes));
   });
   expectAllOk(errors);
 }

@@ -29,6 +29,9 @@ struct RingControl {
   // Messages whose payload the receiver copied straight out of the sender's memory (the shm
   // transport's direct messages): written by the receiver once each copy is done.
   alignas(2 * kCacheLine) std::atomic<uint64_t> directDone;
+  // Direct messages the sender abandoned (it failed or closed: their buffers may be gone), by
+  // number: written by the sender; the receiver delivers none of them.
+  alignas(2 * kCacheLine) std::atomic<uint64_t> directRevoked;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
@@ -39,6 +42,7 @@ class Ring {
       : control_(control), data_(data), capacity_(capacity) {}
 
   RingControl* control() const { return control_; }
+  uint64_t capacity() const { return capacity_; }
 
   // Producer side.
   uint64_t freeBytes() const {

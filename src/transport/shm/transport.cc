@@ -5,22 +5,31 @@
 //
 // Design: every rank owns one segment (shm/segment.h) holding its control words and one inbound
 // ring per peer (shm/ring.h); shm/bootstrap.h maps them all and removes every name, so after setup
-// nothing is left in /dev/shm even after kill -9. A message is a 48-byte MessageHeader (magic,
-// tag, byte count, Fingerprint) followed by its payload, streamed through the ring in pieces of at
-// most kPiece bytes, so a message of any size passes a ring of fixed size.
+// nothing is left in /dev/shm even after kill -9. A message is a 64-byte MessageHeader (magic,
+// flags, tag, byte count, Fingerprint, address) followed by its payload, streamed through the ring
+// in pieces of at most kPiece bytes, so a message of any size passes a ring of fixed size.
 //
-// Note [Direct messages]: a message of kDirectMinBytes or more, to a receiver that can read this
-// rank's memory (its segment says directReads kYes: it probed every peer with process_vm_readv at
-// setup, core/cross_memory.h), sends only its header, with the payload's address. The receiver
-// copies the payload straight from the sender's memory into the posted receive (or into an
-// unexpected-message buffer, so it never waits for a receive to be posted), then counts it in the
-// ring's directDone and rings the sender, whose send completes then (its buffer is no longer
-// read). One copy instead of two through the ring: about twice the bandwidth of large messages.
-// Messages after it go on streaming meanwhile; direct sends complete in order, as the receiver
-// reads headers in order.
+// Note [Direct messages]: a message too large for the ring (with its header), to a receiver that
+// can read this rank's memory (its segment says directReads kYes: it probed every peer with
+// process_vm_readv at setup, core/cross_memory.h), sends only its header, with the payload's
+// address. The receiver copies the payload straight from the sender's memory into the posted
+// receive (or into an unexpected-message buffer, so it never waits for a receive to be posted),
+// then counts it in the ring's directDone and rings the sender, whose send completes then (its
+// buffer is no longer read). One copy instead of two through the ring: about twice the bandwidth
+// of large messages. Messages after it go on streaming meanwhile; direct sends complete in order,
+// as the receiver reads headers in order. Only messages that could not complete without their
+// receiver anyway go direct: one that fits the ring still completes as soon as it is in it.
+//  - A sender that fails or closes (its buffers may then be freed) first revokes its direct sends
+//    (the ring's directRevoked, then a fence). The receiver checks it before and after each copy
+//    (seqlock style) and delivers no revoked message: its receive stays open, and fails as the
+//    sender's failure or goodbye says.
+//  - The copy runs with this transport's lock held (abort() from another thread waits for it).
+//  - Memory the kernel will not read for another process (VM_IO or VM_PFNMAP mappings: some
+//    driver-mapped buffers) fails the transport with an error that says so.
 //
 //  - Sends to one peer go out in the order posted, one at a time; a send completes when its last
-//    byte is in the ring (eager: small messages complete inside postSend).
+//    byte is in the ring (eager: small messages complete inside postSend), or a direct one when
+//    its receiver has copied it (Note [Direct messages]).
 //  - The receiver reads each header as it arrives and matches it with the first receive posted
 //    for (peer, tag), comparing fingerprint and byte count before touching the payload. A message
 //    with no receive yet is copied into an unexpected-message buffer, so it never blocks messages
@@ -56,6 +65,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "core/check.h"
 #include "core/copy_bytes.h"
@@ -89,9 +99,6 @@ constexpr uint64_t kDirectSpinBytes = 4 << 20;
 constexpr milliseconds kSlice{50};
 // Bytes copied before publishing them to the other side, so both copy at once on large messages.
 constexpr uint64_t kPiece = 256 * 1024;
-// Messages this large go direct where the receiver can read the sender (Note [Direct messages]).
-// Smaller ones stream: through the ring they cost no system call and no round trip to complete.
-constexpr uint64_t kDirectMinBytes = 256 * 1024;
 
 // Tells the CPU this is a spin loop (frees the core's pipeline for its sibling hyperthread).
 inline void cpuRelax() {
@@ -147,6 +154,7 @@ struct Link {
   // Direct sends whose header went out, until the peer has read their payload (in order).
   std::vector<Op*> directSends;
   uint64_t directPosted = 0;            // direct sends whose header went out, ever
+  uint64_t directReceived = 0;          // direct headers read from the peer, ever
   const SegmentHeader* peer = nullptr;  // the peer's segment header (its pid, its directReads)
   PeerMatching<Op, Unexpected> matching;
   Incoming incoming;
@@ -184,6 +192,7 @@ class ShmTransport final : public TransportCore<Op> {
   void probePeers();
   bool readIncoming(int peer, Link& link);
   void readDirect(int peer, Link& link);
+  void dropIncoming(Link& link);
   void startIncoming(Link& link, const MessageHeader& header);
   void finishIncoming(Link& link);
   void checkPeerState(int peer, PeerState state);
@@ -297,6 +306,8 @@ bool ShmTransport::progressPeer(int peer) {
   checkPeerState(peer, state);
   bool moved = readIncoming(peer, link);
   if (state == PeerState::kGoodbye) {
+    // Its reads of this rank's direct sends counted before its goodbye: they completed.
+    completeDirectSends(link);
     link.left = true;  // the ring is drained: readIncoming never leaves bytes behind
     return moved;
   }
@@ -354,7 +365,7 @@ bool ShmTransport::writeSends(Link& link) {
       header.bytes = op.bytes;
       header.fingerprint = op.fingerprint;
       const bool direct =
-          op.bytes >= kDirectMinBytes &&
+          sizeof(MessageHeader) + op.bytes > ring.capacity() &&
           link.peer->directReads.load(std::memory_order_acquire) == SegmentHeader::kYes;
       if (direct) {
         header.flags = MessageHeader::kDirect;
@@ -451,24 +462,50 @@ void ShmTransport::startIncoming(Link& link, const MessageHeader& header) {
 }
 
 // Copies a direct message's payload out of the sender's memory (Note [Direct messages]) into its
-// receive or buffer, then counts it done for the sender.
+// receive or buffer, then counts it done for the sender; drops it if the sender revoked it.
 void ShmTransport::readDirect(int peer, Link& link) {
   Incoming& incoming = link.incoming;
+  const uint64_t number = ++link.directReceived;
+  std::atomic<uint64_t>& revoked = link.inbound.control()->directRevoked;
+  if (revoked.load(std::memory_order_acquire) >= number)
+    return dropIncoming(link);
   char* target = incoming.op != nullptr ? incoming.op->data : incoming.buffer->data.get();
   const int error =
       reader_.read(link.peer->pid, target, incoming.header.address, incoming.header.bytes);
+  // Seqlock style: a sender that revoked before changing or freeing its buffer is seen here.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (revoked.load(std::memory_order_relaxed) >= number)
+    return dropIncoming(link);
   if (error != 0) {
     checkPeersAlive();  // a peer that died explains it best
-    throw PeerError(detail::concat("rank ", worldRank(rank()), " (this process): reading a ",
-                                   incoming.header.bytes, "-byte message from rank ",
-                                   worldRank(peer), "'s memory failed: ", std::strerror(error),
-                                   " (set CHORUS_SHM_DIRECT=0 to copy through shared memory)"),
-                    worldRank(peer));
+    throw PeerError(
+        detail::concat("rank ", worldRank(rank()), " (this process): ",
+                       error == ESRCH
+                           ? "rank " + std::to_string(worldRank(peer)) +
+                                 " died (or was killed) while this rank read its " +
+                                 std::to_string(incoming.header.bytes) + "-byte message"
+                           : "reading a " + std::to_string(incoming.header.bytes) +
+                                 "-byte message from rank " + std::to_string(worldRank(peer)) +
+                                 "'s memory failed: " + std::strerror(error) +
+                                 " (set CHORUS_SHM_DIRECT=0 to copy through shared "
+                                 "memory)"),
+        worldRank(peer));
   }
   incoming.received = incoming.header.bytes;
   if (incoming.buffer != nullptr)
     incoming.buffer->received = incoming.received;
   link.inbound.control()->directDone.fetch_add(1, std::memory_order_release);
+}
+
+// Forgets the message coming in, which its sender revoked: its receive (if one took it) stays
+// open, and its buffer (if none did) goes.
+void ShmTransport::dropIncoming(Link& link) {
+  Incoming& incoming = link.incoming;
+  if (incoming.buffer != nullptr)
+    link.matching.removeMessage(incoming.buffer);
+  incoming.op = nullptr;
+  incoming.buffer = nullptr;
+  incoming.received = incoming.header.bytes;  // readIncoming then finishes it, delivering nothing
 }
 
 void ShmTransport::finishIncoming(Link& link) {
@@ -555,6 +592,10 @@ void ShmTransport::publishState(PeerState state) noexcept {
 void ShmTransport::onFailure(std::exception_ptr error, bool tellPeers) noexcept {
   for (Link& link : links_) {
     link.sends.clear();
+    if (!link.directSends.empty()) {  // their buffers may go once this returns: revoke them
+      link.outbound.control()->directRevoked.store(link.directPosted, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
     for (const Op* op : link.directSends) directBytes_ -= op->bytes;
     link.directSends.clear();
     link.matching.dropReceives();
