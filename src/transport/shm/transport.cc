@@ -5,8 +5,8 @@
 //
 // Design: every rank owns one segment (shm/segment.h) holding its control words and one inbound
 // ring per peer (shm/ring.h); shm/bootstrap.h maps them all and removes every name, so after setup
-// nothing is left in /dev/shm even after kill -9. A message is a 64-byte MessageHeader (magic,
-// flags, tag, byte count, Fingerprint, address) followed by its payload, streamed through the ring
+// nothing is left in /dev/shm even after kill -9. A message is a 48-byte MessageHeader (magic,
+// flags, tag, byte count, Fingerprint) followed by its payload, streamed through the ring
 // in pieces of at most kPiece bytes, so a message of any size passes a ring of fixed size.
 //
 // Note [Direct messages]: a message too large for the ring (with its header), to a receiver that
@@ -44,7 +44,7 @@
 //    bytes; a receiver first drains the ring, then fails requests on that peer with PeerError.
 //    A peer whose state says kCrashed (test hook) or whose process is gone fails the transport.
 //
-// Cost: per message a 64-byte header and two copies (into the ring, out of it; one for direct
+// Cost: per message a 48-byte header and two copies (into the ring, out of it; one for direct
 // messages, plus a process_vm_readv call per 2 MiB); one atomic add on
 // the receiver's doorbell per pass that moved bytes; a futex system call only when the other side
 // sleeps. Memory: size - 1 rings of ringBytesFor(size) (1 MiB up to 16 ranks) per rank,
@@ -109,18 +109,19 @@ inline void cpuRelax() {
 #endif
 }
 
+// A direct message's header is followed by the payload's address in the sender (8 bytes) instead
+// of the payload; a streamed one's by its payload, so that streamed messages lie in the ring as
+// they always have (copy speeds depend on where they land).
 struct MessageHeader {
   static constexpr uint32_t kMagic = 0x6d736763;  // "msgc"
-  static constexpr uint32_t kDirect = 1;          // the payload stays at `address` in the sender
+  static constexpr uint32_t kDirect = 1;          // the payload stays in the sender's memory
   uint32_t magic = kMagic;
   uint32_t flags = 0;
   uint64_t tag = 0;
   uint64_t bytes = 0;
   Fingerprint fingerprint;
-  uint64_t address = 0;
-  uint64_t padding = 0;  // a whole cache line: payloads stay aligned in the ring as the sender's
 };
-static_assert(sizeof(MessageHeader) == 64);
+static_assert(sizeof(MessageHeader) == 48);
 
 struct Op : PostedOp {
   size_t moved = 0;  // payload bytes written to (send) or read from (receive) the ring
@@ -191,7 +192,7 @@ class ShmTransport final : public TransportCore<Op> {
   bool completeDirectSends(Link& link);
   void probePeers();
   bool readIncoming(int peer, Link& link);
-  void readDirect(int peer, Link& link);
+  void readDirect(int peer, Link& link, uint64_t address);
   void dropIncoming(Link& link);
   void startIncoming(Link& link, const MessageHeader& header);
   void finishIncoming(Link& link);
@@ -358,22 +359,24 @@ bool ShmTransport::writeSends(Link& link) {
     Op& op = *link.sends.front();
     uint64_t space = ring.freeBytes();
     if (!op.headerSent) {
-      if (space < sizeof(MessageHeader))
+      const bool direct =
+          sizeof(MessageHeader) + op.bytes > ring.capacity() &&
+          link.peer->directReads.load(std::memory_order_acquire) == SegmentHeader::kYes;
+      const uint64_t address = reinterpret_cast<uintptr_t>(op.data);
+      if (space < sizeof(MessageHeader) + (direct ? sizeof(address) : 0))
         break;
       MessageHeader header;
       header.tag = op.tag;
       header.bytes = op.bytes;
       header.fingerprint = op.fingerprint;
-      const bool direct =
-          sizeof(MessageHeader) + op.bytes > ring.capacity() &&
-          link.peer->directReads.load(std::memory_order_acquire) == SegmentHeader::kYes;
-      if (direct) {
-        header.flags = MessageHeader::kDirect;
-        header.address = reinterpret_cast<uintptr_t>(op.data);
-      }
+      header.flags = direct ? MessageHeader::kDirect : 0;
       ring.put(&header, sizeof(header));
-      op.headerSent = true;
       space -= sizeof(header);
+      if (direct) {
+        ring.put(&address, sizeof(address));
+        space -= sizeof(address);
+      }
+      op.headerSent = true;
       wrote = true;
       if (direct) {  // complete once the peer has read it (completeDirectSends)
         op.directNumber = ++link.directPosted;
@@ -423,8 +426,12 @@ bool ShmTransport::readIncoming(int peer, Link& link) {
       }
       startIncoming(link, header);
       available -= sizeof(header);
-      if ((header.flags & MessageHeader::kDirect) != 0)
-        readDirect(peer, link);
+      if ((header.flags & MessageHeader::kDirect) != 0) {
+        uint64_t address = 0;  // published with the header
+        ring.take(&address, sizeof(address));
+        available -= sizeof(address);
+        readDirect(peer, link, address);
+      }
     }
     while (incoming.received < incoming.header.bytes && available > 0) {
       uint64_t piece = std::min({available, kPiece, incoming.header.bytes - incoming.received});
@@ -463,15 +470,14 @@ void ShmTransport::startIncoming(Link& link, const MessageHeader& header) {
 
 // Copies a direct message's payload out of the sender's memory (Note [Direct messages]) into its
 // receive or buffer, then counts it done for the sender; drops it if the sender revoked it.
-void ShmTransport::readDirect(int peer, Link& link) {
+void ShmTransport::readDirect(int peer, Link& link, uint64_t address) {
   Incoming& incoming = link.incoming;
   const uint64_t number = ++link.directReceived;
   std::atomic<uint64_t>& revoked = link.inbound.control()->directRevoked;
   if (revoked.load(std::memory_order_acquire) >= number)
     return dropIncoming(link);
   char* target = incoming.op != nullptr ? incoming.op->data : incoming.buffer->data.get();
-  const int error =
-      reader_.read(link.peer->pid, target, incoming.header.address, incoming.header.bytes);
+  const int error = reader_.read(link.peer->pid, target, address, incoming.header.bytes);
   // Seqlock style: a sender that revoked before changing or freeing its buffer is seen here.
   std::atomic_thread_fence(std::memory_order_acquire);
   if (revoked.load(std::memory_order_relaxed) >= number)
