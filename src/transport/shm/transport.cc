@@ -129,13 +129,35 @@ struct Op : PostedOp {
   uint64_t directNumber = 0;  // a direct send: its number among the link's (from 1)
 };
 
+// Early messages up to this size leave their buffer to the next one (PeerMatching reuses
+// records), so that a warmed exchange allocates nothing even when its messages beat their
+// receives; larger buffers are freed.
+constexpr uint64_t kKeptUnexpectedBytes = 4 << 20;
+
 // A message that arrived before its receive was posted.
 struct Unexpected {
   MessageHeader header;
   std::unique_ptr<char[]> data;
+  uint64_t capacity = 0;  // of data
   uint64_t received = 0;
   bool complete() const { return received == header.bytes; }
   uint64_t tag() const { return header.tag; }
+  // A buffer for `bytes`: the one kept, if large enough.
+  void reserve(uint64_t bytes) {
+    if (data == nullptr || capacity < bytes) {
+      capacity = std::max<uint64_t>(bytes, 1);
+      data.reset(new char[capacity]);
+    }
+  }
+  // Ready for the next message; a buffer of up to kKeptUnexpectedBytes stays for it.
+  void recycle() {
+    header = MessageHeader{};
+    received = 0;
+    if (capacity > kKeptUnexpectedBytes) {
+      data.reset();
+      capacity = 0;
+    }
+  }
 };
 
 // The message streaming in from one peer: into a posted receive or into an Unexpected buffer.
@@ -307,8 +329,11 @@ bool ShmTransport::progressPeer(int peer) {
   checkPeerState(peer, state);
   bool moved = readIncoming(peer, link);
   if (state == PeerState::kGoodbye) {
-    // Its reads of this rank's direct sends counted before its goodbye: they completed.
+    // Its reads of this rank's direct sends counted before its goodbye: they completed. The rest
+    // it will never read (they fail as sends to a peer that left).
     completeDirectSends(link);
+    for (const Op* op : link.directSends) directBytes_ -= op->bytes;
+    link.directSends.clear();
     link.left = true;  // the ring is drained: readIncoming never leaves bytes behind
     return moved;
   }
@@ -428,6 +453,14 @@ bool ShmTransport::readIncoming(int peer, Link& link) {
       available -= sizeof(header);
       if ((header.flags & MessageHeader::kDirect) != 0) {
         uint64_t address = 0;  // published with the header
+        if (available < sizeof(address)) {
+          throw PeerError(
+              detail::concat("rank ", worldRank(rank()),
+                             " (this process): the shared-memory ring from rank ", worldRank(peer),
+                             " holds garbage (a direct message "
+                             "without its address)"),
+              worldRank(peer));
+        }
         ring.take(&address, sizeof(address));
         available -= sizeof(address);
         readDirect(peer, link, address);
@@ -464,7 +497,7 @@ void ShmTransport::startIncoming(Link& link, const MessageHeader& header) {
   }
   Unexpected& message = link.matching.bufferMessage();
   message.header = header;
-  message.data.reset(new char[std::max<uint64_t>(header.bytes, 1)]);
+  message.reserve(header.bytes);
   incoming.buffer = &message;
 }
 
@@ -497,6 +530,9 @@ void ShmTransport::readDirect(int peer, Link& link, uint64_t address) {
                                  "memory)"),
         worldRank(peer));
   }
+  // A sender killed before it could revoke, its pid then reused: what was read is not its memory.
+  if (peerProcesses_[peer].gone())
+    checkPeersAlive();  // throws, naming it
   incoming.received = incoming.header.bytes;
   if (incoming.buffer != nullptr)
     incoming.buffer->received = incoming.received;
