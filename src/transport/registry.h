@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,11 @@ struct TransportOptions {
   std::string bindHost = "127.0.0.1";
   // Connection setup must finish by then (TimeoutError naming the ranks not connected).
   Deadline deadline = Deadline::never();
+  // shm: whether this rank may read its peers' memory (process_vm_readv), as its creator already
+  // found out (the shm backend's ShmGroup probes every pair); unset, the transport probes itself.
+  // (A probe here, after the backend's, was followed by 5x slower streamed messages in about one
+  // run in three on the 2-core VM; a transport made without one never showed it.)
+  std::optional<bool> peersReadable;
 };
 
 // "tcp" (any nodes), "shm" (ranks of one node) or "mpi" (jobs started by mpirun; the store is not

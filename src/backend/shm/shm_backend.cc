@@ -24,7 +24,10 @@ std::unique_ptr<Backend> createShmBackend(const transport::TransportOptions& opt
       std::make_unique<ShmGroup>(options.rank, options.size, options.names,
                                  std::make_shared<store::PrefixStore>("native", options.store),
                                  options.scope, options.deadline);
-  auto fallback = std::make_unique<AlgorithmicBackend>(transport::createTransport("shm", options));
+  transport::TransportOptions transportOptions = options;
+  transportOptions.peersReadable = group->directReads();  // probed: the transport need not
+  auto fallback =
+      std::make_unique<AlgorithmicBackend>(transport::createTransport("shm", transportOptions));
   return std::make_unique<ShmBackend>(std::move(group), std::move(fallback));
 }
 

@@ -65,6 +65,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "core/check.h"
@@ -186,7 +187,11 @@ struct Link {
 
 class ShmTransport final : public TransportCore<Op> {
  public:
-  ShmTransport(int rank, int size, detail::RankNames names, std::vector<Segment> segments);
+  ShmTransport(int rank,
+               int size,
+               detail::RankNames names,
+               std::vector<Segment> segments,
+               std::optional<bool> peersReadable);
   ~ShmTransport() override { close(); }
 
   std::string_view name() const override { return "shm"; }
@@ -212,7 +217,7 @@ class ShmTransport final : public TransportCore<Op> {
   bool progressPeer(int peer);
   bool writeSends(Link& link);
   bool completeDirectSends(Link& link);
-  void probePeers();
+  void probePeers(std::optional<bool> peersReadable);
   bool readIncoming(int peer, Link& link);
   void readDirect(int peer, Link& link, uint64_t address);
   void dropIncoming(Link& link);
@@ -240,7 +245,8 @@ class ShmTransport final : public TransportCore<Op> {
 ShmTransport::ShmTransport(int rank,
                            int size,
                            detail::RankNames names,
-                           std::vector<Segment> segments)
+                           std::vector<Segment> segments,
+                           std::optional<bool> peersReadable)
     : TransportCore(rank, size, std::move(names)), segments_(std::move(segments)), links_(size) {
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank)
@@ -256,12 +262,20 @@ ShmTransport::ShmTransport(int rank,
     if (peer != rank)
       peerProcesses_[peer] = ProcessWatch(segments_[peer].header().pid);
   }
-  probePeers();
+  probePeers(peersReadable);
 }
 
 // Says in this rank's segment whether it reads its peers' large messages straight from their
-// memory (Note [Direct messages]): only if it can read every peer. Until then its senders stream.
-void ShmTransport::probePeers() {
+// memory (Note [Direct messages]): only if it can read every peer, as `peersReadable` says or else
+// a probe of each finds. Until then its senders stream.
+void ShmTransport::probePeers(std::optional<bool> peersReadable) {
+  if (peersReadable.has_value()) {
+    own().directReads.store(*peersReadable && detail::CrossMemoryReader::enabled()
+                                ? SegmentHeader::kYes
+                                : SegmentHeader::kNo,
+                            std::memory_order_release);
+    return;
+  }
   bool every = detail::CrossMemoryReader::enabled();
   for (int peer = 0; every && peer < size(); ++peer) {
     const SegmentHeader& theirs = segments_[peer].header();
@@ -678,7 +692,7 @@ void ShmTransport::vanish() noexcept {
 std::unique_ptr<Transport> createShmTransport(const TransportOptions& options) {
   auto segments = connectSegments(options);
   return std::make_unique<ShmTransport>(options.rank, options.size, options.names,
-                                        std::move(segments));
+                                        std::move(segments), options.peersReadable);
 }
 
 void crashForTesting(Transport& transport) {
