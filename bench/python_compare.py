@@ -46,6 +46,8 @@ bytes on every rank (for scatter, the whole array the root splits), s is the num
     all_to_all     all_to_all(x, out=y)        Alltoall(x, y)              all_to_all_single(y, x)
     sendrecv       send(x, q); recv(q, out=y)  Send(x, q); Recv(y, q)      send(x, q); recv(y, q)
     barrier        barrier()                   Barrier()                   barrier()
+    allreduce_async allreduce(x, out=y,        Iallreduce(x, y).Wait()     y.copy_(x); all_reduce(y,
+                   async_op=True).wait()                                   async_op=True).wait()
 
 g is s times x's length, p x's length / s (a size whose elements do not split over the ranks is
 skipped for reduce_scatter, scatter and all_to_all), q the peer. "x or y": mpi4py and torch
@@ -255,7 +257,7 @@ def bench_size(nbytes, rank, size, rounds):
 # --------------------------------------------------------------------------- other operations
 
 OPS = ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter",
-       "all_to_all", "sendrecv", "barrier")
+       "all_to_all", "sendrecv", "barrier", "allreduce_async")
 SPLIT_OPS = ("reduce_scatter", "scatter", "all_to_all")  # x's elements split over the ranks
 
 
@@ -297,6 +299,7 @@ def op_case(op, nbytes, rank, size, gloo):
                "barrier": 0}.get(op, n)
     gathered = np.repeat(np.arange(1, s + 1), n)
     expected = {"broadcast": np.full(n, 1), "reduce": np.full(n, s * (s + 1) // 2),
+                "allreduce_async": np.full(n, s * (s + 1) // 2),
                 "allgather": gathered, "gather": gathered,
                 "reduce_scatter": np.full(n // s, (rank + 1) * s * (s + 1) // 2),
                 "scatter": np.full(n // s, 1 + rank),
@@ -332,7 +335,8 @@ def op_case(op, nbytes, rank, size, gloo):
             "scatter": lambda: chorus.scatter(x, 0, out=y),
             "all_to_all": lambda: chorus.all_to_all(x, out=y),
             "sendrecv": chorus_sendrecv,
-            "barrier": chorus.barrier}[op]
+            "barrier": chorus.barrier,
+            "allreduce_async": lambda: chorus.allreduce(x, out=y, async_op=True).wait()}[op]
     theirs = (mpi_op if UNDER_MPI else gloo_op)(op, x, y, root_buf, rank, peer, s, gloo)
     expected = None if expected is None else expected.astype(np.float32)
     outputs = () if op == "barrier" else (y,)
@@ -365,7 +369,8 @@ def mpi_op(op, x, y, root_buf, rank, peer, s, gloo):
              "gather": lambda: comm.Gather(x, y, root=0),
              "scatter": lambda: comm.Scatter(x, y, root=0),
              "all_to_all": lambda: comm.Alltoall(x, y),
-             "barrier": comm.Barrier}
+             "barrier": comm.Barrier,
+             "allreduce_async": lambda: comm.Iallreduce(x, y, op=MPI.SUM).Wait()}
     if op == "sendrecv":
         return sendrecv
     call, result = calls[op], root_buf if op == "broadcast" else y
@@ -393,6 +398,10 @@ def gloo_op(op, x, y, root_buf, rank, peer, s, gloo):
         y.copy_(x)
         dist.reduce(y, 0)
 
+    def allreduce_async():
+        y.copy_(x)
+        dist.all_reduce(y, async_op=True).wait()
+
     if gloo["all_gather_into_tensor"]:
         allgather = lambda: dist.all_gather_into_tensor(y, x)  # noqa: E731
     else:
@@ -409,7 +418,8 @@ def gloo_op(op, x, y, root_buf, rank, peer, s, gloo):
              "gather": lambda: dist.gather(x, y_views if rank == 0 else None, dst=0),
              "scatter": lambda: dist.scatter(y, x_views if rank == 0 else None, src=0),
              "all_to_all": lambda: dist.all_to_all_single(y, x),
-             "barrier": dist.barrier}
+             "barrier": dist.barrier,
+             "allreduce_async": allreduce_async}
     if op == "sendrecv":
         return sendrecv
     call, result = calls[op], root_buf if op == "broadcast" else y

@@ -23,6 +23,8 @@
 //  - wait() and waitFor() with no timeout may run a queued operation on the waiting thread itself
 //    when it is next in line (runIfNext), so a blocking call costs no thread hand-off; order is
 //    unchanged. A wait with a timeout never does, so it returns within its timeout.
+//    runHereIfNext() offers the calling thread in the same way without waiting, for a caller that
+//    then waits in timed slices of its own.
 //  - Collectives on CUDA tensors return a DeviceWork (chorus/stream.h): it is complete, for wait(),
 //    once the waiting thread's current stream is ordered after the collective (no host wait; every
 //    later wait() orders its own thread's current stream too);
@@ -65,6 +67,14 @@ class Work {
   // or stopped its work, also after the Work completed with a failure.
   virtual bool buffersInUse() const;
   std::exception_ptr exception() const;
+  // What a wait without a timeout does first: runs the operation on the calling thread if it is
+  // queued next and nothing runs (see runIfNext); returns at once otherwise. It then blocks for
+  // the operation's length, bounded by the operation's own deadline only. For a caller that waits
+  // without a timeout in slices of its own (Python, to see signals between them).
+  void runHereIfNext() noexcept {
+    if (!isCompleted())
+      runIfNext();
+  }
   // For a recv: the rank (of its communicator) that sent the message, once completed successfully
   // (a recv from Communicator::kAnySource learns it then). -1 for other operations.
   int sourceRank() const { return sourceRank_; }

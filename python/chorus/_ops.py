@@ -48,6 +48,9 @@ class Work:
     """
 
     __slots__ = ("_pending", "_finish", "_result", "_done", "_device")
+    # The short paths (python/src/front_calls.cc) make their Works without __init__: pending, the
+    # native PendingWorks; finish, what makes the result once they completed, or None with the
+    # result in _result already; device, the CUDA device of the tensors, None for host arrays.
 
     def __init__(self, pending, finish, device=None):
         self._pending = [p for p in pending if p is not None]
@@ -74,7 +77,8 @@ class Work:
                     "call wait() again")
                 error.missing_ranks = []  # unknown here: the operation has not failed
                 raise error
-        self._result = self._finish()
+        if self._finish is not None:  # None: the result was known at the start (a short call's)
+            self._result = self._finish()
         self._done = True
         if not _chorus.gpu_backend:  # kept on a GPU build: each later wait orders its stream
             self._pending = []
@@ -91,6 +95,9 @@ class Work:
 
     def __repr__(self):
         return f"<chorus.Work {'completed' if self.is_completed() else 'running'}>"
+
+
+_chorus.set_work_type(Work)  # async short calls return one (python/src/front_calls.cc)
 
 
 def _complete(calls, finish, async_op, synchronize):

@@ -5,14 +5,15 @@
 // same name and signature.
 //
 // A call whose arguments allow it (rank_list None: the world, or group= a chorus Group that
-// carries its communicator; async_op and synchronize False; inplace False, or True without out;
-// every other parameter the short path does not read at its default) takes the operation's short
-// path (short_calls.h) on the world's Communicator, which the package registers with
-// _chorus.set_world. Every other call, and every call the short path declines (NotImplemented),
-// goes to `general` with its arguments exactly as given, so it behaves as `general` does, errors
+// carries its communicator; synchronize False; inplace False, or True without out; every other
+// parameter the short path does not read at its default) takes the operation's short path
+// (short_calls.h) on the world's Communicator, which the package registers with _chorus.set_world;
+// async_op=True makes it an async short call (ShortCall::async), which returns a chorus.Work as
+// `general` does. Every other call, and every call the short path declines (NotImplemented), goes
+// to `general` with its arguments exactly as given, so it behaves as `general` does, errors
 // included: a wrong argument count or keyword reaches `general`, which raises Python's own
-// TypeError. The common call thus runs no Python frame at all (the Python function around the short
-// path cost ~0.25 us of a 0.7 us call).
+// TypeError. The common call thus runs no Python frame at all (the Python function around the
+// short path cost ~0.25 us of a 0.7 us call).
 //
 // The parameters and their defaults are read from `general` (__code__, __defaults__) when the
 // front is made; `doc` starts with "name(signature)\n--\n\n", so that inspect.signature and help()
@@ -38,6 +39,9 @@ Communicator* worldCommunicator = nullptr;
 // chorus.distributed's Group class (python/chorus/_groups.py), whose instances a call may pass as
 // group=; a strong reference.
 PyObject* groupType = nullptr;
+// chorus.Work (python/chorus/_ops.py), whose instances async short calls return; a strong
+// reference.
+PyObject* workType = nullptr;
 
 struct Front {
   const ShortOperation* operation = nullptr;
@@ -149,8 +153,9 @@ bool bind(const Front& front,
 bool isShort(const Front& front,
              const std::array<PyObject*, kMostParameters>& values,
              PyObject*& target) {
-  if (values[front.rankList] != Py_None || values[front.asyncOp] != Py_False ||
-      values[front.synchronize] != Py_False)
+  if (values[front.rankList] != Py_None || values[front.synchronize] != Py_False ||
+      (values[front.asyncOp] != Py_False &&
+       (values[front.asyncOp] != Py_True || workType == nullptr)))
     return false;
   for (int i : front.others) {
     if (values[i] != front.defaults[i].ptr())
@@ -172,7 +177,10 @@ py::object runShort(const Front& front,
                     Communicator& comm,
                     const std::array<PyObject*, kMostParameters>& values,
                     PyObject* target) {
-  ShortCall call{py::handle(front.x >= 0 ? values[front.x] : Py_None), py::handle(target), {}};
+  ShortCall call{py::handle(front.x >= 0 ? values[front.x] : Py_None),
+                 py::handle(target),
+                 {},
+                 values[front.asyncOp] == Py_True};
   for (size_t i = 0; i < front.argumentCount; ++i) call.arguments[i] = values[front.arguments[i]];
   return front.operation->path(comm, call);
 }
@@ -252,6 +260,12 @@ void setWorld(py::object native) {
   Py_XDECREF(previous);
 }
 
+void setWorkType(py::object type) {
+  PyObject* previous = workType;
+  workType = type.is_none() ? nullptr : type.release().ptr();
+  Py_XDECREF(previous);
+}
+
 void setGroupType(py::object type) {
   PyObject* previous = groupType;
   groupType = type.is_none() ? nullptr : type.release().ptr();
@@ -260,12 +274,37 @@ void setGroupType(py::object type) {
 
 }  // namespace
 
+py::object asyncWork(py::object pending, py::object result) {
+  // As Work(pending=[pending], finish=None) with its result known, without running __init__'s
+  // Python frame: the slots are set one by one (Work's __init__ is in _ops.py).
+  auto* type = reinterpret_cast<PyTypeObject*>(workType);
+  const py::tuple none;
+  auto work = py::reinterpret_steal<py::object>(type->tp_new(type, none.ptr(), nullptr));
+  if (!work)
+    throw py::error_already_set();
+  static PyObject* const names[] = {
+      PyUnicode_InternFromString("_pending"), PyUnicode_InternFromString("_finish"),
+      PyUnicode_InternFromString("_result"), PyUnicode_InternFromString("_done"),
+      PyUnicode_InternFromString("_device")};
+  py::list pendings(1);
+  pendings[0] = std::move(pending);
+  PyObject* const values[] = {pendings.ptr(), Py_None, result.ptr(), Py_False, Py_None};
+  for (size_t i = 0; i < std::size(names); ++i) {
+    if (PyObject_SetAttr(work.ptr(), names[i], values[i]) != 0)
+      throw py::error_already_set();
+  }
+  return work;
+}
+
 void bindFronts(py::module_& module) {
   module.def("front", &makeFront, py::arg("name"), py::arg("general"), py::arg("doc"),
              "The public function `name` (an operation with a short path, short_calls.h): takes "
              "the short path where the call allows it, and calls `general` otherwise");
   module.def("set_world", &setWorld, py::arg("native"),
              "Registers the world's Communicator for the fronts' short paths (None forgets it)");
+  module.def("set_work_type", &setWorkType, py::arg("type"),
+             "Registers chorus's Work class, whose instances async short calls return (None: "
+             "async calls take the general path)");
   module.def("set_group_type", &setGroupType, py::arg("type"),
              "Registers chorus's Group class: the fronts' short paths take group= calls with an "
              "instance whose _native is a Communicator");

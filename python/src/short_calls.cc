@@ -2,7 +2,8 @@
 // short path, and the module's CPython functions over them (METH_FASTCALL, no pybind11 dispatch).
 //
 // Each path reads its arrays (short_arrays.h), makes its result, and issues its Communicator
-// method (input, output) under BlockingCalls, all in one GIL release (runOperation). `comm` is
+// method (input, output) under BlockingCalls, all in one GIL release (runOperation); async, it
+// returns a Work of the result at once. `comm` is
 // the world's Communicator, so world ranks (roots, peers) are its ranks. What each returns is what
 // the package's general path (python/chorus/_ops.py) returns for the same call:
 //  - allreduce, broadcast, allgather, reduce_scatter, scatter, all_to_all: the result, in a new
@@ -43,9 +44,14 @@ py::object intoOutput(const Tensor& input,
   const auto output = outputFor(input, call.x, call.out, extents, result);
   if (!output || output->numel() != product(extents))
     return notImplemented();
-  runOperation(
-      false, [&] { return issue(*output); }, [&] { return py::make_tuple(call.x, result); });
-  return result;
+  py::object pending = runOperation(
+      call.async, [&] { return issue(*output); }, [&] { return py::make_tuple(call.x, result); });
+  return call.async ? asyncWork(std::move(pending), std::move(result)) : result;
+}
+
+// `result`, or a Work of it: an operation issued (runOperation) returning `pending`.
+py::object resultOf(const ShortCall& call, py::object pending, py::object result) {
+  return call.async ? asyncWork(std::move(pending), std::move(result)) : result;
 }
 
 // As intoOutput, for a result of x's size.
@@ -94,11 +100,13 @@ py::object reduceShort(Communicator& comm, const ShortCall& call) {
   if (call.out.ptr() == call.x.ptr()) {  // in place: x is not written here, but must be writable
     if (!writableTensor(call.x))         // (as on the root, where the general path refuses it)
       return notImplemented();
-    runOperation(
-        false, [&] { return comm.reduce(*input, *input, *root, *op); },
+    py::object pending = runOperation(
+        call.async, [&] { return comm.reduce(*input, *input, *root, *op); },
         [&] { return py::reinterpret_borrow<py::object>(call.x); });
-    return py::reinterpret_borrow<py::object>(call.x);
+    return resultOf(call, std::move(pending), py::reinterpret_borrow<py::object>(call.x));
   }
+  if (call.async)  // the copy of x follows the operation: the general path makes it in wait()
+    return notImplemented();
   // A copy of x, in a new array or the caller's `out` (which C++ checks as on the root), made
   // once the reduce is done, as the general path makes it: a failed reduce leaves `out` as it was.
   py::object result;
@@ -152,10 +160,10 @@ py::object gatherShort(Communicator& comm, const ShortCall& call) {
       return notImplemented();
     checked = *output;
   }
-  runOperation(
-      false, [&] { return comm.gather(*input, checked, *root, *axis); },
+  py::object pending = runOperation(
+      call.async, [&] { return comm.gather(*input, checked, *root, *axis); },
       [&] { return py::make_tuple(call.x, call.out); });
-  return py::reinterpret_borrow<py::object>(call.x);
+  return resultOf(call, std::move(pending), py::reinterpret_borrow<py::object>(call.x));
 }
 
 py::object scatterShort(Communicator& comm, const ShortCall& call) {
@@ -180,9 +188,10 @@ py::object allToAllShort(Communicator& comm, const ShortCall& call) {
   });
 }
 
-py::object barrierShort(Communicator& comm, const ShortCall& /*call*/) {
-  return runOperation(
-      false, [&] { return comm.barrier(); }, [] { return py::none(); });
+py::object barrierShort(Communicator& comm, const ShortCall& call) {
+  py::object pending = runOperation(
+      call.async, [&] { return comm.barrier(); }, [] { return py::none(); });
+  return resultOf(call, std::move(pending), py::none());
 }
 
 const ShortOperation* findShortOperation(std::string_view name) {

@@ -1,15 +1,16 @@
 // The short paths of the commonest calls from Python (short_calls.cc, short_point_to_point.cc):
-// a blocking operation of one NumPy array or torch CPU tensor on `comm` (the world), with no
+// an operation of one NumPy array or torch CPU tensor on `comm` (the world), with no
 // pybind11 dispatch, no DLPack capsule and no heap allocation once warm but the result. Every
 // operation has one: allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter,
 // all_to_all, send, recv and barrier.
 //
-// Each returns the result, or NotImplemented for a call it does not take (another array type; a
-// strided, misaligned, byte-swapped or read-only output; an op that is not a ReduceOp's name or
-// that the dtype does not take; a root, peer, tag or axis that is not an int in range; different
-// dtypes or sizes; an extent that does not divide), which the package's general path then
-// handles, raising the error users see there. Errors of the operation itself are C++ exceptions,
-// as from any binding. So a short path adds speed and changes no behaviour.
+// Each returns the result (async: a chorus.Work whose wait() returns it), or NotImplemented for a
+// call it does not take (another array type; a strided, misaligned, byte-swapped or read-only
+// output; an op that is not a ReduceOp's name or that the dtype does not take; a root, peer, tag or
+// axis that is not an int in range; different dtypes or sizes; an extent that does not divide),
+// which the package's general path then handles, raising the error users see there. Errors of the
+// operation itself are C++ exceptions, as from any binding. So a short path adds speed and changes
+// no behaviour.
 //
 // The package's fronts (front_calls.cc) find an operation's short path by its name; each is also
 // a CPython function of the module, `<name>_array(native, [x,] [out,] arguments...)` (the barrier's
@@ -30,6 +31,10 @@ struct ShortCall {
   py::handle x;    // the input (None for recv and barrier)
   py::handle out;  // the output: the caller's array, x itself (in place), or None for a new one
   std::array<py::handle, kMostShortArguments> arguments;  // ShortOperation::arguments, in order
+  // async_op=True: the path issues the operation without waiting and returns asyncWork(...) of its
+  // result; a path whose result needs work after the operation (reduce's copy of x on the other
+  // ranks) declines it.
+  bool async = false;
 };
 
 using ShortPath = py::object (*)(Communicator& comm, const ShortCall& call);
@@ -60,6 +65,11 @@ py::object allToAllShort(Communicator& comm, const ShortCall& call);       // (s
 py::object barrierShort(Communicator& comm, const ShortCall& call);        // ()
 py::object sendShort(Communicator& comm, const ShortCall& call);           // (peer, tag)
 py::object recvShort(Communicator& comm, const ShortCall& call);  // (peer, tag, shape, dtype)
+
+// The package's Work (python/chorus/_ops.py, registered with _chorus.set_work_type) of an async
+// short call: `pending`, the PendingWork that runOperation returned, and `result`, what its wait()
+// returns once the operation has completed.
+py::object asyncWork(py::object pending, py::object result);
 
 // Sets the Python error for the C++ exception being handled, as pybind11's dispatcher does
 // (through the translators errors.cc registered); returns null, for a CPython function to return.

@@ -55,9 +55,10 @@ py::object sendShort(Communicator& comm, const ShortCall& call) {
   const auto tag = tagOf(call.arguments[1]);
   if (!input || !peer || !tag)
     return notImplemented();
-  return runOperation(
-      false, [&] { return comm.send(*input, *peer, *tag); },
+  py::object pending = runOperation(
+      call.async, [&] { return comm.send(*input, *peer, *tag); },
       [&] { return py::reinterpret_borrow<py::object>(call.x); });
+  return call.async ? asyncWork(std::move(pending), py::none()) : pending;
 }
 
 py::object recvShort(Communicator& comm, const ShortCall& call) {
@@ -80,9 +81,9 @@ py::object recvShort(Communicator& comm, const ShortCall& call) {
   }
   if (!output)
     return notImplemented();
-  runOperation(
-      false, [&] { return comm.recv(*output, *peer, *tag); }, [&] { return result; });
-  return result;
+  py::object pending = runOperation(
+      call.async, [&] { return comm.recv(*output, *peer, *tag); }, [&] { return result; });
+  return call.async ? asyncWork(std::move(pending), std::move(result)) : result;
 }
 
 }  // namespace chorus::python

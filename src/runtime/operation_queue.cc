@@ -1,5 +1,8 @@
 #include "runtime/operation_queue.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 namespace chorus::detail {
 
 OperationQueue::~OperationQueue() { shutdown(); }
@@ -23,6 +26,29 @@ void OperationQueue::push(Operation operation, bool pointToPoint) {
       worker_ = std::thread([this] { workerLoop(); });
   }
   wake_.notify_one();
+}
+
+// Note [The worker does not preempt its waker]
+// push() wakes the worker, and the thread that pushed an async operation very often waits for it
+// next, which runs it on that thread when it is still queued (runIfNext). Under Linux's default
+// policy the woken worker preempts a thread on its CPU at once: on a machine with as many busy
+// threads as cores (ranks spinning in collectives), often the very thread about to wait, which
+// then sleeps until the worker has run the operation and woken it back. So the worker sleeps
+// under SCHED_BATCH, which the scheduler never lets preempt on wakeup: a busy CPU takes it at the
+// end of the running thread's slice, an idle one at once. Once it has an operation to run it
+// goes back to the default policy until it sleeps again, so that the wakeups inside a collective
+// (a peer's data arriving) preempt as before: a worker left under SCHED_BATCH throughout made
+// data-parallel training slower, its gradients' allreduce waiting out slices of backward's.
+// Measured on 2 ranks of the 2-core dev machine (2026-12-07): torch.distributed over chorus,
+// whose calls all wait on their Work, 5.5-6.3 us per 8-byte all_reduce against 11-17 us before,
+// blocking or async_op=True then wait() (bench/torch_blocking_cost.py); bench/train_bench.py
+// unchanged within its noise. The
+// price: a thread that polls isCompleted() in a loop without waiting, on cores that are all busy,
+// sees its operation start only when a slice ends (about 4 ms here, against 50 us before). Where a
+// policy cannot be set (a sandbox may forbid it), nothing changes.
+void OperationQueue::setBackground(bool background) noexcept {
+  const sched_param parameters{};  // both policies take priority 0
+  (void)pthread_setschedparam(pthread_self(), background ? SCHED_BATCH : SCHED_OTHER, &parameters);
 }
 
 bool OperationQueue::claimIfIdle() {
@@ -91,14 +117,22 @@ void OperationQueue::releaseClaim() {
 }
 
 void OperationQueue::workerLoop() {
+  bool background = false;  // under SCHED_BATCH (Note [The worker does not preempt its waker])
   std::unique_lock lock(mutex_);
   while (true) {
+    if (!background && pending_.empty() && !stopping_) {  // about to sleep
+      lock.unlock();
+      setBackground(background = true);
+      lock.lock();
+    }
     // Never start while another thread (a waiter that claimed its operation) is running one.
     wake_.wait(lock, [&] { return !runningNow() && (stopping_ || !pending_.empty()); });
     if (pending_.empty())
       return;  // stopping, and everything queued has run
     Operation operation = takeHead();
     lock.unlock();
+    if (background)
+      setBackground(background = false);
     run(operation);
     lock.lock();
   }

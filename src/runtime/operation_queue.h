@@ -1,9 +1,10 @@
 // OperationQueue: runs a communicator's operations one at a time, in the order they were pushed.
 //
 // A worker thread (started on first use) runs them in the background, so operations overlap with
-// the caller's work. A thread that is about to block on an operation's result may instead run it
-// itself with runIfNext(), when that operation is at the head of the queue and nothing is running:
-// a blocking call then costs no thread hand-off (DESIGN §6), and the order is the same.
+// the caller's work. It sleeps under SCHED_BATCH, so waking it never preempts a running thread. A
+// thread that is about to block on an operation's result may instead run it itself with
+// runIfNext(), when that operation is at the head of the queue and nothing is running: a blocking
+// call then costs no thread hand-off (DESIGN §6), and the order is the same.
 // Operations must not throw: they report failure through their Work.
 //
 // Point-to-point operations (Note [Point-to-point overlap], communicator_state.h) are marked when
@@ -68,6 +69,9 @@ class OperationQueue {
   static constexpr uint64_t kPendingOne = 2;
   bool runningNow() const { return (state_.load(std::memory_order_acquire) & kRunning) != 0; }
 
+  // Puts the calling thread (the worker) under SCHED_BATCH, or back under SCHED_OTHER (Note [The
+  // worker does not preempt its waker], operation_queue.cc).
+  static void setBackground(bool background) noexcept;
   void workerLoop();
   void run(const Operation& operation);
   // Pops the head (pending_ not empty, nothing running) and marks it running. Under mutex_.

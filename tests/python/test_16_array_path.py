@@ -45,8 +45,8 @@ def test_the_short_path_reduces_every_dtype(dtype, n):
 
 
 def test_the_package_takes_the_short_path(monkeypatch):
-    """chorus.allreduce of a plain NumPy array on the world, blocking, never reaches the general
-    path (python/src/front_calls.cc takes it); every other call does."""
+    """chorus.allreduce of a plain NumPy array on the world, blocking or async, never reaches the
+    general path (python/src/front_calls.cc takes it); every other call does."""
     rank, size = rank_size()
     calls = spy_on_general_paths(monkeypatch, ["_allreduce"])
     x = np.ones(5, np.float32)
@@ -56,15 +56,16 @@ def test_the_package_takes_the_short_path(monkeypatch):
     y = chorus.allreduce(x, "max")
     z = chorus.allreduce(x=x, op="max", rank_list=None, async_op=False, inplace=False,
                          synchronize=False, out=None)
+    w = chorus.allreduce(x, "max", async_op=True).wait()
     assert calls == []
     np.testing.assert_array_equal(out, np.full(5, size, np.float32))
     np.testing.assert_array_equal(y, np.full(5, size, np.float32))
     np.testing.assert_array_equal(z, np.full(5, size, np.float32))
-    chorus.allreduce(x, async_op=True).wait()
+    np.testing.assert_array_equal(w, np.full(5, size, np.float32))
     chorus.allreduce(x, rank_list=[list(range(size))])
     chorus.allreduce(x, synchronize=True)
     chorus.allreduce(np.ones(16, np.float32)[::2])  # declined by the short path itself
-    assert calls == ["_allreduce"] * 4
+    assert calls == ["_allreduce"] * 3
 
 
 def test_the_fronts_bind_arguments_as_python_does():
@@ -236,7 +237,9 @@ def test_the_package_takes_the_short_paths_of_broadcast_and_allgather(monkeypatc
     np.testing.assert_array_equal(gathered, np.repeat(np.arange(size, dtype=np.float32), 5)[None])
     chorus.barrier(synchronize=True)
     assert calls == ["_complete"]
-    chorus.broadcast(x, async_op=True).wait()
+    chorus.broadcast(x, async_op=True).wait()  # async calls take the short path too
+    assert calls == ["_complete"]
+    chorus.broadcast(x, async_op=True, synchronize=True).wait()
     assert calls[1:] == ["_broadcast", "_complete"]
     del calls[:]
     chorus.allgather(x, rank_list=[list(range(size))])

@@ -344,7 +344,7 @@ def test_a_front_reads_every_parameter_its_short_path_needs():
     front = _chorus.front("send", send, "send(...)\n--\n\n")
     # A parameter the short path does not read, away from its default: the general function.
     assert front(np.ones(2), 0, extra=1) == ("general", 1)
-    assert front(np.ones(2), 0, async_op=True) == ("general", None)
+    assert front(np.ones(2), 0, synchronize=True) == ("general", None)
     assert front(np.ones(2), 0, 0, None, False, False, 5) == ("general", 5)
 
 

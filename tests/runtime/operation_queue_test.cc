@@ -3,10 +3,15 @@
 #include "runtime/operation_queue.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace chorus::detail {
@@ -90,6 +95,39 @@ TEST(OperationQueueTest, ClaimIfIdleOnlyWhenIdle) {
   queue.shutdown();
   EXPECT_TRUE(queue.claimIfIdle());  // idle again once everything ran
   queue.releaseRunning();
+}
+
+// Note [The worker does not preempt its waker]: the worker runs operations under the default
+// policy and sleeps under SCHED_BATCH, where the machine lets a thread choose it (the test asks
+// for it on a thread of its own first). The test looks at the worker from outside once it has run
+// an operation: it turns to SCHED_BATCH before it sleeps, soon after, whatever the scheduling.
+TEST(OperationQueueTest, TheWorkerSleepsUnderSchedBatchAndRunsUnderTheDefaultPolicy) {
+  bool allowed = false;
+  std::thread probe([&allowed] {
+    const sched_param parameters{};
+    allowed = pthread_setschedparam(pthread_self(), SCHED_BATCH, &parameters) == 0;
+  });
+  probe.join();
+  if (!allowed)
+    GTEST_SKIP() << "this machine forbids SCHED_BATCH";
+  OperationQueue queue;
+  for (int round = 0; round < 3; ++round) {
+    std::promise<std::pair<pid_t, int>> seen;  // the worker's thread id, its policy while running
+    queue.push(std::make_shared<std::function<void()>>([&] {
+      seen.set_value({gettid(), sched_getscheduler(0)});
+    }));  // nothing waits for it
+    const auto [worker, running] = seen.get_future().get();
+    EXPECT_EQ(running, SCHED_OTHER) << "round " << round;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    int sleeping = sched_getscheduler(worker);
+    while (sleeping != SCHED_BATCH && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      sleeping = sched_getscheduler(worker);
+    }
+    EXPECT_EQ(sleeping, SCHED_BATCH) << "round " << round;
+  }
+  EXPECT_NE(sched_getscheduler(0), SCHED_BATCH);  // the pushing thread keeps its own
+  queue.shutdown();
 }
 
 // Blocking callers that claim the idle queue (claimIfIdle, lock-free), callers that queue, and

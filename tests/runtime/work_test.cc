@@ -47,6 +47,36 @@ std::thread finishWhenTold(ManualWork& work,
   });
 }
 
+// A Work whose implementation runs it when a waiter offers its thread (runIfNext).
+class RunsWhereOffered : public Work {
+ public:
+  RunsWhereOffered() : Work("runs where offered") {}
+  int offers = 0;
+  std::thread::id ranOn;
+
+ protected:
+  void runIfNext() noexcept override {
+    ++offers;
+    ranOn = std::this_thread::get_id();
+    finish();
+  }
+};
+
+// runHereIfNext() offers the calling thread, as a wait without a timeout does, and not again once
+// the Work is complete; a wait with a timeout never offers it.
+TEST(WorkTest, RunHereIfNextOffersTheCallingThreadUntilTheWorkIsComplete) {
+  RunsWhereOffered work;
+  EXPECT_FALSE(work.waitFor(0ms));
+  EXPECT_EQ(work.offers, 0) << "a wait with a timeout ran the operation";
+  work.runHereIfNext();
+  EXPECT_EQ(work.offers, 1);
+  EXPECT_EQ(work.ranOn, std::this_thread::get_id());
+  EXPECT_TRUE(work.isCompleted());
+  work.runHereIfNext();
+  work.wait();
+  EXPECT_EQ(work.offers, 1) << "offered again after it completed";
+}
+
 TEST(WorkTest, WaitForReturnsFalseWithoutThrowingWhileTheWorkRuns) {
   ManualWork work;
   bool completed = true;
