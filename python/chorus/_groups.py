@@ -4,8 +4,9 @@
 A rank_list is a list of lists of world ranks, or a flat list (one group). Ranks in no group run
 standalone (a group of one). Communicators come from the C++ pool (DistContext::communicator) and
 are cached here by normalized rank_list, and by the rank_list as the caller wrote it, so the hot
-path of a collective is one dict lookup. Roots
-and peers are given as world ranks and mapped to ranks within the caller's group.
+path of a collective is one dict lookup; the latter are also noted in C++ (_chorus.note_rank_list),
+whose fronts then take the short path for them. Roots and peers are given as world ranks and
+mapped to ranks within the caller's group.
 """
 
 import threading
@@ -146,7 +147,11 @@ def get(rank_list=None):
     if comm is None:
         comm = _get_normalized(rank_list)
         if given is not None:
-            _given[given] = comm
+            with _lock:  # unless a reset() came between: then comm is of the forgotten ones
+                if comm is _world or any(c is comm for c in _cache.values()):
+                    _given[given] = comm
+                    # the fronts' short paths take this rank_list from now on (rank_lists.h)
+                    _chorus.note_rank_list(given, comm._native, list(comm.members))
     return comm
 
 
@@ -268,6 +273,7 @@ def reset():
         _given.clear()
         _world = None
         _chorus.set_world(None)
+        _chorus.forget_rank_lists()
         for group in list(_with_native):
             group._native = None
         _with_native.clear()

@@ -30,6 +30,8 @@ void bindShortCalls(py::module_& module);
 // front and set_world (front_calls.cc): the package's public operations as CPython functions
 // that take the short paths without a Python frame.
 void bindFronts(py::module_& module);
+// note_rank_list and forget_rank_lists (rank_lists.h): rank_lists the fronts take.
+void bindRankLists(py::module_& module);
 // PendingWork, the handle of an async operation.
 void bindWork(py::module_& module);
 // GradientReducer, the data-parallel core under chorus.torch.DistributedDataParallel.

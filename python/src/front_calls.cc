@@ -4,16 +4,18 @@
 // _chorus.front(name, general, doc) makes from `general`, the package's Python function of the
 // same name and signature.
 //
-// A call whose arguments allow it (rank_list None: the world, or group= a chorus Group that
-// carries its communicator; synchronize False; inplace False, or True without out; every other
-// parameter the short path does not read at its default) takes the operation's short path
-// (short_calls.h) on the world's Communicator, which the package registers with _chorus.set_world;
-// async_op=True makes it an async short call (ShortCall::async), which returns a chorus.Work as
-// `general` does. Every other call, and every call the short path declines (NotImplemented), goes
-// to `general` with its arguments exactly as given, so it behaves as `general` does, errors
-// included: a wrong argument count or keyword reaches `general`, which raises Python's own
-// TypeError. The common call thus runs no Python frame at all (the Python function around the
-// short path cost ~0.25 us of a 0.7 us call).
+// A call whose arguments allow it (rank_list None: the world; or a rank_list the package has
+// noted (rank_lists.h), roots and peers translated from world ranks to its group's ranks; or
+// group= a chorus Group that carries its communicator; synchronize False; inplace False, or True
+// without out; every other parameter the short path does not read at its default) takes the
+// operation's short path (short_calls.h) on the call's Communicator (the world's, which the
+// package registers with _chorus.set_world, a rank_list's or a Group's); async_op=True makes it an
+// async short call (ShortCall::async), which returns a chorus.Work as `general` does. Every other
+// call, and every call the short path declines (NotImplemented), goes to `general` with its
+// arguments exactly as given, so it behaves as `general` does, errors included: a wrong argument
+// count or keyword reaches `general`, which raises Python's own TypeError. The common call thus
+// runs no Python frame at all (the Python function around the short path cost ~0.25 us of a 0.7 us
+// call).
 //
 // The parameters and their defaults are read from `general` (__code__, __defaults__) when the
 // front is made; `doc` starts with "name(signature)\n--\n\n", so that inspect.signature and help()
@@ -24,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "rank_lists.h"
+#include "short_arrays.h"
 #include "short_calls.h"
 
 namespace chorus::python {
@@ -54,6 +58,7 @@ struct Front {
   // Where the short path's parameters are (-1: the operation has no such parameter).
   int x = -1, rankList = -1, asyncOp = -1, synchronize = -1, inplace = -1, out = -1, group = -1;
   std::array<int, kMostShortArguments> arguments{};  // ShortOperation::arguments', in order
+  std::array<bool, kMostShortArguments> isRank{};    // whether that argument is a root or peer
   size_t argumentCount = 0;
   // The parameters the short path does not read (allgather's uneven, recv's status): a call takes
   // it only with each of them at its default.
@@ -99,7 +104,10 @@ void describe(Front& front) {
   front.group = find("group", false);
   while (front.argumentCount < kMostShortArguments &&
          operation.arguments[front.argumentCount] != nullptr) {
-    front.arguments[front.argumentCount] = find(operation.arguments[front.argumentCount], true);
+    const char* name = operation.arguments[front.argumentCount];
+    front.arguments[front.argumentCount] = find(name, true);
+    front.isRank[front.argumentCount] =
+        std::strcmp(name, "root") == 0 || std::strcmp(name, "peer") == 0;
     ++front.argumentCount;
   }
   if (!complete)
@@ -148,12 +156,12 @@ bool bind(const Front& front,
   return true;
 }
 
-// Whether the call is one the short path may take; sets `target` to the output it writes (out, or
+// Whether the call is one the short path may take; sets `output` to the output it writes (out, or
 // x in place, or None for a new array).
 bool isShort(const Front& front,
              const std::array<PyObject*, kMostParameters>& values,
-             PyObject*& target) {
-  if (values[front.rankList] != Py_None || values[front.synchronize] != Py_False ||
+             PyObject*& output) {
+  if (values[front.synchronize] != Py_False ||
       (values[front.asyncOp] != Py_False &&
        (values[front.asyncOp] != Py_True || workType == nullptr)))
     return false;
@@ -161,63 +169,96 @@ bool isShort(const Front& front,
     if (values[i] != front.defaults[i].ptr())
       return false;
   }
-  target = front.out >= 0 ? values[front.out] : Py_None;
+  output = front.out >= 0 ? values[front.out] : Py_None;
   if (front.inplace < 0)
     return true;
   if (values[front.inplace] == Py_True) {
-    if (target != Py_None)
+    if (output != Py_None)
       return false;
-    target = values[front.x];
+    output = values[front.x];
     return true;
   }
   return values[front.inplace] == Py_False;
 }
 
+// The communicator a short call runs on (held for the call: another thread may forget it while
+// this one waits), and for a rank_list, its members, to translate roots and peers.
+struct CallTarget {
+  py::object native;
+  const RankListTarget* rankList = nullptr;  // read before anything runs Python code
+};
+
 py::object runShort(const Front& front,
-                    Communicator& comm,
+                    const CallTarget& target,
                     const std::array<PyObject*, kMostParameters>& values,
-                    PyObject* target) {
+                    PyObject* output) {
   ShortCall call{py::handle(front.x >= 0 ? values[front.x] : Py_None),
-                 py::handle(target),
+                 py::handle(output),
                  {},
                  values[front.asyncOp] == Py_True};
-  for (size_t i = 0; i < front.argumentCount; ++i) call.arguments[i] = values[front.arguments[i]];
+  // With rank_list=, roots and peers are world ranks inside the caller's group: their group ranks
+  // first, from the table (anything else, not an int or not a member, is the general path's to
+  // refuse); then the Python ints of them.
+  std::array<std::optional<int64_t>, kMostShortArguments> groupRanks{};
+  for (size_t i = 0; i < front.argumentCount; ++i) {
+    call.arguments[i] = values[front.arguments[i]];
+    if (target.rankList == nullptr || !front.isRank[i])
+      continue;
+    const auto worldRank = exactInt(call.arguments[i]);
+    groupRanks[i] = worldRank ? target.rankList->groupRankOf(*worldRank) : std::nullopt;
+    if (!groupRanks[i])
+      return notImplemented();
+  }
+  std::array<py::object, kMostShortArguments> translated;
+  for (size_t i = 0; i < front.argumentCount; ++i) {
+    if (groupRanks[i]) {
+      translated[i] = py::int_(*groupRanks[i]);
+      call.arguments[i] = translated[i];
+    }
+  }
+  Communicator& comm =
+      target.native.ptr() == worldObject ? *worldCommunicator : target.native.cast<Communicator&>();
   return front.operation->path(comm, call);
 }
 
-// The native Communicator a short call runs on, held for the call (another thread may forget it
-// while this one waits): the world's for group=None; for a chorus Group, the one the package set
-// as its `_native` (a communicator whose ranks are the group ranks, so roots and peers need no
-// translation). None when the call needs the general path: another kind of group, or a Group
-// without one (on a non-member, or forgotten by a reset).
-py::object communicatorOf(const Front& front,
-                          const std::array<PyObject*, kMostParameters>& values) {
+// The native Communicator a short call runs on: the world's for group=None and rank_list=None;
+// for a rank_list the package has noted, its group's (rank_lists.h); for a chorus Group, the one
+// the package set as its `_native` (a communicator whose ranks are the group ranks, so roots and
+// peers need no translation). None when the call needs the general path: both group= and
+// rank_list=, a rank_list not noted, another kind of group, or a Group without one (on a
+// non-member, or forgotten by a reset).
+CallTarget targetOf(const Front& front, const std::array<PyObject*, kMostParameters>& values) {
   PyObject* group = front.group >= 0 ? values[front.group] : Py_None;
+  PyObject* rankList = values[front.rankList];
+  if (rankList != Py_None) {
+    const RankListTarget* noted = group == Py_None ? findRankList(rankList) : nullptr;
+    if (noted == nullptr)
+      return {py::none()};
+    return {noted->native, noted};
+  }
   if (group == Py_None)
-    return py::reinterpret_borrow<py::object>(worldObject);
+    return {py::reinterpret_borrow<py::object>(worldObject)};
   if (groupType == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(group)) != groupType)
-    return py::none();
+    return {py::none()};
   static PyObject* const nativeName = PyUnicode_InternFromString("_native");
   PyObject* native = PyObject_GetAttr(group, nativeName);
   if (native == nullptr) {
     PyErr_Clear();
-    return py::none();
+    return {py::none()};
   }
-  return py::reinterpret_steal<py::object>(native);
+  return {py::reinterpret_steal<py::object>(native)};
 }
 
 PyObject* frontCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   const auto& front = *static_cast<const Front*>(PyCapsule_GetPointer(self, kCapsuleName));
   try {
     std::array<PyObject*, kMostParameters> values{};
-    PyObject* target = nullptr;
+    PyObject* output = nullptr;
     if (worldObject != nullptr && bind(front, args, nargs, kwnames, values) &&
-        isShort(front, values, target)) {
-      const py::object native = communicatorOf(front, values);
-      if (!native.is_none()) {
-        Communicator& comm =
-            native.ptr() == worldObject ? *worldCommunicator : native.cast<Communicator&>();
-        py::object result = runShort(front, comm, values, target);
+        isShort(front, values, output)) {
+      const CallTarget target = targetOf(front, values);
+      if (!target.native.is_none()) {
+        py::object result = runShort(front, target, values, output);
         if (result.ptr() != Py_NotImplemented)
           return result.release().ptr();
       }

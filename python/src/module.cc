@@ -92,6 +92,7 @@ PYBIND11_MODULE(_chorus, module) {
   bindOperations(module);
   bindShortCalls(module);
   bindFronts(module);
+  bindRankLists(module);
   bindReducer(module);
   bindOptimizers(module);
   bindZero(module);

@@ -3,8 +3,9 @@
 //
 // Each path reads its arrays (short_arrays.h), makes its result, and issues its Communicator
 // method (input, output) under BlockingCalls, all in one GIL release (runOperation); async, it
-// returns a Work of the result at once. `comm` is
-// the world's Communicator, so world ranks (roots, peers) are its ranks. What each returns is what
+// returns a Work of the result at once. `comm` is the call's Communicator (the world's, a Group's
+// or a rank_list's), and roots and peers are its ranks (front_calls.cc translates a rank_list's
+// from world ranks). What each returns is what
 // the package's general path (python/chorus/_ops.py) returns for the same call:
 //  - allreduce, broadcast, allgather, reduce_scatter, scatter, all_to_all: the result, in a new
 //    array of x's framework or the caller's `out` (or x, in place: allreduce, broadcast);
