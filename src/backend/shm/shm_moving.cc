@@ -148,24 +148,35 @@ void ShmBackend::scatter(const CallContext& call, const ScatterArgs& args) {
   guarded([&] { scatterBlocks(call, args.input, args.output, args.bytesPerRank, args.root); });
 }
 
-// The root's bytes go to every rank: one writer, every rank reads it.
+// The root's bytes go to every rank: one writer, every rank reads it. A root with separate input
+// and output copies its own while the others read (its input is only read meanwhile); one whose
+// output overlaps its input fills the output first, and the others read that.
 void ShmBackend::broadcast(const CallContext& call, const BroadcastArgs& args) {
   guarded([&] {
-    auto* data = static_cast<std::byte*>(args.output);
-    const int root = args.root;
-    const bool isRoot = rank() == root;
-    if (isRoot)
-      copyToOutput(args.input, args.output, args.bytes);
+    const bool isRoot = rank() == args.root;
+    const auto* in = static_cast<const std::byte*>(args.input);
+    auto* out = static_cast<std::byte*>(args.output);
+    const auto from = reinterpret_cast<uintptr_t>(in), to = reinterpret_cast<uintptr_t>(out);
+    const bool copyAlong = isRoot && (from + args.bytes <= to || to + args.bytes <= from);
+    if (isRoot && !copyAlong)
+      copyToOutput(in, out, args.bytes);
+    const std::byte* source = copyAlong ? in : out;  // what the root offers
+    auto copyOwn = [&](size_t offset, size_t bytes) {
+      if (copyAlong)
+        copyBytes(out + offset, in + offset, bytes);
+    };
     if (args.bytes <= ShmGroup::kSmallSlotBytes) {
-      const uint64_t sequence = arrive(call, data, isRoot ? args.bytes : 0);
+      const uint64_t sequence = arrive(call, source, isRoot ? args.bytes : 0);
       if (!isRoot)
-        copyBytes(data, group_->arrivalData(root, sequence, args.bytes), args.bytes);
+        copyBytes(out, group_->arrivalData(args.root, sequence, args.bytes), args.bytes);
+      copyOwn(0, args.bytes);
       return;
     }
     if (group_->directReads() && args.bytes <= kDirectBroadcastMaxBytes) {
-      moveDirect(call, data, [&](const std::vector<uintptr_t>& inputs) {
+      moveDirect(call, source, [&](const std::vector<uintptr_t>& inputs) {
         if (!isRoot)
-          group_->readFrom(root, data, inputs[root], args.bytes);
+          group_->readFrom(args.root, out, inputs[args.root], args.bytes);
+        copyOwn(0, args.bytes);
       });
       return;
     }
@@ -176,11 +187,12 @@ void ShmBackend::broadcast(const CallContext& call, const BroadcastArgs& args) {
         call, ceilDiv(args.bytes, m),
         [&](size_t i, std::byte* slot) {
           if (isRoot)
-            copyBytes(slot, data + i * m, piece(i));
+            copyBytes(slot, source + i * m, piece(i));
         },
         [&](size_t i, uint64_t parity) {
           if (!isRoot)
-            copyBytes(data + i * m, group_->chunkSlot(root, parity), piece(i));
+            copyBytes(out + i * m, group_->chunkSlot(args.root, parity), piece(i));
+          copyOwn(i * m, piece(i));
         });
   });
 }
