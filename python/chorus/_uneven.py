@@ -4,22 +4,23 @@ split sizes (what mixture-of-experts layers send their tokens with).
 
 all_to_all(x, splits=...): group rank q's rows splits[p] (consecutive along axis 0, in rank order)
 go to group rank p, and each rank returns the rows it received, in rank order, with how many came
-from each rank. The ranks first exchange what each pair will send, in one even all_to_all of two
-int64 per pair (the rows, and a signature of the dtype, device and other dimensions); each receiver
-checks them (against its recv_splits, when it passes them), and the ranks gather every verdict
-(one allgather), so that an error, or a call one rank refuses, is raised on every rank, naming
-the same rank. Then host rows move in one native all_to_all_v (Communicator::allToAllV), straight
+from each rank. The ranks first exchange what each pair will send, in one even all_to_all of three
+int64 per pair (the rows, a signature of the dtype, device and other dimensions, and whether the
+sender checks recv_splits); when some rank passed recv_splits, each receiver checks them and the
+ranks gather every verdict (one allgather), so that an error, or a call one rank refuses, is
+raised on every rank, naming the same rank. That agreement is C++'s (python/src/
+uneven_agreement.h), shared with the short paths of the common calls (python/src/
+short_uneven.cc: one NumPy array or torch CPU tensor, splits a list or tuple of ints), which
+make the same collectives without a Python frame. Then host rows move in one native all_to_all_v (Communicator::allToAllV), straight
 from x into the result; CUDA rows (the native form takes host tensors only) through one even
 all_to_all padded to the largest pair.
 
 allgather(x, uneven=True): the extents along `axis` may differ. The ranks gather every rank's
-extent and a signature of the rest (one allgather of two int64 per rank) and check that the rest
-agrees. Along axis 0, host rows then move in one native allgather_v (Communicator::allgatherV);
+extent and a signature of the rest (one allgather of two int64 per rank, C++'s agreement too)
+and check that the rest agrees. Along axis 0, host rows then move in one native allgather_v (Communicator::allgatherV);
 CUDA rows, and other axes, gather x padded to the largest extent (along axis 0 into one array,
 this rank's block in place, whose blocks then move down to follow each other).
 """
-
-import zlib
 
 import numpy as np
 
@@ -33,9 +34,9 @@ _MOST_ROWS = 1 << 62
 
 
 def _signature(dtype, shape, cuda):
-    """The same int on every rank for the same dtype, dimensions and kind of device (Python's str
-    hash is salted per process, so a CRC instead)."""
-    return zlib.crc32(f"{dtype}{tuple(shape)}{'cuda' if cuda else 'host'}".encode())
+    """The same int on every rank for the same dtype, dimensions and kind of device: the short
+    paths (python/src/short_uneven.cc) compute it too."""
+    return _chorus.row_signature(dtype, [int(n) for n in shape], bool(cuda))
 
 
 def _counts(values, size, what):
@@ -91,7 +92,11 @@ def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, rec
         expects, problem = _counts(recv_splits, comm.size, "recv_splits")
     signature = _signature(b.dtype, b.shape[1:], b.cuda) if b is not None else 0
     padded = b is not None and (b.cuda or _PADDED_ON_HOST)
-    arrives, largest = _agree_on_rows(comm, rank_list, sends, expects, signature, problem, padded)
+    agreed = _chorus.agree_on_rows(comm._native, sends if problem is None else None, expects,
+                                   signature, padded)
+    if agreed is None:
+        raise problem
+    arrives, largest = agreed
     received.extend(arrives)
     if padded:
         return _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize)
@@ -103,61 +108,6 @@ def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, rec
                                     is_async)
 
     return _ops._complete([call], lambda: _ops._results([y], False), async_op, synchronize)
-
-
-def _agree_on_rows(comm, rank_list, sends, expects, signature, problem, padded):
-    """(the rows each group rank sends here, the most rows any rank sends another, or None when
-    not `padded`), an error on every rank alike when the call cannot go on.
-
-    One even all_to_all of three int64 per pair tells every rank the rows each rank sends it (or
-    -1 from a rank that refused its call), every rank's signature, and whether it passed
-    recv_splits: the refusals and signatures every rank judges alike from what it heard. A rank's
-    own recv_splits, and the padded path's largest pair, need every rank's word: when any rank
-    passed recv_splits, or on the padded path, one allgather of every rank's verdict follows (on
-    every rank alike, since every rank heard who passed them)."""
-    # Row p: the rows for p, the signature, whether this rank checks recv_splits.
-    told = np.full((comm.size, 3), -1, dtype=np.int64)
-    if problem is None:
-        told[:, 0] = sends
-    told[:, 1] = signature
-    told[:, 2] = expects is not None
-    heard = _small_all_to_all(comm, told).tolist()
-    for rank, (rows, _, _) in enumerate(heard):
-        if rows < 0:
-            if rank == comm.rank:
-                raise problem
-            raise _chorus.MismatchError(
-                f"all_to_all: group rank {rank}'s call was refused (see its error)")
-    for rank, (_, theirs, _) in enumerate(heard):
-        if theirs != heard[0][1]:
-            raise _chorus.MismatchError(
-                f"all_to_all: group ranks 0 and {rank} have arrays of different dtypes, devices "
-                "or dimensions other than 0; their rows cannot be exchanged")
-    arrives = [rows for rows, _, _ in heard]
-    if not padded and not any(checks for _, _, checks in heard):
-        return arrives, None
-    # (peer, rows, expected, the most rows this rank sends one rank)
-    verdict = np.array([[-1, -1, -1, max(sends)]], dtype=np.int64)  # (problem is None here)
-    for peer in range(comm.size):
-        if expects is not None and arrives[peer] != expects[peer]:
-            verdict[0, :3] = [peer, arrives[peer], expects[peer]]
-            break
-    verdicts = _small_allgather(comm, verdict)
-    for rank, (peer, rows, expected, _) in enumerate(verdicts.tolist()):
-        if peer >= 0:
-            raise _chorus.MismatchError(
-                f"all_to_all: group rank {peer} sends {rows} rows to group rank {rank}, which "
-                f"expects {expected} (recv_splits)")
-    return arrives, int(verdicts[:, 3].max())
-
-
-def _small_all_to_all(comm, told):
-    """The even all_to_all of `told` (int64, one row per group rank), through the short call
-    (python/src/short_calls.cc) on the group's communicator: the agreement's round is most of a
-    small exchange's time."""
-    heard = np.empty_like(told)
-    _taken(_chorus.all_to_all_array(comm._native, told, heard, 0, 0))
-    return heard
 
 
 def _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchronize):
@@ -193,22 +143,11 @@ def allgather(x, axis, rank_list, async_op, synchronize):
             f"allgather: axis {axis} is out of range for x of {ndim} dimensions")
     axis = axis % ndim if problem is None else 0
     others = b.shape[:axis] + b.shape[axis + 1:] if problem is None else ()
-    mine = np.array([[-1 if problem else b.shape[axis],
-                      _signature(b.dtype, (ndim, axis) + others, b.cuda) if b else 0]],
-                    dtype=np.int64)
-    every = _small_allgather(comm, mine).tolist()
-    for rank, (extent, signature) in enumerate(every):
-        if extent < 0:
-            if rank == comm.rank:
-                raise problem
-            raise _chorus.MismatchError(
-                f"allgather: group rank {rank}'s call was refused (see its error)")
-    for rank, (extent, signature) in enumerate(every):
-        if signature != every[0][1]:
-            raise _chorus.MismatchError(
-                f"allgather (uneven=True): group ranks 0 and {rank} have arrays of different "
-                f"dtypes, devices, numbers of dimensions or extents other than along axis {axis}")
-    extents = [extent for extent, _ in every]
+    signature = _signature(b.dtype, (ndim, axis) + others, b.cuda) if b else 0
+    extents = _chorus.agree_on_extents(comm._native, -1 if problem else b.shape[axis], signature,
+                                       axis)
+    if extents is None:
+        raise problem
     largest = max(extents)
     if all(extent == largest for extent in extents):
         return _ops._allgather(b.array, axis, rank_list, async_op, synchronize, None)
@@ -259,20 +198,6 @@ def _gather_rows(b, comm, extents, largest, rank_list, async_op, synchronize):
             else whole[:at].clone()
 
     return _then(gathered, compact)
-
-
-def _small_allgather(comm, mine):
-    """The allgather of `mine` (int64, one row), through the short call, as _small_all_to_all."""
-    every = np.empty((comm.size,) + mine.shape[1:], dtype=mine.dtype)
-    _taken(_chorus.allgather_array(comm._native, mine, every, 0))
-    return every
-
-
-def _taken(result):
-    """A short call's result, which is NotImplemented only if it declined arrays made for it."""
-    if result is NotImplemented:
-        raise _chorus.InternalError("a short call declined the agreement's own arrays")
-    return result
 
 
 def _then(result, change):

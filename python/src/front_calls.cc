@@ -8,7 +8,8 @@
 // noted (rank_lists.h), roots and peers translated from world ranks to its group's ranks; or
 // group= a chorus Group that carries its communicator; synchronize False; inplace False, or True
 // without out; every other parameter the short path does not read at its default) takes the
-// operation's short path (short_calls.h) on the call's Communicator (the world's, which the
+// operation's short path (short_calls.h; all_to_all with splits and allgather with uneven=True
+// take their variant, chosen by that parameter) on the call's Communicator (the world's, which the
 // package registers with _chorus.set_world, a rank_list's or a Group's); async_op=True makes it an
 // async short call (ShortCall::async), which returns a chorus.Work as `general` does. Every other
 // call, and every call the short path declines (NotImplemented), goes to `general` with its
@@ -47,22 +48,31 @@ PyObject* groupType = nullptr;
 // reference.
 PyObject* workType = nullptr;
 
-struct Front {
+// Where one short path (plain or variant) finds its parameters (-1: the function has no such
+// parameter, or the path does not read it).
+struct Binding {
   const ShortOperation* operation = nullptr;
+  int x = -1, inplace = -1, out = -1;
+  std::array<int, kMostShortArguments> arguments{};  // ShortOperation::arguments', in order
+  std::array<bool, kMostShortArguments> isRank{};    // whether that argument is a root or peer
+  size_t argumentCount = 0;
+  // The parameters the path does not read (all_to_all's splits, recv's status): a call takes it
+  // only with each of them at its default.
+  std::vector<int> others;
+};
+
+struct Front {
   std::string name;
   std::string doc;
   PyMethodDef method{};
   py::object general;
   std::vector<py::object> names;     // the parameters, in order
   std::vector<py::object> defaults;  // by parameter; empty for one without a default
-  // Where the short path's parameters are (-1: the operation has no such parameter).
-  int x = -1, rankList = -1, asyncOp = -1, synchronize = -1, inplace = -1, out = -1, group = -1;
-  std::array<int, kMostShortArguments> arguments{};  // ShortOperation::arguments', in order
-  std::array<bool, kMostShortArguments> isRank{};    // whether that argument is a root or peer
-  size_t argumentCount = 0;
-  // The parameters the short path does not read (allgather's uneven, recv's status): a call takes
-  // it only with each of them at its default.
-  std::vector<int> others;
+  // Where the parameters every path reads are.
+  int rankList = -1, asyncOp = -1, synchronize = -1, group = -1;
+  Binding plain;
+  Binding variant;    // operation null when the function has no variant
+  int switchAt = -1;  // the variant's switch: a call takes the variant when it is not the default
 };
 
 int indexOf(const Front& front, const char* name) {
@@ -73,9 +83,46 @@ int indexOf(const Front& front, const char* name) {
   return -1;
 }
 
-// Reads `general`'s parameters and defaults, and finds those the short path reads.
+// Finds the parameters `binding`'s path reads, and those it does not (`shared`: read by every
+// path).
+void bindPath(const Front& front, Binding& binding, const std::vector<int>& shared) {
+  const ShortOperation& operation = *binding.operation;
+  bool complete = true;
+  std::vector<int> read = shared;
+  auto find = [&](const char* name, bool wanted) {
+    const int at = wanted ? indexOf(front, name) : -1;
+    complete = complete && (at >= 0 || !wanted);
+    if (at >= 0)
+      read.push_back(at);
+    return at;
+  };
+  binding.x = find("x", operation.takesInput);
+  binding.out = find("out", operation.takesOutput);
+  binding.inplace = operation.takesOutput ? indexOf(front, "inplace") : -1;
+  if (binding.inplace >= 0)
+    read.push_back(binding.inplace);
+  while (binding.argumentCount < kMostShortArguments &&
+         operation.arguments[binding.argumentCount] != nullptr) {
+    const char* name = operation.arguments[binding.argumentCount];
+    binding.arguments[binding.argumentCount] = find(name, true);
+    binding.isRank[binding.argumentCount] =
+        std::strcmp(name, "root") == 0 || std::strcmp(name, "peer") == 0;
+    ++binding.argumentCount;
+  }
+  if (!complete)
+    throw py::value_error("front: '" + front.name + "' lacks a parameter of its short path");
+  for (int i = 0; i < static_cast<int>(front.names.size()); ++i) {
+    if (std::find(read.begin(), read.end(), i) != read.end())
+      continue;
+    if (!front.defaults[i])
+      throw py::value_error("front: '" + front.name + "' has a required parameter the short " +
+                            "path cannot take");
+    binding.others.push_back(i);
+  }
+}
+
+// Reads `general`'s parameters and defaults, and finds those the short paths read.
 void describe(Front& front) {
-  const ShortOperation& operation = *front.operation;
   const py::object code = front.general.attr("__code__");
   const auto count = code.attr("co_argcount").cast<size_t>();
   if (count > kMostParameters || code.attr("co_kwonlyargcount").cast<int>() != 0)
@@ -87,38 +134,21 @@ void describe(Front& front) {
   const py::tuple defaults = given.is_none() ? py::tuple() : py::tuple(given);
   for (size_t i = 0; i < defaults.size(); ++i)
     front.defaults[count - defaults.size() + i] = defaults[i];
-  bool complete = true;
-  std::vector<int> read;
-  auto find = [&](const char* name, bool required) {
-    const int at = indexOf(front, name);
-    complete = complete && (at >= 0 || !required);
-    read.push_back(at);
-    return at;
-  };
-  front.x = find("x", operation.takesInput);
-  front.out = find("out", operation.takesOutput);
-  front.rankList = find("rank_list", true);
-  front.asyncOp = find("async_op", true);
-  front.synchronize = find("synchronize", true);
-  front.inplace = find("inplace", false);
-  front.group = find("group", false);
-  while (front.argumentCount < kMostShortArguments &&
-         operation.arguments[front.argumentCount] != nullptr) {
-    const char* name = operation.arguments[front.argumentCount];
-    front.arguments[front.argumentCount] = find(name, true);
-    front.isRank[front.argumentCount] =
-        std::strcmp(name, "root") == 0 || std::strcmp(name, "peer") == 0;
-    ++front.argumentCount;
-  }
-  if (!complete)
+  front.rankList = indexOf(front, "rank_list");
+  front.asyncOp = indexOf(front, "async_op");
+  front.synchronize = indexOf(front, "synchronize");
+  front.group = indexOf(front, "group");
+  if (front.rankList < 0 || front.asyncOp < 0 || front.synchronize < 0)
     throw py::value_error("front: '" + front.name + "' lacks a parameter of its short path");
-  for (int i = 0; i < static_cast<int>(count); ++i) {
-    if (std::find(read.begin(), read.end(), i) != read.end())
-      continue;
-    if (!front.defaults[i])
-      throw py::value_error("front: '" + front.name + "' has a required parameter the short " +
-                            "path cannot take");
-    front.others.push_back(i);
+  std::vector<int> shared{front.rankList, front.asyncOp, front.synchronize};
+  if (front.group >= 0)
+    shared.push_back(front.group);
+  bindPath(front, front.plain, shared);
+  if (front.variant.operation != nullptr) {
+    front.switchAt = indexOf(front, front.variant.operation->switchedBy);
+    if (front.switchAt < 0 || !front.defaults[front.switchAt])
+      throw py::value_error("front: '" + front.name + "' lacks its variant's switch");
+    bindPath(front, front.variant, shared);
   }
 }
 
@@ -159,26 +189,34 @@ bool bind(const Front& front,
 // Whether the call is one the short path may take; sets `output` to the output it writes (out, or
 // x in place, or None for a new array).
 bool isShort(const Front& front,
+             const Binding& binding,
              const std::array<PyObject*, kMostParameters>& values,
              PyObject*& output) {
   if (values[front.synchronize] != Py_False ||
       (values[front.asyncOp] != Py_False &&
        (values[front.asyncOp] != Py_True || workType == nullptr)))
     return false;
-  for (int i : front.others) {
+  for (int i : binding.others) {
     if (values[i] != front.defaults[i].ptr())
       return false;
   }
-  output = front.out >= 0 ? values[front.out] : Py_None;
-  if (front.inplace < 0)
+  output = binding.out >= 0 ? values[binding.out] : Py_None;
+  if (binding.inplace < 0)
     return true;
-  if (values[front.inplace] == Py_True) {
+  if (values[binding.inplace] == Py_True) {
     if (output != Py_None)
       return false;
-    output = values[front.x];
+    output = values[binding.x];
     return true;
   }
-  return values[front.inplace] == Py_False;
+  return values[binding.inplace] == Py_False;
+}
+
+// The path a call takes: the variant when its switch is not at its default.
+const Binding& bindingOf(const Front& front, const std::array<PyObject*, kMostParameters>& values) {
+  const bool switched =
+      front.switchAt >= 0 && values[front.switchAt] != front.defaults[front.switchAt].ptr();
+  return switched ? front.variant : front.plain;
 }
 
 // The communicator a short call runs on (held for the call: another thread may forget it while
@@ -189,10 +227,11 @@ struct CallTarget {
 };
 
 py::object runShort(const Front& front,
+                    const Binding& binding,
                     const CallTarget& target,
                     const std::array<PyObject*, kMostParameters>& values,
                     PyObject* output) {
-  ShortCall call{py::handle(front.x >= 0 ? values[front.x] : Py_None),
+  ShortCall call{py::handle(binding.x >= 0 ? values[binding.x] : Py_None),
                  py::handle(output),
                  {},
                  values[front.asyncOp] == Py_True};
@@ -200,9 +239,9 @@ py::object runShort(const Front& front,
   // first, from the table (anything else, not an int or not a member, is the general path's to
   // refuse); then the Python ints of them.
   std::array<std::optional<int64_t>, kMostShortArguments> groupRanks{};
-  for (size_t i = 0; i < front.argumentCount; ++i) {
-    call.arguments[i] = values[front.arguments[i]];
-    if (target.rankList == nullptr || !front.isRank[i])
+  for (size_t i = 0; i < binding.argumentCount; ++i) {
+    call.arguments[i] = values[binding.arguments[i]];
+    if (target.rankList == nullptr || !binding.isRank[i])
       continue;
     const auto worldRank = exactInt(call.arguments[i]);
     groupRanks[i] = worldRank ? target.rankList->groupRankOf(*worldRank) : std::nullopt;
@@ -210,7 +249,7 @@ py::object runShort(const Front& front,
       return notImplemented();
   }
   std::array<py::object, kMostShortArguments> translated;
-  for (size_t i = 0; i < front.argumentCount; ++i) {
+  for (size_t i = 0; i < binding.argumentCount; ++i) {
     if (groupRanks[i]) {
       translated[i] = py::int_(*groupRanks[i]);
       call.arguments[i] = translated[i];
@@ -218,7 +257,7 @@ py::object runShort(const Front& front,
   }
   Communicator& comm =
       target.native.ptr() == worldObject ? *worldCommunicator : target.native.cast<Communicator&>();
-  return front.operation->path(comm, call);
+  return binding.operation->path(comm, call);
 }
 
 // The native Communicator a short call runs on: the world's for group=None and rank_list=None;
@@ -255,10 +294,10 @@ PyObject* frontCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
     std::array<PyObject*, kMostParameters> values{};
     PyObject* output = nullptr;
     if (worldObject != nullptr && bind(front, args, nargs, kwnames, values) &&
-        isShort(front, values, output)) {
+        isShort(front, bindingOf(front, values), values, output)) {
       const CallTarget target = targetOf(front, values);
       if (!target.native.is_none()) {
-        py::object result = runShort(front, target, values, output);
+        py::object result = runShort(front, bindingOf(front, values), target, values, output);
         if (result.ptr() != Py_NotImplemented)
           return result.release().ptr();
       }
@@ -271,8 +310,9 @@ PyObject* frontCall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
 
 py::object makeFront(const std::string& name, py::object general, const std::string& doc) {
   auto front = std::make_unique<Front>();
-  front->operation = findShortOperation(name);
-  if (front->operation == nullptr)
+  front->plain.operation = findShortOperation(name);
+  front->variant.operation = findShortVariant(name);
+  if (front->plain.operation == nullptr)
     throw py::value_error("front: no short path for '" + name + "'");
   front->name = name;
   front->doc = doc;

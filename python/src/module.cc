@@ -93,6 +93,7 @@ PYBIND11_MODULE(_chorus, module) {
   bindShortCalls(module);
   bindFronts(module);
   bindRankLists(module);
+  bindUnevenAgreement(module);
   bindReducer(module);
   bindOptimizers(module);
   bindZero(module);

@@ -195,7 +195,7 @@ py::object barrierShort(Communicator& comm, const ShortCall& call) {
   return resultOf(call, std::move(pending), py::none());
 }
 
-const ShortOperation* findShortOperation(std::string_view name) {
+std::span<const ShortOperation> shortOperations() {
   static const ShortOperation kOperations[] = {
       {"allreduce", "allreduce_array", allreduceShort, true, true, {"op"}},
       {"broadcast", "broadcast_array", broadcastShort, true, true, {"root"}},
@@ -208,9 +208,35 @@ const ShortOperation* findShortOperation(std::string_view name) {
       {"barrier", "barrier_world", barrierShort, false, false, {}},
       {"send", "send_array", sendShort, true, false, {"peer", "tag"}},
       {"recv", "recv_array", recvShort, false, true, {"peer", "tag", "shape", "dtype"}},
+      {"all_to_all",
+       "all_to_all_splits_array",
+       allToAllUnevenShort,
+       true,
+       false,
+       {"splits", "recv_splits"},
+       "splits"},
+      {"allgather",
+       "allgather_uneven_array",
+       allgatherUnevenShort,
+       true,
+       false,
+       {"axis", "uneven"},
+       "uneven"},
   };
-  for (const ShortOperation& operation : kOperations) {
-    if (name == operation.name)
+  return kOperations;
+}
+
+const ShortOperation* findShortOperation(std::string_view name) {
+  for (const ShortOperation& operation : shortOperations()) {
+    if (name == operation.name && operation.switchedBy == nullptr)
+      return &operation;
+  }
+  return nullptr;
+}
+
+const ShortOperation* findShortVariant(std::string_view name) {
+  for (const ShortOperation& operation : shortOperations()) {
+    if (name == operation.name && operation.switchedBy != nullptr)
       return &operation;
   }
   return nullptr;
@@ -286,17 +312,19 @@ std::string signatureOf(const ShortOperation& operation) {
 }  // namespace
 
 void bindShortCalls(py::module_& module) {
-  static const char* const kNames[] = {"allreduce",      "broadcast", "reduce",  "allgather",
-                                       "reduce_scatter", "gather",    "scatter", "all_to_all",
-                                       "barrier",        "send",      "recv"};
-  constexpr size_t kCount = std::size(kNames);
+  const auto operations = shortOperations();
   // CPython keeps pointers to the method definitions and their docs: made once, never moved.
-  static std::array<PyMethodDef, kCount> methods{};
-  static std::array<std::string, kCount> docs;
-  for (size_t i = 0; i < kCount; ++i) {
-    const ShortOperation& operation = *findShortOperation(kNames[i]);
+  constexpr size_t kMostOperations = 16;
+  static std::array<PyMethodDef, kMostOperations> methods{};
+  static std::array<std::string, kMostOperations> docs;
+  if (operations.size() > kMostOperations)
+    throw InternalError("bindShortCalls: more short paths than kMostOperations");
+  for (size_t i = 0; i < operations.size(); ++i) {
+    const ShortOperation& operation = operations[i];
     if (docs[i].empty()) {
-      docs[i] = signatureOf(operation) + ": the blocking " + kNames[i] +
+      docs[i] = signatureOf(operation) + ": the blocking " + operation.name +
+                (operation.switchedBy != nullptr ? std::string(" with ") + operation.switchedBy
+                                                 : std::string()) +
                 " of the short path (one NumPy array or torch CPU tensor); NotImplemented when "
                 "the call needs the package's general path";
       methods[i] = {operation.direct,

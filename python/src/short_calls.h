@@ -12,12 +12,18 @@
 // operation itself are C++ exceptions, as from any binding. So a short path adds speed and changes
 // no behaviour.
 //
-// The package's fronts (front_calls.cc) find an operation's short path by its name; each is also
-// a CPython function of the module, `<name>_array(native, [x,] [out,] arguments...)` (the barrier's
-// is `barrier_world(native)`), for tests and for callers that hold a Communicator.
+// all_to_all and allgather have a second short path each, their variant, for the uneven forms:
+// all_to_all with splits (and recv_splits) and allgather with uneven=True (short_uneven.cc), taken
+// when the variant's switch (splits, uneven) is not at its default.
+//
+// The package's fronts (front_calls.cc) find an operation's short paths by its name; each is also
+// a CPython function of the module, `<direct>(native, [x,] [out,] arguments...)` (allreduce_array,
+// ..., all_to_all_splits_array, allgather_uneven_array; the barrier's is `barrier_world(native)`),
+// for tests and for callers that hold a Communicator.
 #pragma once
 
 #include <array>
+#include <span>
 #include <string_view>
 
 #include "bindings.h"
@@ -48,10 +54,17 @@ struct ShortOperation {
   // The names of the other parameters the path reads, in the order of ShortCall::arguments;
   // nullptr after the last.
   std::array<const char*, kMostShortArguments> arguments;
+  // A variant's switch: the parameter whose value, when not its default, selects this path
+  // instead of the operation's plain one; nullptr for a plain path.
+  const char* switchedBy = nullptr;
 };
 
-// The short path of the package's function `name`, or nullptr when it has none.
+// Every short path, plain ones and variants.
+std::span<const ShortOperation> shortOperations();
+// The plain short path of the package's function `name`, or nullptr when it has none.
 const ShortOperation* findShortOperation(std::string_view name);
+// The variant of `name`'s short path, or nullptr when it has none.
+const ShortOperation* findShortVariant(std::string_view name);
 
 // The paths, by operation (short_calls.cc: the collectives; short_point_to_point.cc: send, recv).
 py::object allreduceShort(Communicator& comm, const ShortCall& call);      // (op)
@@ -65,6 +78,9 @@ py::object allToAllShort(Communicator& comm, const ShortCall& call);       // (s
 py::object barrierShort(Communicator& comm, const ShortCall& call);        // ()
 py::object sendShort(Communicator& comm, const ShortCall& call);           // (peer, tag)
 py::object recvShort(Communicator& comm, const ShortCall& call);  // (peer, tag, shape, dtype)
+// The variants (short_uneven.cc).
+py::object allToAllUnevenShort(Communicator& comm, const ShortCall& call);  // (splits, recv_splits)
+py::object allgatherUnevenShort(Communicator& comm, const ShortCall& call);  // (axis, uneven)
 
 // The package's Work (python/chorus/_ops.py, registered with _chorus.set_work_type) of an async
 // short call: `pending`, the PendingWork that runOperation returned, and `result`, what its wait()

@@ -241,7 +241,9 @@ def test_the_package_takes_the_short_paths_of_broadcast_and_allgather(monkeypatc
     chorus.broadcast(x, async_op=True, synchronize=True).wait()
     assert calls[1:] == ["_broadcast", "_complete"]
     del calls[:]
-    chorus.allgather(x, uneven=True)
+    chorus.allgather(x, uneven=True)  # its variant (tests/python/test_35_uneven_short_paths.py)
+    assert calls == []
+    chorus.allgather(x.reshape(1, 5), axis=1, uneven=True)  # along another axis: general
     assert calls[0] == "_allgather"
 
 

@@ -1,0 +1,136 @@
+// The short paths of the uneven collectives (declared in short_calls.h): all_to_all with splits
+// and allgather with uneven=True, on one NumPy array or torch CPU tensor. Each makes the same
+// collectives as the package's general path (python/chorus/_uneven.py), through the same
+// agreement (uneven_agreement.h), so that ranks on either path meet; and each declines (returns
+// NotImplemented, before any communication) every call that path would treat otherwise: an
+// argument it would refuse or read another way (splits that are not a list or tuple of exact ints,
+// say), allgather along another axis than 0, and the padded exchange tests force on host arrays.
+#include <pybind11/stl.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "short_arrays.h"
+#include "short_calls.h"
+#include "uneven_agreement.h"
+
+namespace chorus::python {
+namespace {
+
+// Row counts past this are refused by the general path (_uneven._MOST_ROWS).
+constexpr int64_t kMostRows = int64_t{1} << 62;
+
+// `object` as `size` row counts: a list or tuple of exact ints in [0, kMostRows).
+std::optional<std::vector<int64_t>> rowCounts(py::handle object, int size) {
+  if (!PyList_CheckExact(object.ptr()) && !PyTuple_CheckExact(object.ptr()))
+    return std::nullopt;
+  const auto sequence = py::reinterpret_borrow<py::sequence>(object);
+  if (static_cast<int>(sequence.size()) != size)
+    return std::nullopt;
+  std::vector<int64_t> counts;
+  counts.reserve(static_cast<size_t>(size));
+  for (const py::handle item : sequence) {
+    const auto count = exactInt(item);
+    if (!count || *count < 0 || *count >= kMostRows)
+      return std::nullopt;
+    counts.push_back(*count);
+  }
+  return counts;
+}
+
+// Whether tests have sent host rows through the padded exchange of CUDA rows
+// (_uneven._PADDED_ON_HOST), which only the general path makes.
+bool paddedOnHost() {
+  static PyObject* const module = PyImport_ImportModule("chorus._uneven");  // kept for good
+  if (module == nullptr) {
+    PyErr_Clear();
+    return true;
+  }
+  PyObject* flag = PyObject_GetAttrString(module, "_PADDED_ON_HOST");
+  if (flag == nullptr) {
+    PyErr_Clear();
+    return true;
+  }
+  Py_DECREF(flag);
+  return flag != Py_False;
+}
+
+// The extents of `input` with dimension 0 replaced by `rows`.
+Extents withRows(const Tensor& input, int64_t rows) {
+  Extents extents(input.shape());
+  extents[0] = rows;
+  return extents;
+}
+
+// Runs `issue(output)` into a new array like x of `extents`; returns what `wrap(array)` makes of
+// the result (or a Work of it).
+template <typename Issue, typename Wrap>
+py::object intoNewArray(const Tensor& input,
+                        const ShortCall& call,
+                        std::span<const int64_t> extents,
+                        Issue issue,
+                        Wrap wrap) {
+  py::object array;
+  const auto output = outputFor(input, call.x, py::none(), extents, array);
+  if (!output)
+    throw InternalError("the uneven short path could not make its result");
+  py::object pending = runOperation(
+      call.async, [&] { return issue(*output); }, [&] { return py::make_tuple(call.x, array); });
+  py::object result = wrap(std::move(array));
+  return call.async ? asyncWork(std::move(pending), std::move(result)) : result;
+}
+
+}  // namespace
+
+py::object allToAllUnevenShort(Communicator& comm, const ShortCall& call) {
+  const auto input = inputTensor(call.x, true);
+  if (!input || input->dim() == 0 || !call.out.is_none() || paddedOnHost())
+    return notImplemented();
+  const auto sends = rowCounts(call.arguments[0], comm.size());
+  std::optional<std::vector<int64_t>> expects;
+  if (!call.arguments[1].is_none())
+    expects = rowCounts(call.arguments[1], comm.size());
+  if (!sends || (!call.arguments[1].is_none() && !expects) ||
+      std::accumulate(sends->begin(), sends->end(), int64_t{0}) != input->shape()[0])
+    return notImplemented();
+  const auto rowDims = input->shape().subspan(1);
+  const int64_t signature = rowSignature(toString(input->dtype()), rowDims, false);
+  const auto agreed = agreeOnRows(comm, &*sends, expects ? &*expects : nullptr, signature, false);
+  if (!agreed)
+    throw InternalError("all_to_all: the uneven short path refused a call it had taken");
+  const auto& arrives = agreed->arrives;
+  const int64_t rows = std::accumulate(arrives.begin(), arrives.end(), int64_t{0});
+  return intoNewArray(
+      *input, call, withRows(*input, rows),
+      [&](const Tensor& output) { return comm.allToAllV(*input, *sends, output, arrives); },
+      [&](py::object array) { return py::make_tuple(std::move(array), py::cast(arrives)); });
+}
+
+py::object allgatherUnevenShort(Communicator& comm, const ShortCall& call) {
+  const auto input = inputTensor(call.x, true);
+  if (!input || input->dim() == 0 || call.arguments[1].ptr() != Py_True || !call.out.is_none() ||
+      paddedOnHost())
+    return notImplemented();
+  const auto axis = axisIn(call.arguments[0], input->dim());
+  if (axis != 0)
+    return notImplemented();  // other axes gather padded blocks: the general path's
+  // The signature of (dimensions, axis, extents but along the axis), as the general path's.
+  std::vector<int64_t> dims{input->dim(), 0};
+  dims.insert(dims.end(), input->shape().begin() + 1, input->shape().end());
+  const int64_t signature = rowSignature(toString(input->dtype()), dims, false);
+  const auto extents = agreeOnExtents(comm, input->shape()[0], signature, 0);
+  if (!extents)
+    throw InternalError("allgather: the uneven short path refused a call it had taken");
+  const int64_t rows = std::accumulate(extents->begin(), extents->end(), int64_t{0});
+  const bool even = std::all_of(extents->begin(), extents->end(),
+                                [&](int64_t extent) { return extent == extents->front(); });
+  return intoNewArray(
+      *input, call, withRows(*input, rows),
+      [&](const Tensor& output) {
+        return even ? comm.allgather(*input, output, 0) : comm.allgatherV(*input, output, *extents);
+      },
+      [](py::object array) { return array; });
+}
+
+}  // namespace chorus::python
