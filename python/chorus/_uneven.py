@@ -11,15 +11,16 @@ ranks gather every verdict (one allgather), so that an error, or a call one rank
 raised on every rank, naming the same rank. That agreement is C++'s (python/src/
 uneven_agreement.h), shared with the short paths of the common calls (python/src/
 short_uneven.cc: one NumPy array or torch CPU tensor, splits a list or tuple of ints), which
-make the same collectives without a Python frame. Then host rows move in one native all_to_all_v (Communicator::allToAllV), straight
-from x into the result; CUDA rows (the native form takes host tensors only) through one even
-all_to_all padded to the largest pair.
+make the same collectives without a Python frame. Then host rows move in one native
+all_to_all_v (Communicator::allToAllV), straight from x into the result; CUDA rows (the native
+form takes host tensors only) through one even all_to_all padded to the largest pair.
 
 allgather(x, uneven=True): the extents along `axis` may differ. The ranks gather every rank's
 extent and a signature of the rest (one allgather of two int64 per rank, C++'s agreement too)
-and check that the rest agrees. Along axis 0, host rows then move in one native allgather_v (Communicator::allgatherV);
-CUDA rows, and other axes, gather x padded to the largest extent (along axis 0 into one array,
-this rank's block in place, whose blocks then move down to follow each other).
+and check that the rest agrees. Along axis 0, host rows then move in one native allgather_v
+(Communicator::allgatherV); CUDA rows, and other axes, gather x padded to the largest extent
+(along axis 0 into one array, this rank's block in place, whose blocks then move down to follow
+each other).
 """
 
 import numpy as np
@@ -30,7 +31,7 @@ from ._foreign import accepts_foreign
 # CUDA rows take the padded even all_to_all; tests set this to run that path on host arrays.
 _PADDED_ON_HOST = False
 
-_MOST_ROWS = 1 << 62
+_MOST_ROWS = _chorus.most_rows  # the short paths' limit too
 
 
 def _signature(dtype, shape, cuda):
@@ -176,9 +177,10 @@ def allgather(x, axis, rank_list, async_op, synchronize):
 
 
 def _gather_rows(b, comm, extents, largest, rank_list, async_op, synchronize):
-    """Along axis 0, for CUDA arrays (host arrays take the native allgather_v): one array of every rank's block of `largest` rows, this rank's gathered in
-    place, then each block moved down to follow the one before; the result is a view of it (one
-    new array in all, as for the plain allgather)."""
+    """Along axis 0, for CUDA arrays (host arrays take the native allgather_v): one array of
+    every rank's block of `largest` rows, this rank's gathered in place, then each block moved
+    down to follow the one before; the result is a view of it (one new array in all, as for the
+    plain allgather)."""
     whole = b.empty((comm.size * largest,) + b.shape[1:])
     mine = whole[comm.rank * largest:(comm.rank + 1) * largest]
     mine[:extents[comm.rank]] = b.array

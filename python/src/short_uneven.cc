@@ -7,7 +7,7 @@
 // say), allgather along another axis than 0, and the padded exchange tests force on host arrays.
 #include <pybind11/stl.h>
 
-#include <numeric>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -17,9 +17,6 @@
 
 namespace chorus::python {
 namespace {
-
-// Row counts past this are refused by the general path (_uneven._MOST_ROWS).
-constexpr int64_t kMostRows = int64_t{1} << 62;
 
 // `object` as `size` row counts: a list or tuple of exact ints in [0, kMostRows).
 std::optional<std::vector<int64_t>> rowCounts(py::handle object, int size) {
@@ -40,20 +37,36 @@ std::optional<std::vector<int64_t>> rowCounts(py::handle object, int size) {
 }
 
 // Whether tests have sent host rows through the padded exchange of CUDA rows
-// (_uneven._PADDED_ON_HOST), which only the general path makes.
+// (_uneven._PADDED_ON_HOST), which only the general path makes. Read from sys.modules, without an
+// import (which could release the GIL to another thread's first call): a module not yet imported
+// has had no flag set.
 bool paddedOnHost() {
-  static PyObject* const module = PyImport_ImportModule("chorus._uneven");  // kept for good
-  if (module == nullptr) {
+  static PyObject* const name = PyUnicode_InternFromString("chorus._uneven");
+  const auto module = py::reinterpret_steal<py::object>(PyImport_GetModule(name));
+  if (!module) {
+    if (PyErr_Occurred() == nullptr)
+      return false;
     PyErr_Clear();
     return true;
   }
-  PyObject* flag = PyObject_GetAttrString(module, "_PADDED_ON_HOST");
-  if (flag == nullptr) {
+  const auto flag =
+      py::reinterpret_steal<py::object>(PyObject_GetAttrString(module.ptr(), "_PADDED_ON_HOST"));
+  if (!flag) {
     PyErr_Clear();
     return true;
   }
-  Py_DECREF(flag);
-  return flag != Py_False;
+  return flag.ptr() != Py_False;
+}
+
+// The sum of `counts`, or nullopt past `most` (then the sum may not fit an int64).
+std::optional<int64_t> sumUpTo(std::span<const int64_t> counts, int64_t most) {
+  int64_t sum = 0;
+  for (const int64_t count : counts) {
+    if (count > most - sum)
+      return std::nullopt;
+    sum += count;
+  }
+  return sum;
 }
 
 // The extents of `input` with dimension 0 replaced by `rows`.
@@ -92,7 +105,7 @@ py::object allToAllUnevenShort(Communicator& comm, const ShortCall& call) {
   if (!call.arguments[1].is_none())
     expects = rowCounts(call.arguments[1], comm.size());
   if (!sends || (!call.arguments[1].is_none() && !expects) ||
-      std::accumulate(sends->begin(), sends->end(), int64_t{0}) != input->shape()[0])
+      sumUpTo(*sends, input->shape()[0]) != input->shape()[0])
     return notImplemented();
   const auto rowDims = input->shape().subspan(1);
   const int64_t signature = rowSignature(toString(input->dtype()), rowDims, false);
@@ -100,9 +113,13 @@ py::object allToAllUnevenShort(Communicator& comm, const ShortCall& call) {
   if (!agreed)
     throw InternalError("all_to_all: the uneven short path refused a call it had taken");
   const auto& arrives = agreed->arrives;
-  const int64_t rows = std::accumulate(arrives.begin(), arrives.end(), int64_t{0});
+  const auto rows = sumUpTo(arrives, std::numeric_limits<int64_t>::max());
+  if (!rows)
+    throw InvalidArgumentError(
+        "all_to_all: the rows the ranks send this rank add up to more than "
+        "an array can hold");
   return intoNewArray(
-      *input, call, withRows(*input, rows),
+      *input, call, withRows(*input, *rows),
       [&](const Tensor& output) { return comm.allToAllV(*input, *sends, output, arrives); },
       [&](py::object array) { return py::make_tuple(std::move(array), py::cast(arrives)); });
 }
@@ -122,11 +139,13 @@ py::object allgatherUnevenShort(Communicator& comm, const ShortCall& call) {
   const auto extents = agreeOnExtents(comm, input->shape()[0], signature, 0);
   if (!extents)
     throw InternalError("allgather: the uneven short path refused a call it had taken");
-  const int64_t rows = std::accumulate(extents->begin(), extents->end(), int64_t{0});
+  const auto rows = sumUpTo(*extents, std::numeric_limits<int64_t>::max());
+  if (!rows)
+    throw InvalidArgumentError("allgather: the ranks' rows add up to more than an array can hold");
   const bool even = std::all_of(extents->begin(), extents->end(),
                                 [&](int64_t extent) { return extent == extents->front(); });
   return intoNewArray(
-      *input, call, withRows(*input, rows),
+      *input, call, withRows(*input, *rows),
       [&](const Tensor& output) {
         return even ? comm.allgather(*input, output, 0) : comm.allgatherV(*input, output, *extents);
       },

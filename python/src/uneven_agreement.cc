@@ -167,6 +167,7 @@ std::optional<std::vector<int64_t>> agreeOnExtents(Communicator& comm,
 }
 
 void bindUnevenAgreement(py::module_& module) {
+  module.attr("most_rows") = kMostRows;
   module.def(
       "row_signature",
       [](const std::string& dtype, const std::vector<int64_t>& dims, bool cuda) {
@@ -179,6 +180,12 @@ void bindUnevenAgreement(py::module_& module) {
       [](Communicator& comm, std::optional<std::vector<int64_t>> sends,
          std::optional<std::vector<int64_t>> expects, int64_t signature,
          bool padded) -> py::object {
+        for (const auto* counts : {&sends, &expects}) {
+          if (*counts && static_cast<int>((*counts)->size()) != comm.size())
+            throw InvalidArgumentError("agree_on_rows: a list of " +
+                                       std::to_string((*counts)->size()) +
+                                       " counts for a group of " + std::to_string(comm.size()));
+        }
         const auto agreed = agreeOnRows(comm, sends ? &*sends : nullptr,
                                         expects ? &*expects : nullptr, signature, padded);
         if (!agreed)

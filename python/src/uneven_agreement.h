@@ -17,7 +17,8 @@
 //    rank sends one rank (one allgather of every rank's verdict on its recv_splits, which also
 //    carries that). nullopt when the first rank that refused is this one (the caller raises its
 //    own error). MismatchError when another rank refused, signatures differ, or recv_splits
-//    disagree with what arrives.
+//    disagree with what arrives. `sends` and `expects` have comm.size() entries (the binding
+//    checks, before anything is sent).
 //  - agreeOnExtents(comm, extent, signature, axis): one allgather of (extent, signature) per
 //    rank, -1 for a refused call; every rank's extent, nullopt or MismatchError as above.
 //  - Blocking collectives on `comm`, GIL held on entry (released while they run).
@@ -32,6 +33,10 @@
 #include "bindings.h"
 
 namespace chorus::python {
+
+// The most rows a rank may send another, plus one: both paths refuse counts from here up
+// (_chorus.most_rows, which python/chorus/_uneven.py reads).
+inline constexpr int64_t kMostRows = int64_t{1} << 62;
 
 int64_t rowSignature(std::string_view dtype, std::span<const int64_t> dims, bool cuda);
 

@@ -67,10 +67,14 @@ void appendBlocks(std::vector<size_t>& blocks,
   CHORUS_CHECK_ARG(static_cast<int>(splits.size()) == size, "rank ", me, " (this process): ", op,
                    ": ", what, " has ", splits.size(),
                    " entries; it needs one per rank of the group (", size, ")");
-  int64_t rows = 0;
+  const int64_t rowsThere = tensor.shape()[0];
+  int64_t rows = 0;  // never past rowsThere, so neither the sum nor the bytes below overflow
   for (int64_t split : splits) {
     CHORUS_CHECK_ARG(split >= 0, "rank ", me, " (this process): ", op, ": ", what,
                      " has a negative entry (", split, ")");
+    CHORUS_CHECK_ARG(split <= rowsThere - rows, "rank ", me, " (this process): ", op, ": ", what,
+                     " add up to more than the ", rowsThere, " rows of dimension 0 of the ", role,
+                     " ", tensor.describe());
     rows += split;
   }
   CHORUS_CHECK_ARG(rows == tensor.shape()[0], "rank ", me, " (this process): ", op, ": ", what,

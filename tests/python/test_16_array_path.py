@@ -245,6 +245,8 @@ def test_the_package_takes_the_short_paths_of_broadcast_and_allgather(monkeypatc
     assert calls == []
     chorus.allgather(x.reshape(1, 5), axis=1, uneven=True)  # along another axis: general
     assert calls[0] == "_allgather"
+    with pytest.raises(chorus.InvalidArgumentError, match="uneven must be True or False"):
+        chorus.allgather(x, uneven=1)  # the general path's error
 
 
 def _declined_rooted_and_gathered_cases():

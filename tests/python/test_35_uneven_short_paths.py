@@ -23,7 +23,7 @@ import chorus
 import chorus.distributed as dist
 from chorus import _chorus, _groups, _ops, _uneven
 
-from helpers import rank_size
+from helpers import TORCH_DTYPES, rank_size
 
 
 def rows_between(q, p):
@@ -154,6 +154,38 @@ def test_ranks_on_either_path_meet(general_calls, declined):
     assert ("allgather" in general_calls) == (rank == 0 and declined == "strided x")
 
 
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+@pytest.mark.parametrize("row_shape", [(), (2,), (2, 1, 3)])
+def test_either_path_takes_rows_of_every_kind(general_calls, dtype, row_shape):
+    """Every dtype, rows of no, one and three more dimensions, and nothing sent to group rank 0:
+    rank 0's call declined (its splits a NumPy array, its allgather input strided), the others'
+    short; torch tensors (bfloat16 has no NumPy form). Rank q sends rank p > 0 (q + p) % 2 + 1
+    rows, row k of them all (q * 8 + p * 2 + k) % 5 (exact in every dtype; bool: nonzero)."""
+    rank, size = rank_size()
+
+    def rows(q, p, n):
+        values = [(q * 8 + p * 2 + k) % 5 for k in range(n)]
+        block = torch.tensor(values, dtype=torch.float64).reshape((n,) + (1,) * len(row_shape))
+        return block.expand((n,) + row_shape).to(getattr(torch, dtype))
+
+    def count(q, p):
+        return 0 if p == 0 else (q + p) % 2 + 1
+
+    splits = [count(rank, p) for p in range(size)]
+    x = torch.cat([rows(rank, p, splits[p]) for p in range(size)]).contiguous()
+    y, received = chorus.all_to_all(x, splits=np.array(splits) if rank == 0 else splits)
+    assert received == [count(q, rank) for q in range(size)]
+    assert y.dtype == x.dtype and tuple(y.shape[1:]) == row_shape
+    expected = torch.cat([rows(q, rank, count(q, rank)) for q in range(size)])
+    assert torch.equal(y, expected)
+    mine = rows(rank, rank, rank + 1)
+    if rank == 0:  # strided, and so declined
+        mine = torch.stack([mine, mine], dim=1)[:, 0]
+    gathered = chorus.allgather(mine, uneven=True)
+    assert torch.equal(gathered, torch.cat([rows(r, r, r + 1) for r in range(size)]))
+    assert ("all_to_all" in general_calls) == (rank == 0)
+
+
 def test_rows_of_another_kind_fail_on_every_rank(general_calls):
     rank, size = rank_size()
     if size == 1:
@@ -224,6 +256,10 @@ def test_the_direct_functions_decline_what_the_general_path_must_see():
         "recv_splits a generator": (x, ones, (n for n in ones)),
         "a 0-d x": (np.zeros((), np.int64), ones, None),
         "a strided x": (np.zeros((size, 6), np.int64)[:, ::2], ones, None),
+        "splits past x's rows": (np.zeros((0, 3), np.int64), [_chorus.most_rows - 1] * size,
+                                 None),
+        "a split past the most rows": (np.zeros((0, 3), np.int64), [_chorus.most_rows] * size,
+                                       None),
     }
     for case, args in declined.items():
         assert _chorus.all_to_all_splits_array(native, *args) is NotImplemented, case

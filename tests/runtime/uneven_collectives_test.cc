@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -320,6 +321,34 @@ TEST(AllToAllVArgumentsTest, BadArgumentsAreRefusedNamingWhatIsWrong) {
             [&] { comm.allgatherV(in, out, std::vector<int64_t>{5}); });
     // None of those reached the communicator: it still works.
     comm.allToAllV(in, six, out, six)->wait();
+  });
+}
+
+// Splits whose sum wraps around int64 to the rows there are (0 here) are refused too, not taken
+// for that sum: the blocks' byte sizes would overflow next.
+TEST(AllToAllVArgumentsTest, SplitsWhoseSumWrapsAroundAreRefused) {
+  chorus::testing::runRanks(3, [](Communicator& comm) {
+    std::vector<int32_t> none;
+    const Tensor empty(none.data(), {0});
+    constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+    const std::vector<int64_t> wraps{kHuge, kHuge, 2}, zeros{0, 0, 0};  // 2^64: 0 once wrapped
+    try {
+      comm.allToAllV(empty, wraps, empty, zeros)->wait();
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidArgumentError& error) {
+      EXPECT_NE(std::string(error.what()).find("send_splits add up to more than the 0 rows"),
+                std::string::npos)
+          << error.what();
+    }
+    try {
+      comm.allgatherV(empty, empty, wraps)->wait();
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidArgumentError& error) {
+      EXPECT_NE(std::string(error.what()).find("recv_splits add up to more than the 0 rows"),
+                std::string::npos)
+          << error.what();
+    }
+    comm.allToAllV(empty, zeros, empty, zeros)->wait();  // nothing reached the communicator
   });
 }
 
