@@ -152,6 +152,25 @@ def _divisible(buf, size, what):
     return extent // size
 
 
+def _problem_of(check):
+    """The chorus.Error that check() raises, or None."""
+    try:
+        check()
+    except _chorus.Error as error:
+        return error
+    return None
+
+
+def _check_uneven_all_to_all(x, out, splits, split_axis, concat_axis):
+    if splits is None:
+        raise _chorus.InvalidArgumentError("all_to_all: recv_splits needs splits")
+    _check_uneven_call("all_to_all", "splits", x, out)
+    if split_axis != 0 or concat_axis != 0:
+        raise _chorus.InvalidArgumentError(
+            "all_to_all with splits sends rows: split_axis and concat_axis must be 0, not "
+            f"{split_axis} and {concat_axis}")
+
+
 def _check_uneven_call(operation, form, x, out):
     if _is_list(x) or _nested.is_nest(x):
         raise _chorus.InvalidArgumentError(f"{operation} with {form} takes one array, not a list")
@@ -455,10 +474,11 @@ def allgather(x, axis=0, rank_list=None, async_op=False, synchronize=False, out=
     Allgatherv); x is one array, and out= is not taken."""
     rank_list = _groups.resolve(group, rank_list, "allgather")
     if uneven is not False:
-        _check_bool_flag(uneven, "uneven")
-        _check_uneven_call("allgather", "uneven=True", x, out)
+        # A bad argument here joins the agreement as a refusal, so every rank raises.
+        problem = _problem_of(lambda: (_check_bool_flag(uneven, "uneven"),
+                                       _check_uneven_call("allgather", "uneven=True", x, out)))
         from . import _uneven
-        return _uneven.allgather(x, axis, rank_list, async_op, synchronize)
+        return _uneven.allgather(x, axis, rank_list, async_op, synchronize, problem)
     if _nested.is_nest(x):
         return _nested.fused("allgather", x, dict(axis=axis, rank_list=rank_list), async_op,
                              False, out)
@@ -570,15 +590,12 @@ def all_to_all(x, split_axis=0, concat_axis=0, rank_list=None, async_op=False, s
     """
     rank_list = _groups.resolve(group, rank_list, "all_to_all")
     if splits is not None or recv_splits is not None:
-        if splits is None:
-            raise _chorus.InvalidArgumentError("all_to_all: recv_splits needs splits")
-        _check_uneven_call("all_to_all", "splits", x, out)
-        if split_axis != 0 or concat_axis != 0:
-            raise _chorus.InvalidArgumentError(
-                "all_to_all with splits sends rows: split_axis and concat_axis must be 0, not "
-                f"{split_axis} and {concat_axis}")
+        # A bad argument here joins the agreement as a refusal, so every rank raises.
+        problem = _problem_of(lambda: _check_uneven_all_to_all(x, out, splits, split_axis,
+                                                               concat_axis))
         from . import _uneven
-        return _uneven.all_to_all(x, splits, recv_splits, rank_list, async_op, synchronize)
+        return _uneven.all_to_all(x, splits, recv_splits, rank_list, async_op, synchronize,
+                                  problem)
     if _nested.is_nest(x):
         return _nested.fused_split("all_to_all", x, dict(split_axis=split_axis,
                                                          concat_axis=concat_axis,

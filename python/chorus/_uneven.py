@@ -8,10 +8,11 @@ from each rank. The ranks first exchange what each pair will send, in one even a
 int64 per pair (the rows, a signature of the dtype, device and other dimensions, and whether the
 sender checks recv_splits); when some rank passed recv_splits, each receiver checks them and the
 ranks gather every verdict (one allgather), so that an error, or a call one rank refuses, is
-raised on every rank, naming the same rank. That agreement is C++'s (python/src/
-uneven_agreement.h), shared with the short paths of the common calls (python/src/
-short_uneven.cc: one NumPy array or torch CPU tensor, splits a list or tuple of ints), which
-make the same collectives without a Python frame. Then host rows move in one native
+raised on every rank: a rank whose own call was refused (its arguments, checked in _ops.py, too)
+raises its own error, the others a MismatchError naming the first rank that refused. That
+agreement is C++'s (python/src/uneven_agreement.h), shared with the short paths of the common
+calls (python/src/short_uneven.cc: one NumPy array or torch CPU tensor, splits a list or tuple
+of ints), which make the same collectives without a Python frame. Then host rows move in one native
 all_to_all_v (Communicator::allToAllV), straight from x into the result; CUDA rows (the native
 form takes host tensors only) through one even all_to_all padded to the largest pair.
 
@@ -63,12 +64,16 @@ def _prepared(x):
         return None, error
 
 
-def all_to_all(x, splits, recv_splits, rank_list, async_op, synchronize):
+def all_to_all(x, splits, recv_splits, rank_list, async_op, synchronize, problem=None):
     """(the rows received, how many came from each group rank), or with async_op a Work whose
-    wait() returns that pair (the agreement on the counts is made before it returns)."""
-    _ops._check_bool_flag(synchronize, "synchronize")
+    wait() returns that pair (the agreement on the counts is made before it returns). A
+    `problem` (the caller's arguments refused) is raised after the agreement has told every
+    rank."""
+    problem = problem or _ops._problem_of(lambda: _ops._check_bool_flag(synchronize,
+                                                                           "synchronize"))
     received = []
-    result = _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, received)
+    result = _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, received,
+                            problem)
     if isinstance(result, _ops.Work):
         finish = result._finish
         result._finish = lambda: (finish(), list(received))
@@ -77,9 +82,9 @@ def all_to_all(x, splits, recv_splits, rank_list, async_op, synchronize):
 
 
 @accepts_foreign
-def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, received):
+def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, received, problem):
     comm = _groups.get(rank_list)
-    b, problem = _prepared(x)
+    b, problem = _prepared(x) if problem is None else (None, problem)
     sends = expects = None
     if problem is None and not b.shape:
         problem = _chorus.InvalidArgumentError("all_to_all with splits needs x to have dimension 0")
@@ -131,11 +136,13 @@ def _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchroniz
 
 
 @accepts_foreign
-def allgather(x, axis, rank_list, async_op, synchronize):
-    """Every rank's x concatenated along `axis` in group-rank order, extents along it free."""
-    _ops._check_bool_flag(synchronize, "synchronize")
+def allgather(x, axis, rank_list, async_op, synchronize, problem=None):
+    """Every rank's x concatenated along `axis` in group-rank order, extents along it free; a
+    `problem` as for all_to_all."""
+    problem = problem or _ops._problem_of(lambda: _ops._check_bool_flag(synchronize,
+                                                                           "synchronize"))
     comm = _groups.get(rank_list)
-    b, problem = _prepared(x)
+    b, problem = _prepared(x) if problem is None else (None, problem)
     if problem is None and (isinstance(axis, bool) or not isinstance(axis, int)):
         problem = _chorus.InvalidArgumentError(f"axis must be an int, not {type(axis).__name__}")
     ndim = len(b.shape) if b is not None else 0

@@ -110,12 +110,11 @@ std::optional<AgreedRows> agreeOnRows(Communicator& comm,
   }
   const Table heard = newTable(size, 3);
   exchange(told, heard, [&] { return comm.allToAll(told.tensor, heard.tensor, 0, 0); });
+  if (sends == nullptr)
+    return std::nullopt;  // this rank's own error, also where others refused too
   for (int64_t rank = 0; rank < size; ++rank) {
-    if (heard.at(rank, 3)[0] < 0) {
-      if (rank == comm.rank())
-        return std::nullopt;
+    if (heard.at(rank, 3)[0] < 0)
       throw refused("all_to_all", rank);
-    }
   }
   AgreedRows agreed;
   bool anyChecks = false;
@@ -145,13 +144,12 @@ std::optional<std::vector<int64_t>> agreeOnExtents(Communicator& comm,
   mine.at(0, 2)[1] = signature;
   const Table every = newTable(size, 2);
   exchange(mine, every, [&] { return comm.allgather(mine.tensor, every.tensor, 0); });
+  if (extent < 0)
+    return std::nullopt;  // this rank's own error, also where others refused too
   std::vector<int64_t> extents;
   for (int64_t rank = 0; rank < size; ++rank) {
-    if (every.at(rank, 2)[0] < 0) {
-      if (rank == comm.rank())
-        return std::nullopt;
+    if (every.at(rank, 2)[0] < 0)
       throw refused("allgather", rank);
-    }
   }
   for (int64_t rank = 0; rank < size; ++rank) {
     if (every.at(rank, 2)[1] != every.at(0, 2)[1]) {

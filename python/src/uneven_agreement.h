@@ -15,10 +15,10 @@
 //    null; the signature; whether this rank passed recv_splits, `expects`). Returns the rows each
 //    group rank sends here and, when `padded` or some rank passed recv_splits, the most rows any
 //    rank sends one rank (one allgather of every rank's verdict on its recv_splits, which also
-//    carries that). nullopt when the first rank that refused is this one (the caller raises its
-//    own error). MismatchError when another rank refused, signatures differ, or recv_splits
-//    disagree with what arrives. `sends` and `expects` have comm.size() entries (the binding
-//    checks, before anything is sent).
+//    carries that). nullopt when this rank's call was refused (the caller raises its own error,
+//    whatever the others did). MismatchError, naming the first rank that refused, when another
+//    rank refused; also when signatures differ or recv_splits disagree with what arrives. `sends`
+//    and `expects` have comm.size() entries (the binding checks, before anything is sent).
 //  - agreeOnExtents(comm, extent, signature, axis): one allgather of (extent, signature) per
 //    rank, -1 for a refused call; every rank's extent, nullopt or MismatchError as above.
 //  - Blocking collectives on `comm`, GIL held on entry (released while they run).

@@ -241,6 +241,63 @@ def test_a_call_one_rank_refuses_fails_on_every_rank():
     chorus.barrier()
 
 
+BAD_ALL_TO_ALL = {
+    "out=": (dict(out=np.zeros(1)), "does not take out="),
+    "split_axis": (dict(split_axis=1), "split_axis and concat_axis must be 0"),
+    "synchronize": (dict(synchronize=1), "synchronize must be True or False"),
+    "recv_splits without splits": (dict(splits=None, recv_splits=[0]), "needs splits"),
+    "a list x": (dict(x=[np.zeros(3)]), "takes one array, not a list"),
+}
+BAD_ALLGATHER = {
+    "uneven=1": (dict(uneven=1), "uneven must be True or False"),
+    "out=": (dict(out=np.zeros(1)), "does not take out="),
+    "synchronize": (dict(synchronize="yes"), "synchronize must be True or False"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ALL_TO_ALL))
+def test_a_bad_argument_on_one_rank_fails_every_rank_at_once(case):
+    """Arguments the package refuses before any row moves still join the agreement, as a
+    refusal: the others raise at once instead of waiting for the timeout."""
+    rank, size = rank_size()
+    x, splits = outgoing(rank, size)
+    last = size - 1
+    changes, message = BAD_ALL_TO_ALL[case]
+    kwargs = dict(x=x, splits=splits)
+    if rank == last:
+        kwargs.update(changes)
+        with pytest.raises(chorus.InvalidArgumentError, match=message):
+            chorus.all_to_all(**kwargs)
+    else:
+        with pytest.raises(chorus.MismatchError, match=f"group rank {last}'s call was refused"):
+            chorus.all_to_all(**kwargs)
+    allgather_case = BAD_ALLGATHER.get(case)
+    if allgather_case is not None:
+        changes, message = allgather_case
+        kwargs = dict(x=my_rows(rank), uneven=True)
+        if rank == last:
+            kwargs.update(changes)
+            with pytest.raises(chorus.InvalidArgumentError, match=message):
+                chorus.allgather(**kwargs)
+        else:
+            with pytest.raises(chorus.MismatchError,
+                               match=f"group rank {last}'s call was refused"):
+                chorus.allgather(**kwargs)
+    chorus.barrier()
+
+
+def test_uneven_1_on_one_rank_fails_every_rank_at_once():
+    rank, size = rank_size()
+    last = size - 1
+    if rank == last:
+        with pytest.raises(chorus.InvalidArgumentError, match="uneven must be True or False"):
+            chorus.allgather(my_rows(rank), uneven=1)
+    else:
+        with pytest.raises(chorus.MismatchError, match=f"group rank {last}'s call was refused"):
+            chorus.allgather(my_rows(rank), uneven=True)
+    chorus.barrier()
+
+
 def test_the_direct_functions_decline_what_the_general_path_must_see():
     """NotImplemented, before anything is sent (so one rank alone may call each)."""
     rank, size = rank_size()
