@@ -3,7 +3,7 @@ reduce_scatter, gather, scatter, all_to_all, and a send and recv in turn) alloca
 C++ heap beyond its result (issue 19, item 2): with `out=`, with a fresh result (NumPy allocates
 that one with malloc, outside the count) and, for allreduce, broadcast and reduce, in place, at 8
 B, 4 KiB and 1 MiB (or the float32 element counts given as arguments); nor does a blocking barrier
-of the world. Every operator new of the process counts: the
+of the world, nor an allreduce or broadcast with a rank_list the package has noted. Every operator new of the process counts: the
 test preloads tests/harness's chorus_allocation_counter (LD_PRELOAD, set by ctest's
 python_allocations_np2) and reads it through ctypes. Results are checked against closed forms.
 Prints "allocations: OK" on rank 0 when every rank saw zero.
@@ -114,6 +114,7 @@ def _other_operations(count, x, out):
 
 
 COUNTS = [int(a) for a in sys.argv[1:]] or [2, 1024, 262144]  # float32: 8 B, 4 KiB, 1 MiB
+reverse = list(reversed(range(size)))
 for count in COUNTS:
     x = np.full(count, rank + 1, np.float32)
     out = np.empty_like(x)
@@ -131,6 +132,11 @@ for count in COUNTS:
         "broadcast inplace": (lambda: chorus.broadcast(z, root=ROOT, inplace=True), ROOT + 1),
         "allgather out=": (lambda: chorus.allgather(x, out=gathered), everyone),
         "allgather fresh": (lambda: chorus.allgather(x), everyone),
+        # rank_list= (the world in reverse: its own communicator), found in C++'s table
+        "allreduce rank_list out=": (lambda: chorus.allreduce(x, out=out, rank_list=[reverse]),
+                                     size * (size + 1) / 2),
+        "broadcast rank_list out=": (lambda: chorus.broadcast(x, ROOT, out=out,
+                                                              rank_list=[reverse]), ROOT + 1),
     }
     for name, (call, expected) in calls.items():
         for _ in range(WARM):
