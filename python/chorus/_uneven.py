@@ -35,12 +35,6 @@ _PADDED_ON_HOST = False
 _MOST_ROWS = _chorus.most_rows  # the short paths' limit too
 
 
-def _signature(dtype, shape, cuda):
-    """The same int on every rank for the same dtype, dimensions and kind of device: the short
-    paths (python/src/short_uneven.cc) compute it too."""
-    return _chorus.row_signature(dtype, [int(n) for n in shape], bool(cuda))
-
-
 def _counts(values, size, what):
     """(`values` as a list of `size` non-negative ints, None), or (None, the error)."""
     try:
@@ -96,7 +90,8 @@ def _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, rec
             "dimension 0")
     if problem is None and recv_splits is not None:
         expects, problem = _counts(recv_splits, comm.size, "recv_splits")
-    signature = _signature(b.dtype, b.shape[1:], b.cuda) if b is not None else 0
+    # (computed in C++, as the short paths compute it)
+    signature = _chorus.rows_signature(b.dtype, b.shape, b.cuda) if b is not None else 0
     padded = b is not None and (b.cuda or _PADDED_ON_HOST)
     agreed = _chorus.agree_on_rows(comm._native, sends if problem is None else None, expects,
                                    signature, padded)
@@ -150,8 +145,7 @@ def allgather(x, axis, rank_list, async_op, synchronize, problem=None):
         problem = _chorus.InvalidArgumentError(
             f"allgather: axis {axis} is out of range for x of {ndim} dimensions")
     axis = axis % ndim if problem is None else 0
-    others = b.shape[:axis] + b.shape[axis + 1:] if problem is None else ()
-    signature = _signature(b.dtype, (ndim, axis) + others, b.cuda) if b else 0
+    signature = _chorus.extents_signature(b.dtype, b.shape, axis, b.cuda) if b else 0
     extents = _chorus.agree_on_extents(comm._native, -1 if problem else b.shape[axis], signature,
                                        axis)
     if extents is None:

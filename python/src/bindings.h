@@ -32,8 +32,8 @@ void bindShortCalls(py::module_& module);
 void bindFronts(py::module_& module);
 // note_rank_list and forget_rank_lists (rank_lists.h): rank_lists the fronts take.
 void bindRankLists(py::module_& module);
-// row_signature, agree_on_rows and agree_on_extents (uneven_agreement.h): the agreement of the
-// uneven collectives.
+// rows_signature, extents_signature, agree_on_rows and agree_on_extents (uneven_agreement.h): the
+// agreement of the uneven collectives.
 void bindUnevenAgreement(py::module_& module);
 // PendingWork, the handle of an async operation.
 void bindWork(py::module_& module);

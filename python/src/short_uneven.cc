@@ -107,8 +107,7 @@ py::object allToAllUnevenShort(Communicator& comm, const ShortCall& call) {
   if (!sends || (!call.arguments[1].is_none() && !expects) ||
       sumUpTo(*sends, input->shape()[0]) != input->shape()[0])
     return notImplemented();
-  const auto rowDims = input->shape().subspan(1);
-  const int64_t signature = rowSignature(toString(input->dtype()), rowDims, false);
+  const int64_t signature = rowsSignature(toString(input->dtype()), input->shape(), false);
   const auto agreed = agreeOnRows(comm, &*sends, expects ? &*expects : nullptr, signature, false);
   if (!agreed)
     throw InternalError("all_to_all: the uneven short path refused a call it had taken");
@@ -132,10 +131,7 @@ py::object allgatherUnevenShort(Communicator& comm, const ShortCall& call) {
   const auto axis = axisIn(call.arguments[0], input->dim());
   if (axis != 0)
     return notImplemented();  // other axes gather padded blocks: the general path's
-  // The signature of (dimensions, axis, extents but along the axis), as the general path's.
-  std::vector<int64_t> dims{input->dim(), 0};
-  dims.insert(dims.end(), input->shape().begin() + 1, input->shape().end());
-  const int64_t signature = rowSignature(toString(input->dtype()), dims, false);
+  const int64_t signature = extentsSignature(toString(input->dtype()), input->shape(), 0, false);
   const auto extents = agreeOnExtents(comm, input->shape()[0], signature, 0);
   if (!extents)
     throw InternalError("allgather: the uneven short path refused a call it had taken");

@@ -94,6 +94,22 @@ int64_t rowSignature(std::string_view dtype, std::span<const int64_t> dims, bool
   return static_cast<int64_t>(hash >> 1);
 }
 
+int64_t rowsSignature(std::string_view dtype, std::span<const int64_t> shape, bool cuda) {
+  return rowSignature(dtype, shape.empty() ? shape : shape.subspan(1), cuda);
+}
+
+int64_t extentsSignature(std::string_view dtype,
+                         std::span<const int64_t> shape,
+                         int axis,
+                         bool cuda) {
+  std::vector<int64_t> dims{static_cast<int64_t>(shape.size()), axis};
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (static_cast<int>(d) != axis)
+      dims.push_back(shape[d]);
+  }
+  return rowSignature(dtype, dims, cuda);
+}
+
 std::optional<AgreedRows> agreeOnRows(Communicator& comm,
                                       const std::vector<int64_t>* sends,
                                       const std::vector<int64_t>* expects,
@@ -167,12 +183,21 @@ std::optional<std::vector<int64_t>> agreeOnExtents(Communicator& comm,
 void bindUnevenAgreement(py::module_& module) {
   module.attr("most_rows") = kMostRows;
   module.def(
-      "row_signature",
-      [](const std::string& dtype, const std::vector<int64_t>& dims, bool cuda) {
-        return rowSignature(dtype, dims, cuda);
+      "rows_signature",
+      [](const std::string& dtype, const std::vector<int64_t>& shape, bool cuda) {
+        return rowsSignature(dtype, shape, cuda);
       },
-      py::arg("dtype"), py::arg("dims"), py::arg("cuda"),
-      "The same int on every rank for the same dtype name, dimensions and kind of device");
+      py::arg("dtype"), py::arg("shape"), py::arg("cuda"),
+      "The same int on every rank for rows (the dimensions after the first of `shape`) of one "
+      "dtype name and kind of device (all_to_all with splits)");
+  module.def(
+      "extents_signature",
+      [](const std::string& dtype, const std::vector<int64_t>& shape, int axis, bool cuda) {
+        return extentsSignature(dtype, shape, axis, cuda);
+      },
+      py::arg("dtype"), py::arg("shape"), py::arg("axis"), py::arg("cuda"),
+      "The same int on every rank for arrays of one dtype name, kind of device, number of "
+      "dimensions and extents but along `axis` (allgather with uneven=True)");
   module.def(
       "agree_on_rows",
       [](Communicator& comm, std::optional<std::vector<int64_t>> sends,

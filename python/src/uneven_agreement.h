@@ -9,7 +9,10 @@
 // Contract:
 //  - rowSignature(dtype, dims, cuda): the same int64 (non-negative) on every rank for the same
 //    chorus dtype name, dimensions and kind of device; different ones differ but for a 64-bit
-//    hash collision.
+//    hash collision. rowsSignature(dtype, shape, cuda) is that of the rows of an array of `shape`
+//    (its dimensions after the first; all_to_all), extentsSignature(dtype, shape, axis, cuda) of
+//    its number of dimensions, `axis` and every extent but along it (allgather): both paths
+//    compute them here, so that they agree.
 //  - agreeOnRows(comm, sends, expects, signature, padded): one even all_to_all on `comm` of three
 //    int64 per pair (the rows for that rank, or -1 when this rank's call was refused: `sends`
 //    null; the signature; whether this rank passed recv_splits, `expects`). Returns the rows each
@@ -39,6 +42,11 @@ namespace chorus::python {
 inline constexpr int64_t kMostRows = int64_t{1} << 62;
 
 int64_t rowSignature(std::string_view dtype, std::span<const int64_t> dims, bool cuda);
+int64_t rowsSignature(std::string_view dtype, std::span<const int64_t> shape, bool cuda);
+int64_t extentsSignature(std::string_view dtype,
+                         std::span<const int64_t> shape,
+                         int axis,
+                         bool cuda);
 
 struct AgreedRows {
   std::vector<int64_t> arrives;    // by group rank: the rows it sends this rank
@@ -56,7 +64,8 @@ std::optional<std::vector<int64_t>> agreeOnExtents(Communicator& comm,
                                                    int64_t signature,
                                                    int axis);
 
-// row_signature, agree_on_rows and agree_on_extents for python/chorus/_uneven.py.
+// rows_signature, extents_signature, agree_on_rows and agree_on_extents for
+// python/chorus/_uneven.py.
 void bindUnevenAgreement(py::module_& module);
 
 }  // namespace chorus::python

@@ -10,7 +10,7 @@ These tests check:
   - errors reach every rank alike from the short path: rows of another dtype or shape, recv_splits
     that disagree, and a call that one rank refuses while the others take the short path;
   - the direct functions decline what the general path must see;
-  - row_signature tells dtypes, dimensions and devices apart.
+  - the signatures tell dtypes, dimensions and devices apart.
 Expected values are closed forms of (sender, receiver, row): rank q sends rank p (q + 2p) % 3
 rows (some pairs none), row k of them holding [q, p, k].
 """
@@ -340,12 +340,22 @@ def test_the_padded_path_stays_the_general_paths(general_calls, monkeypatch):
     assert general_calls[0] == "all_to_all"
 
 
-def test_row_signature_tells_kinds_apart():
-    base = _chorus.row_signature("float32", [3, 4], False)
-    assert base == _chorus.row_signature("float32", [3, 4], False) >= 0
-    others = [_chorus.row_signature("float64", [3, 4], False),
-              _chorus.row_signature("float32", [4, 3], False),
-              _chorus.row_signature("float32", [3, 4, 1], False),
-              _chorus.row_signature("float32", [34], False),
-              _chorus.row_signature("float32", [3, 4], True)]
+def test_the_signatures_tell_kinds_apart():
+    """Rows: the dimensions after the first count, the first does not. Extents: every dimension
+    but along the axis counts, and the axis itself."""
+    base = _chorus.rows_signature("float32", [7, 3, 4], False)
+    assert base == _chorus.rows_signature("float32", [9, 3, 4], False) >= 0
+    others = [_chorus.rows_signature("float64", [7, 3, 4], False),
+              _chorus.rows_signature("float32", [7, 4, 3], False),
+              _chorus.rows_signature("float32", [7, 3, 4, 1], False),
+              _chorus.rows_signature("float32", [7, 34], False),
+              _chorus.rows_signature("float32", [7, 3, 4], True)]
     assert base not in others and len(set(others)) == len(others)
+    gathered = _chorus.extents_signature("int8", [2, 5, 6], 1, False)
+    assert gathered == _chorus.extents_signature("int8", [2, 9, 6], 1, False) >= 0
+    others = [_chorus.extents_signature("int8", [3, 5, 6], 1, False),
+              _chorus.extents_signature("int8", [2, 5, 6], 0, False),
+              _chorus.extents_signature("int8", [2, 5, 6, 1], 1, False),
+              _chorus.extents_signature("uint8", [2, 5, 6], 1, False),
+              _chorus.extents_signature("int8", [2, 5, 6], 1, True)]
+    assert gathered not in others and len(set(others)) == len(others)
