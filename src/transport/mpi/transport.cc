@@ -182,7 +182,7 @@ class MpiTransport final : public TransportCore<Op> {
   void startRecv(Op& op) override;
   void progress() override;
   bool peerLeft(int peer) const override;
-  void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
+  void idle(Deadline deadline, Clock::time_point now, std::unique_lock<std::mutex>& lock) override;
   void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
   void sayGoodbye() noexcept override;
 
@@ -511,7 +511,9 @@ bool MpiTransport::peerLeft(int peer) const {
   return goodbye && Clock::now() - *goodbye >= kGoodbyeGrace;
 }
 
-void MpiTransport::idle(Deadline /*deadline*/, std::unique_lock<std::mutex>& lock) {
+void MpiTransport::idle(Deadline /*deadline*/,
+                        Clock::time_point /*now*/,
+                        std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   sched_yield();
   lock.lock();

@@ -206,7 +206,7 @@ class ShmTransport final : public TransportCore<Op> {
     return links_[peer].matching.findMessage(tag) != nullptr;
   }
   void checkForDeadPeers() override { checkPeersAlive(); }
-  void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
+  void idle(Deadline deadline, Clock::time_point now, std::unique_lock<std::mutex>& lock) override;
   void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
   void wakeWaiter() noexcept override;
   void sayGoodbye() noexcept override;
@@ -237,7 +237,8 @@ class ShmTransport final : public TransportCore<Op> {
   uint64_t directBytes_ = 0;                 // of the direct sends in every link's directSends
 
   // The state of one wait(), between the passes of its loop (Note [Spinning]).
-  bool moved_ = false;  // the last pass moved bytes
+  bool moved_ = false;        // the last pass moved bytes
+  bool waitStarted_ = false;  // the wait has idled once: spinUntil_ and the check are set
   Clock::time_point spinUntil_;
   Clock::time_point nextLivenessCheck_;
 };
@@ -396,7 +397,10 @@ bool ShmTransport::writeSends(Link& link) {
   bool wrote = false;
   while (!link.sends.empty()) {
     Op& op = *link.sends.front();
-    uint64_t space = ring.freeBytes();
+    // Enough for the header, a direct message's address and the rest of the payload, if it fits.
+    const uint64_t wanted = std::min<uint64_t>(
+        ring.capacity(), sizeof(MessageHeader) + sizeof(uint64_t) + (op.bytes - op.moved));
+    uint64_t space = ring.freeBytes(wanted);
     if (!op.headerSent) {
       const bool direct =
           sizeof(MessageHeader) + op.bytes > ring.capacity() &&
@@ -585,16 +589,22 @@ void ShmTransport::checkPeersAlive() {
   }
 }
 
+// The wait's clock starts at its first idle pass (Note [One clock read per pass]): a wait that
+// ends in its first pass, as a small send's does, reads no clock.
 void ShmTransport::beginWait() {
-  auto now = Clock::now();
   moved_ = false;
-  spinUntil_ = now + kSpin;
-  nextLivenessCheck_ = now + kSlice;
+  waitStarted_ = false;
 }
 
 // Checks every kSlice that the peers still live, then spins, yields or sleeps (Note [Spinning]).
-void ShmTransport::idle(Deadline deadline, std::unique_lock<std::mutex>& lock) {
-  auto now = Clock::now();
+void ShmTransport::idle(Deadline deadline,
+                        Clock::time_point now,
+                        std::unique_lock<std::mutex>& lock) {
+  if (!waitStarted_) {
+    waitStarted_ = true;
+    spinUntil_ = now + kSpin;
+    nextLivenessCheck_ = now + kSlice;
+  }
   if (now >= nextLivenessCheck_) {
     checkPeersAlive();
     nextLivenessCheck_ = now + kSlice;

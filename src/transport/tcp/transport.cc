@@ -56,7 +56,9 @@ class TcpTransport final : public TransportCore<Op> {
   bool hasMessageFrom(int peer, uint64_t tag) override {
     return connections_[peer]->hasMessage(tag);
   }
-  void idle(Deadline deadline, std::unique_lock<std::mutex>& lock) override;
+  void idle(Deadline deadline,
+            Clock::time_point /*now*/,
+            std::unique_lock<std::mutex>& lock) override;
   void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
   void wakeWaiter() noexcept override;
   void sayGoodbye() noexcept override;
@@ -131,7 +133,9 @@ bool TcpTransport::peerLeft(int peer) const {
 }
 
 // One epoll_wait with the lock dropped, then the events it brought.
-void TcpTransport::idle(Deadline deadline, std::unique_lock<std::mutex>& lock) {
+void TcpTransport::idle(Deadline deadline,
+                        Clock::time_point /*now*/,
+                        std::unique_lock<std::mutex>& lock) {
   epoll_event events[kMaxEvents];
   lock.unlock();
   int count = ::epoll_wait(epollFd_, events, kMaxEvents, stall::wakeBy(deadline).pollTimeoutMs());
