@@ -12,7 +12,8 @@
 //   2. the p2 remaining ranks run the butterfly above;
 //   3. each odd rank r < 2(p - p2) sends the result back to r-1.
 //
-// It starts with the ring check (Note [Ring check] in stream.h), so mismatched calls are caught.
+// It starts with the ring check (Note [Ring check] in stream.h), so mismatched calls are caught;
+// on two ranks the butterfly's one exchange is that check already.
 //
 // Cost per rank: log2 p2 rounds (+2 when p is not a power of two), each sending and receiving the
 // whole vector: count * log2 p elements in all, versus 2(p-1)/p * count for the ring. Best while
@@ -58,7 +59,8 @@ void allreduceRecursiveDoubling(Peers& peers, const AllreduceArgs& args) {
     return;
   const size_t bytes = args.count * dataTypeSize(args.dtype);
   const patterns::PowerOfTwoFold fold(peers.rank(), peers.size());
-  postRingCheck(peers);
+  if (peers.size() > 2)
+    postRingCheck(peers);
 
   if (fold.folded()) {
     // Step 1 and 3 seen from a folded rank: hand over the vector, get the result back. Receiving

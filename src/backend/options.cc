@@ -1,6 +1,8 @@
 // Backend options: see options.h.
 #include "backend/options.h"
 
+#include <algorithm>
+
 #include "chorus/error.h"
 #include "core/check.h"
 
@@ -24,6 +26,12 @@ transport::TransportOptions transportOptionsOf(const BackendOptions& options,
   transportOptions.scope = options.scope;
   transportOptions.bindHost = options.bindHost;
   transportOptions.deadline = options.deadline;
+  if (options.nodeIds.size() <= static_cast<size_t>(options.rank)) {
+    transportOptions.ranksOnThisNode = options.oneNode ? options.size : 0;
+  } else {
+    transportOptions.ranksOnThisNode = static_cast<int>(
+        std::count(options.nodeIds.begin(), options.nodeIds.end(), options.nodeIds[options.rank]));
+  }
   return transportOptions;
 }
 

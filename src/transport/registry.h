@@ -37,6 +37,9 @@ struct TransportOptions {
   // (A probe here, after the backend's, was followed by 5x slower streamed messages in about one
   // run in three on the 2-core VM; a transport made without one never showed it.)
   std::optional<bool> peersReadable;
+  // How many of the communicator's ranks run on this node (0: unknown). With more of them than
+  // cores, a tcp wait sleeps at once instead of polling first (Note [Polling before sleeping]).
+  int ranksOnThisNode = 0;
 };
 
 // "tcp" (any nodes), "shm" (ranks of one node) or "mpi" (jobs started by mpirun; the store is not

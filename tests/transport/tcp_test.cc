@@ -14,6 +14,7 @@
 #include "store/tcp_store.h"
 #include "transport/registry.h"
 #include "transport/tcp/transport.h"
+#include "transport_group.h"
 
 namespace chorus::transport {
 namespace {
@@ -141,6 +142,13 @@ TEST(TcpBootstrap, StrangersAreDropped) {
 
 // Rank 2 is a real process, killed with SIGKILL while ranks 0 and 1 (threads here) wait on each
 // other: both must fail with PeerError naming rank 2 within about a second.
+// A wait polls for a moment first (Note [Polling before sleeping]), then sleeps in epoll_wait.
+TEST(TcpTransport, IdleWaitDoesNotBurnACore) {
+  const auto used = testing::cpuTimeOfAnIdleWait("tcp");
+  // Polling throughout would use ~500 ms; polling 100 us and then sleeping uses a few ms.
+  EXPECT_LT(used, std::chrono::microseconds(100000)) << used.count() << " us of CPU";
+}
+
 TEST(TcpFailure, KilledProcessIsNoticedByEveryRank) {
   const std::string token = "kill-test-token";
   int ready[2];

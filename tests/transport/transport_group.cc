@@ -1,6 +1,7 @@
 #include "transport_group.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <stdexcept>
@@ -117,6 +118,31 @@ void Signal::wait(std::chrono::milliseconds limit) {
   if (!changed_.wait_for(lock, limit, [this] { return set_; })) {
     throw std::runtime_error("test signal not set in time");
   }
+}
+
+std::chrono::microseconds cpuTimeOfAnIdleWait(const std::string& kind) {
+  auto group = makeGroup(kind, 2);
+  auto cpuTime = [] {
+    rusage usage{};
+    ::getrusage(RUSAGE_THREAD, &usage);
+    return std::chrono::microseconds((usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000L +
+                                     usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+  };
+  std::chrono::microseconds used{0};
+  auto errors = runRanks(group, [&](Transport& t) {
+    if (t.rank() != 0)
+      return;
+    int value = 0;
+    Request request;
+    t.postRecv(1, 0, stamp(), &value, 4, request);
+    auto before = cpuTime();
+    Request* one[] = {&request};
+    EXPECT_THROW(t.wait(one, Deadline::after(std::chrono::milliseconds(500))), TimeoutError);
+    used = cpuTime() - before;
+  });
+  EXPECT_EQ(errors[0], nullptr);
+  EXPECT_NE(group[0]->failure(), nullptr);  // the timeout failed the transport (failure is final)
+  return used;
 }
 
 Fingerprint stamp(uint64_t sequence, uint64_t count) {

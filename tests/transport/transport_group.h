@@ -49,4 +49,8 @@ class Signal {
 // A fingerprint for tests: allreduce #sequence of `count` float32 with sum.
 Fingerprint stamp(uint64_t sequence = 1, uint64_t count = 0);
 
+// Rank 0 of a fresh group of two waits 500 ms for a receive that never comes (a TimeoutError);
+// returns the CPU time its thread used meanwhile. An idle wait should sleep, not spin.
+std::chrono::microseconds cpuTimeOfAnIdleWait(const std::string& kind);
+
 }  // namespace chorus::transport::testing
