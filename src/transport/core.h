@@ -125,10 +125,6 @@ class TransportCore : public Transport {
   virtual bool hasMessageFrom(int /*peer*/, uint64_t /*tag*/) { return false; }
   // A wait() begins.
   virtual void beginWait() {}
-  // Called after a pass found the wait not done, before the pass reads the clock: true when it
-  // paused a moment itself and the next pass may come at once, with no deadline or stall check and
-  // no idle() (Note [One clock read per pass]). Default: false.
-  virtual bool quickPass() { return false; }
   // Moves what can move now, without blocking.
   virtual void progress() {}
   // `peer` closed on purpose, and nothing more will come from it.
@@ -312,8 +308,7 @@ void TransportCore<Op>::collectWaitOps(std::span<Request* const> requests) {
 // A pass of the wait loop reads the clock once, for the deadline, the stall check and idle()'s
 // spin phases alike: on a VM a precise read costs 25-40 ns, and every read in a pass delays the
 // pass that sees a message arrive. The stall check's time is asked again only after a check ran
-// (nothing else moves it during a wait). A transport may also make a wait's first passes quick
-// (quickPass), with no clock read at all: a message that comes within them is seen sooner.
+// (nothing else moves it during a wait).
 template <typename Op>
 template <typename Done>
 bool TransportCore<Op>::waitLoop(Deadline deadline,
@@ -334,8 +329,6 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
         return true;
       if (interruptible && interruptWanted_.exchange(false, std::memory_order_acq_rel))
         return false;
-      if (quickPass())
-        continue;
       const Clock::time_point now = Clock::now();  // Note [One clock read per pass]
       if (now >= deadline.at())
         throw makeTimeoutError(worldRank(rank_), waitingOn_);

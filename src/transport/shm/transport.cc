@@ -90,9 +90,6 @@ using std::chrono::milliseconds;
 // loaded 2-core VM, 8-byte one-way latency: 15 us with a pure 10 us spin, 3.3 us with yielding.
 // Falling asleep adds a futex wake (several us) to the next message.
 constexpr microseconds kPauseSpin{1};
-// Passes a wait makes first without reading the clock at all: a pause and a look at every ring
-// each, some 30-60 ns on the dev VM, where a precise clock read costs 25-40 ns more.
-constexpr int kQuickPasses = 32;
 constexpr microseconds kSpin{10};
 // A rank whose direct sends wait for their receivers' copy (Note [Direct messages]) yields longer
 // before it sleeps, kDirectSpin per kDirectSpinBytes waiting (at least once): the copy ends soon (4
@@ -203,7 +200,6 @@ class ShmTransport final : public TransportCore<Op> {
   void startSend(Op& op) override;
   void startRecv(Op& op) override;
   void beginWait() override;
-  bool quickPass() override;
   void progress() override { moved_ = progressAll(); }
   bool peerLeft(int peer) const override { return links_[peer].left; }
   bool hasMessageFrom(int peer, uint64_t tag) override {
@@ -242,7 +238,6 @@ class ShmTransport final : public TransportCore<Op> {
 
   // The state of one wait(), between the passes of its loop (Note [Spinning]).
   bool moved_ = false;        // the last pass moved bytes
-  int quickPassesLeft_ = 0;   // of this wait's quick passes (quickPass)
   bool waitStarted_ = false;  // the wait has idled once: spinUntil_ and the check are set
   Clock::time_point spinUntil_;
   Clock::time_point nextLivenessCheck_;
@@ -599,16 +594,6 @@ void ShmTransport::checkPeersAlive() {
 void ShmTransport::beginWait() {
   moved_ = false;
   waitStarted_ = false;
-  quickPassesLeft_ = kQuickPasses;
-}
-
-// The first kQuickPasses passes of a wait pause without reading the clock (Note [Spinning]).
-bool ShmTransport::quickPass() {
-  if (quickPassesLeft_ == 0)
-    return false;
-  --quickPassesLeft_;
-  cpuRelax();
-  return true;
 }
 
 // Checks every kSlice that the peers still live, then spins, yields or sleeps (Note [Spinning]).
