@@ -6,7 +6,7 @@ Usage: make_seeds.py OUT_DIR    (writes OUT_DIR/<target>/<name>; existing files 
 
 The encodings are written here from the format comments in the sources (independently of the C++
 encoders): tcp_store_protocol.h (store frames), error_codec.cc (abort notices), connection.h
-(transport frames: a 48-byte little-endian FrameHeader).
+(transport frames: a 56-byte little-endian FrameHeader).
 """
 import os
 import struct
@@ -59,10 +59,10 @@ FRAME_MAGIC = 0x46524843
 
 
 def frame_header(kind, tag, nbytes, sequence=0, count=0, root=-1, collective=8):
-    # FrameHeader: magic u32, kind u8, reserved[3], tag u64, bytes u64, then the 24-byte Fingerprint
-    # (sequence u64, count u64, root i32, collective/reduceOp/dataType/algorithm u8; defaults
-    # kBarrier=8, 0xff, 0xff, 0).
-    fingerprint = struct.pack("<QQiBBBB", sequence, count, root, collective, 0xFF, 0xFF, 0)
+    # FrameHeader: magic u32, kind u8, reserved[3], tag u64, bytes u64, then the 32-byte Fingerprint
+    # (sequence u64, count u64, root i32, collective/reduceOp/dataType/algorithm u8, shape u64;
+    # defaults kBarrier=8, 0xff, 0xff, 0, 0).
+    fingerprint = struct.pack("<QQiBBBBQ", sequence, count, root, collective, 0xFF, 0xFF, 0, 0)
     return struct.pack("<IB3xQQ", FRAME_MAGIC, kind, tag, nbytes) + fingerprint
 
 

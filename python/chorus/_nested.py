@@ -63,7 +63,10 @@ def _dtype_name(leaf):
 
 
 def _signature(flat):
-    return "\n".join(f"{path}: {_dtype_name(leaf)}" for path, leaf in flat)
+    """One line per leaf: its path, dtype and shape, which every rank's nest must agree on (a
+    fused message checks only the total count)."""
+    return "\n".join(f"{path}: {_dtype_name(leaf)} {tuple(getattr(leaf, 'shape', ()))}"
+                     for path, leaf in flat)
 
 
 def check_same_structure(flat, rank_list, operation):

@@ -2,6 +2,7 @@
 // in collective.h.
 #include "core/collective.h"
 
+#include <cstdio>
 #include <string>
 
 #include "core/check.h"
@@ -89,6 +90,8 @@ std::string_view Fingerprint::firstDifference(const Fingerprint& other) const {
     return "count";
   if (root != other.root)
     return "root";
+  if (shape != other.shape)
+    return "shape";
   if (algorithm != other.algorithm)
     return "algorithm";
   return {};
@@ -107,12 +110,18 @@ std::string Fingerprint::fieldValue(std::string_view field) const {
     return std::to_string(count);
   if (field == "root")
     return root < 0 ? std::string("none") : std::to_string(root);
+  if (field == "shape") {
+    char hex[19];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(shape));
+    return detail::concat("signature ", hex);
+  }
   if (field == "algorithm") {
     return detail::concat("algorithm row ", int{algorithm},
                           " (is CHORUS_<COLLECTIVE>_ALGO set differently on some ranks?)");
   }
   CHORUS_CHECK_ARG(false, "unknown fingerprint field '", field,
-                   "'; expected collective, sequence, reduce_op, dtype, count, root or algorithm");
+                   "'; expected collective, sequence, reduce_op, dtype, count, root, shape or "
+                   "algorithm");
   return {};
 }
 
@@ -160,6 +169,8 @@ MismatchError makeMismatchError(int selfRank,
       "rank ", selfRank, " (this process): ", self.describe(), " does not match rank ", peerRank,
       "'s call, ", theirs.describe(), ": ", field, " is ", self.fieldValue(field), " here but ",
       theirs.fieldValue(field), " on rank ", peerRank,
+      field == "shape" ? " (the element counts agree, but the tensors' shapes or the axes differ)"
+                       : "",
       ". Every rank must call the same collectives in the same order with the same arguments.");
   return MismatchError(message, field, {selfRank, peerRank});
 }

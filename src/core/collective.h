@@ -31,13 +31,18 @@ enum class Collective : uint8_t {
 std::string_view toString(Collective collective);
 
 // Note [Collective fingerprint]
-// Every collective is stamped with (sequence number, collective, reduce op, dtype, count, root),
-// and every message it sends carries the stamp in its header. The receiver compares the stamp with
-// its own before touching the payload, so ranks that called different collectives, or the same one
-// with different arguments, get a MismatchError naming the field instead of corrupt data or a hang.
-// The rank that notices aborts the transport, which tells every peer, so every rank raises.
-// Algorithms send at least one (possibly empty) message on every rank for size > 1, even for
-// count 0, so a mismatch is always seen. Cost: 24 bytes per message and one comparison.
+// Every collective is stamped with (sequence number, collective, reduce op, dtype, count, root,
+// shape), and every message it sends carries the stamp in its header. The receiver compares the
+// stamp with its own before touching the payload, so ranks that called different collectives, or
+// the same one with different arguments, get a MismatchError naming the field instead of corrupt
+// data or a hang. The rank that notices aborts the transport, which tells every peer, so every rank
+// raises. Algorithms send at least one (possibly empty) message on every rank for size > 1, even
+// for count 0, so a mismatch is always seen. Cost: 32 bytes per message and one comparison.
+//
+// `shape` is a signature of the tensors' shapes and the call's axes (shapeSignature in
+// runtime/communicator_ops.h): calls whose element counts agree but whose shapes or axes differ
+// (an allgather of (2, 3) on one rank and (3, 2) on another, or along axis 0 on one and 1 on
+// another) would otherwise move the right number of bytes into the wrong places, silently.
 struct Fingerprint {
   uint64_t sequence = 0;  // the communicator's collective counter (0 for point-to-point)
   uint64_t count = 0;     // elements (bytes for untyped collectives)
@@ -46,6 +51,7 @@ struct Fingerprint {
   uint8_t reduceOp = kNoReduceOp;  // a chorus::ReduceOp, or kNoReduceOp
   uint8_t dataType = kNoDataType;  // a chorus::DataType, or kNoDataType
   uint8_t algorithm = 0;           // row of the collective's algorithm table (0 when untabled)
+  uint64_t shape = 0;  // the shapes and axes, hashed (0 where they may differ: send/recv, barrier)
 
   bool operator==(const Fingerprint&) const = default;
 
@@ -53,14 +59,14 @@ struct Fingerprint {
   static constexpr uint8_t kNoDataType = 0xff;
 
   // Name of the first field that differs ("collective", "sequence", "reduce_op", "dtype", "count",
-  // "root", "algorithm"), or empty when equal.
+  // "root", "shape", "algorithm"), or empty when equal.
   std::string_view firstDifference(const Fingerprint& other) const;
   // The value of a field, for messages ("allreduce", "sum", "float32", "1024", ...).
   std::string fieldValue(std::string_view field) const;
   // "allreduce #7 (float32 x 1024, sum)".
   std::string describe() const;
 };
-static_assert(sizeof(Fingerprint) == 24);
+static_assert(sizeof(Fingerprint) == 32);
 
 // The MismatchError a receiver raises: `self` is this rank's stamp, `theirs` the peer's; both
 // ranks are world ranks (Note [One rank numbering]).

@@ -416,6 +416,48 @@ void widenToFloat32(DataType dtype, const void* src, float* dst, size_t count) {
   }
 }
 
+namespace {
+
+template <typename T>
+void widenLoop(const void* src, int64_t* dst, size_t count) {
+  const T* from = static_cast<const T*>(src);
+  for (size_t i = 0; i < count; ++i) dst[i] = from[i];
+}
+
+template <typename T>
+void narrowLoop(const int64_t* src, void* dst, size_t count) {
+  T* to = static_cast<T*>(dst);
+  for (size_t i = 0; i < count; ++i) to[i] = static_cast<T>(src[i]);
+}
+
+}  // namespace
+
+void widenToInt64(DataType dtype, const void* src, int64_t* dst, size_t count) {
+  switch (dtype) {
+    case DataType::kInt8:
+      return widenLoop<int8_t>(src, dst, count);
+    case DataType::kUInt8:
+      return widenLoop<uint8_t>(src, dst, count);
+    case DataType::kInt32:
+      return widenLoop<int32_t>(src, dst, count);
+    default:
+      CHORUS_CHECK_ARG(false, "widenToInt64: ", toString(dtype), " is not int8, uint8 or int32");
+  }
+}
+
+void narrowFromInt64(DataType dtype, const int64_t* src, void* dst, size_t count) {
+  switch (dtype) {
+    case DataType::kInt8:
+      return narrowLoop<int8_t>(src, dst, count);
+    case DataType::kUInt8:
+      return narrowLoop<uint8_t>(src, dst, count);
+    case DataType::kInt32:
+      return narrowLoop<int32_t>(src, dst, count);
+    default:
+      CHORUS_CHECK_ARG(false, "narrowFromInt64: ", toString(dtype), " is not int8, uint8 or int32");
+  }
+}
+
 void narrowFromFloat32(DataType dtype, const float* src, void* dst, size_t count) {
   detail::checkHalfType(dtype, "narrowFromFloat32");
   bool avx2 = activeIsa() == Isa::kAvx2;

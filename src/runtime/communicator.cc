@@ -49,9 +49,11 @@ Fingerprint makeFingerprint(Collective collective,
                             size_t count,
                             std::optional<DataType> dtype,
                             std::optional<ReduceOp> op,
-                            int root) {
+                            int root,
+                            uint64_t shape) {
   Fingerprint fingerprint;
   fingerprint.collective = collective;
+  fingerprint.shape = shape;
   fingerprint.count = count;
   fingerprint.root = root;
   if (dtype)
@@ -59,6 +61,46 @@ Fingerprint makeFingerprint(Collective collective,
   if (op)
     fingerprint.reduceOp = static_cast<uint8_t>(*op);
   return fingerprint;
+}
+
+namespace {
+
+// FNV-1a, 64 bits (Note [Shape signature]).
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+void mix(uint64_t& hash, int64_t value) {
+  auto bits = static_cast<uint64_t>(value);
+  for (int i = 0; i < 8; ++i, bits >>= 8) {
+    hash ^= bits & 0xff;
+    hash *= kFnvPrime;
+  }
+}
+
+void mixShape(uint64_t& hash, const Tensor& tensor) {
+  mix(hash, tensor.dim());
+  for (int64_t extent : tensor.shape()) mix(hash, extent);
+}
+
+uint64_t finish(uint64_t hash) {
+  hash &= ~(uint64_t{1} << 63);
+  return hash == 0 ? 1 : hash;
+}
+
+}  // namespace
+
+uint64_t shapeSignature(std::initializer_list<const Tensor*> tensors,
+                        std::initializer_list<int64_t> axes) {
+  uint64_t hash = kFnvOffset;
+  for (const Tensor* tensor : tensors) mixShape(hash, *tensor);
+  for (int64_t axis : axes) mix(hash, axis);
+  return finish(hash);
+}
+
+uint64_t shapeSignature(const std::vector<Tensor>& tensors) {
+  uint64_t hash = kFnvOffset;
+  for (const Tensor& tensor : tensors) mixShape(hash, tensor);
+  return finish(hash);
 }
 
 // The messages are those the Python package gave when it made this check itself.
@@ -96,6 +138,9 @@ DataType accumulationType(DataType dtype) {
 }
 
 DataType workType(const backend::Backend& backend, DataType dtype, ReduceOp op) {
+  if (op == ReduceOp::kAvg &&
+      (dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt32))
+    return DataType::kInt64;  // Note [Integer averages]
   if (backend.reducesHalfTypes() && op != ReduceOp::kAvg)
     return dtype;
   return accumulationType(dtype);
@@ -113,6 +158,8 @@ void stageIn(DataType from, DataType work, const void* source, void* to, size_t 
   if (work == from) {
     if (count > 0 && source != to)
       copyBytes(to, source, count * dataTypeSize(from));
+  } else if (work == DataType::kInt64) {
+    kernels::widenToInt64(from, source, static_cast<int64_t*>(to), count);
   } else {
     kernels::widenToFloat32(from, source, static_cast<float*>(to), count);
   }
@@ -122,6 +169,8 @@ void stageOut(DataType to, DataType work, const void* source, void* destination,
   if (work == to) {
     if (count > 0 && source != destination)
       copyBytes(destination, source, count * dataTypeSize(to));
+  } else if (work == DataType::kInt64) {
+    kernels::narrowFromInt64(to, static_cast<const int64_t*>(source), destination, count);
   } else {
     kernels::narrowFromFloat32(to, static_cast<const float*>(source), destination, count);
   }
@@ -139,7 +188,8 @@ Communicator::WorkPtr Communicator::allreduce(Tensor input, Tensor output, Reduc
   detail::checkOutputFor(input, output, "allreduce", me);
   detail::checkReduction(op, input.dtype(), "allreduce", me);
   const size_t count = input.numel();
-  auto fingerprint = detail::makeFingerprint(Collective::kAllreduce, count, input.dtype(), op, -1);
+  auto fingerprint = detail::makeFingerprint(Collective::kAllreduce, count, input.dtype(), op, -1,
+                                             detail::shapeSignature({&input}));
   if (const int device = detail::deviceOf({&input, &output}, "allreduce", me); device >= 0)
     return detail::deviceAllreduce(*state_, fingerprint, device, input, output, op);
   auto& state = *state_;
@@ -179,7 +229,8 @@ Communicator::WorkPtr Communicator::allreduce(std::vector<Tensor> tensors, Reduc
     total += static_cast<size_t>(tensors[i].numel());
   }
   detail::checkReduction(op, dtype, "allreduce", me);
-  auto fingerprint = detail::makeFingerprint(Collective::kAllreduce, total, dtype, op, -1);
+  auto fingerprint = detail::makeFingerprint(Collective::kAllreduce, total, dtype, op, -1,
+                                             detail::shapeSignature(tensors));
   if (const int device = detail::deviceOf(tensors, "allreduce", me); device >= 0)
     return detail::deviceAllreduce(*state_, fingerprint, device, std::move(tensors), op);
   auto& state = *state_;
@@ -222,28 +273,29 @@ Communicator::WorkPtr Communicator::reduceScatter(Tensor input, Tensor output, R
   const int device = detail::deviceOf({&input, &output}, "reduce_scatter", me);  // mix refused
   detail::checkApart(input, output, "reduce_scatter", me);
   const size_t count = output.numel();
-  auto fingerprint =
-      detail::makeFingerprint(Collective::kReduceScatter, count, input.dtype(), op, -1);
+  auto fingerprint = detail::makeFingerprint(Collective::kReduceScatter, count, input.dtype(), op,
+                                             -1, detail::shapeSignature({&input}));
   if (device >= 0)
     return detail::deviceReduceScatter(*state_, fingerprint, device, input, output, op);
   auto& state = *state_;
-  return state_->submit(
-      fingerprint, [&state, source = input.data(), destination = output.data(),
-                    dtype = input.dtype(), op, count](const backend::CallContext& call) {
-        const DataType work = detail::workType(state.backend(), dtype, op);
-        const int size = state.info().size;
-        const void* in = source;
-        void* out = destination;
-        if (work != dtype) {
-          auto* staged = static_cast<std::byte*>(state.staging().get((size + 1) * count * 4));
-          detail::stageIn(dtype, work, in, staged, size * count);
-          in = staged;
-          out = staged + size * count * 4;
-        }
-        state.backend().reduceScatter(call, {in, out, count, work, detail::wireOp(op)});
-        detail::finishAverage(op, work, out, count, size);
-        detail::stageOut(dtype, work, out, destination, count);
-      });
+  return state_->submit(fingerprint, [&state, source = input.data(), destination = output.data(),
+                                      dtype = input.dtype(), op,
+                                      count](const backend::CallContext& call) {
+    const DataType work = detail::workType(state.backend(), dtype, op);
+    const int size = state.info().size;
+    const void* in = source;
+    void* out = destination;
+    if (work != dtype) {
+      const size_t workSize = dataTypeSize(work);
+      auto* staged = static_cast<std::byte*>(state.staging().get((size + 1) * count * workSize));
+      detail::stageIn(dtype, work, in, staged, size * count);
+      in = staged;
+      out = staged + size * count * workSize;
+    }
+    state.backend().reduceScatter(call, {in, out, count, work, detail::wireOp(op)});
+    detail::finishAverage(op, work, out, count, size);
+    detail::stageOut(dtype, work, out, destination, count);
+  });
 }
 
 Communicator::WorkPtr Communicator::broadcast(Tensor tensor, int root) {
@@ -260,7 +312,7 @@ Communicator::WorkPtr Communicator::broadcast(Tensor input, Tensor output, int r
     detail::checkOutputFor(input, output, "broadcast", me);
   }
   auto fingerprint = detail::makeFingerprint(Collective::kBroadcast, output.numel(), output.dtype(),
-                                             std::nullopt, root);
+                                             std::nullopt, root, detail::shapeSignature({&output}));
   const Tensor source = isRoot ? input : output;  // elsewhere the input is not read
   if (const int device = detail::deviceOf({&source, &output}, "broadcast", me); device >= 0)
     return detail::deviceBroadcast(*state_, fingerprint, device, source, output, root);
@@ -285,8 +337,8 @@ Communicator::WorkPtr Communicator::reduce(Tensor input, Tensor output, int root
   if (isRoot || output.data() != nullptr)  // elsewhere checked where given, never written
     detail::checkOutputFor(input, output, "reduce", me);
   const Tensor target = isRoot ? output : Tensor();  // elsewhere the output is not written
-  auto fingerprint =
-      detail::makeFingerprint(Collective::kReduce, input.numel(), input.dtype(), op, root);
+  auto fingerprint = detail::makeFingerprint(Collective::kReduce, input.numel(), input.dtype(), op,
+                                             root, detail::shapeSignature({&input}));
   if (const int device = detail::deviceOf({&input, &target}, "reduce", me); device >= 0)
     return detail::deviceReduce(*state_, fingerprint, device, input, target, root, op);
   auto& state = *state_;

@@ -92,8 +92,9 @@ Communicator::WorkPtr Communicator::allgather(Tensor input, Tensor output, int a
   checkConcatShape(input, output, axis, size(), "allgather", me);
   const int device = detail::deviceOf({&input, &output}, "allgather", me);  // a mix is refused
   checkGatherInPlace(input, output, detail::axisLayout(input, axis), rank(), me);
-  auto fingerprint = detail::makeFingerprint(Collective::kAllgather, input.numel(), input.dtype(),
-                                             std::nullopt, -1);
+  auto fingerprint =
+      detail::makeFingerprint(Collective::kAllgather, input.numel(), input.dtype(), std::nullopt,
+                              -1, detail::shapeSignature({&input}, {axis}));
   if (device >= 0)
     return detail::deviceAllgather(*state_, fingerprint, device, input, output, axis);
   auto& state = *state_;
@@ -121,8 +122,9 @@ Communicator::WorkPtr Communicator::gather(Tensor input, Tensor output, int root
     detail::checkTensor(output, "output", "gather", me);
     checkConcatShape(input, output, axis, size(), "gather", me);
   }
-  auto fingerprint = detail::makeFingerprint(Collective::kGather, input.numel(), input.dtype(),
-                                             std::nullopt, root);
+  auto fingerprint =
+      detail::makeFingerprint(Collective::kGather, input.numel(), input.dtype(), std::nullopt, root,
+                              detail::shapeSignature({&input}, {axis}));
   const Tensor* rootOutput = rank() == root ? &output : nullptr;
   const int device = detail::deviceOf({&input, rootOutput}, "gather", me);  // a mix is refused
   if (rank() == root || output.data() != nullptr)  // as the shape: wherever it is given
@@ -161,7 +163,7 @@ Communicator::WorkPtr Communicator::scatter(Tensor input, Tensor output, int roo
                      output.numel(), ")");
   }
   auto fingerprint = detail::makeFingerprint(Collective::kScatter, output.numel(), output.dtype(),
-                                             std::nullopt, root);
+                                             std::nullopt, root, detail::shapeSignature({&output}));
   const Tensor* rootInput = rank() == root ? &input : nullptr;
   const int device = detail::deviceOf({rootInput, &output}, "scatter", me);  // a mix is refused
   if (rank() == root || input.data() != nullptr)  // as the shape: wherever it is given
@@ -193,8 +195,9 @@ Communicator::WorkPtr Communicator::allToAll(Tensor input,
                    input.shape()[splitAxis], ") to be divisible by the group size (", p, ")");
   const Tensor part = withAxisScaled(input, splitAxis, 1, p);
   checkConcatShape(part, output, concatAxis, p, "all_to_all", me);
-  auto fingerprint = detail::makeFingerprint(Collective::kAllToAll, input.numel(), input.dtype(),
-                                             std::nullopt, -1);
+  auto fingerprint =
+      detail::makeFingerprint(Collective::kAllToAll, input.numel(), input.dtype(), std::nullopt, -1,
+                              detail::shapeSignature({&input}, {splitAxis, concatAxis}));
   if (const int device = detail::deviceOf({&input, &output}, "all_to_all", me); device >= 0) {
     return detail::deviceAllToAll(*state_, fingerprint, device, input, output, part, splitAxis,
                                   concatAxis);

@@ -10,15 +10,16 @@ namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
-void packFingerprint(const Fingerprint& fingerprint, std::atomic<uint64_t> (&words)[3]) {
-  uint64_t raw[3];
+void packFingerprint(const Fingerprint& fingerprint,
+                     std::atomic<uint64_t> (&words)[kFingerprintWords]) {
+  uint64_t raw[kFingerprintWords];
   std::memcpy(raw, &fingerprint, sizeof raw);
-  for (int i = 0; i < 3; ++i) words[i].store(raw[i], kRelaxed);
+  for (int i = 0; i < kFingerprintWords; ++i) words[i].store(raw[i], kRelaxed);
 }
 
-Fingerprint unpackFingerprint(const std::atomic<uint64_t> (&words)[3]) {
-  uint64_t raw[3];
-  for (int i = 0; i < 3; ++i) raw[i] = words[i].load(kRelaxed);
+Fingerprint unpackFingerprint(const std::atomic<uint64_t> (&words)[kFingerprintWords]) {
+  uint64_t raw[kFingerprintWords];
+  for (int i = 0; i < kFingerprintWords; ++i) raw[i] = words[i].load(kRelaxed);
   Fingerprint fingerprint;
   std::memcpy(&fingerprint, raw, sizeof raw);
   return fingerprint;
@@ -26,7 +27,7 @@ Fingerprint unpackFingerprint(const std::atomic<uint64_t> (&words)[3]) {
 
 }  // namespace
 
-static_assert(sizeof(Fingerprint) == 3 * sizeof(uint64_t));
+static_assert(sizeof(Fingerprint) == kFingerprintWords * sizeof(uint64_t));
 
 OperationRing::OperationRing(size_t capacity)
     : capacity_(capacity > 0 ? std::bit_ceil(capacity) : 0),

@@ -21,6 +21,9 @@
 
 namespace chorus::trace {
 
+// A Fingerprint as the words a slot stores it in.
+inline constexpr int kFingerprintWords = sizeof(Fingerprint) / sizeof(uint64_t);
+
 enum class RecordKind : uint8_t {
   kOperation,  // a collective, or a send / recv (Fingerprint::collective is kPointToPoint)
   kMark,       // a span a layer above marks (a gradient bucket, a ZeRO gather, a step)
@@ -77,7 +80,7 @@ class OperationRing {
  private:
   struct Slot {
     std::atomic<uint64_t> ticket{0};
-    std::atomic<uint64_t> fingerprint[3]{};
+    std::atomic<uint64_t> fingerprint[kFingerprintWords]{};
     std::atomic<uint64_t> bytes{0};
     std::atomic<uint64_t> kindAndGroup{0};
     std::atomic<int64_t> detail{0};

@@ -185,7 +185,8 @@ def test_nests_that_differ_across_ranks_are_a_mismatch_error():
         pytest.skip("needs two ranks")
     nest = {"w": np.ones(2, np.float32)} if rank != 1 else {"v": np.ones(2, np.float32)}
     with pytest.raises(chorus.MismatchError,
-                       match=r"at leaf 0, rank 0 has x\['w'\]: float32 and rank 1 has x\['v'\]"):
+                       match=r"at leaf 0, rank 0 has x\['w'\]: float32 \(2,\) and rank 1 has "
+                             r"x\['v'\]"):
         chorus.allreduce(nest)
     chorus.barrier()  # the group still works
 

@@ -35,7 +35,7 @@ constexpr int kSpinPasses = 1024;
 bool fitsInt(size_t n) { return n <= static_cast<size_t>(INT_MAX); }
 
 // A fingerprint as the words the agreement reduces (see Note [Fingerprints over MPI]).
-constexpr int kFingerprintWords = 7;
+constexpr int kFingerprintWords = 8;
 using FingerprintWords = std::array<int64_t, kFingerprintWords>;
 
 FingerprintWords toWords(const Fingerprint& f) {
@@ -45,7 +45,8 @@ FingerprintWords toWords(const Fingerprint& f) {
           static_cast<int64_t>(f.collective),
           f.reduceOp,
           f.dataType,
-          f.algorithm};
+          f.algorithm,
+          static_cast<int64_t>(f.shape)};
 }
 
 Fingerprint fromWords(const int64_t* words) {
@@ -57,6 +58,7 @@ Fingerprint fromWords(const int64_t* words) {
   f.reduceOp = static_cast<uint8_t>(words[4]);
   f.dataType = static_cast<uint8_t>(words[5]);
   f.algorithm = static_cast<uint8_t>(words[6]);
+  f.shape = static_cast<uint64_t>(words[7]);
   return f;
 }
 

@@ -60,7 +60,7 @@ struct alignas(kCacheLine) Counter {
 // are on their way too, and a small collective costs one round of cache-line transfers per peer.
 // (Before, the counter, the fingerprint and the data were apart, fetched one after the other; a
 // record of one line held 32 bytes, and 64-256 bytes waited for a second round.) The number, the
-// fingerprint and the first 32 bytes of data share the first line. Two records suffice: a rank
+// fingerprint and the first 24 bytes of data share the first line. Two records suffice: a rank
 // arrives at s + 2 only after every rank arrived at s + 1, which each does only after it has read
 // what it needed of s. For the same reason a record holds s, or s - 2 while its rank has not yet
 // arrived at s, when a rank waits for s: never s + 2, so "the record of parity s & 1 is below s"
@@ -70,8 +70,8 @@ struct alignas(kCacheLine) ArrivalRecord {
   Fingerprint fingerprint;
   std::byte data[ShmGroup::kInlineBytes];
 };
-static_assert(offsetof(ArrivalRecord, data) == kCacheLine - 32,
-              "the first 32 bytes of data share the number's cache line");
+static_assert(offsetof(ArrivalRecord, data) == kCacheLine - 24,
+              "the first 24 bytes of data share the number's cache line");
 static_assert(sizeof(ArrivalRecord) == offsetof(ArrivalRecord, data) + ShmGroup::kInlineBytes,
               "an arrival record is whole cache lines of data");
 

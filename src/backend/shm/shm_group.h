@@ -59,7 +59,7 @@ class ShmGroup {
   // Bytes of data that travel with the arrival: at most kSmallSlotBytes, of which up to
   // kInlineBytes inside the arrival record itself. Bytes of each chunk slot.
   static constexpr size_t kSmallSlotBytes = 32 * 1024;
-  static constexpr size_t kInlineBytes = 32 + 4 * 64;
+  static constexpr size_t kInlineBytes = 24 + 4 * 64;
   static constexpr size_t kChunkSlotBytes = 512 * 1024;
 
   // Creates this rank's segment, maps every peer's through `store` (already scoped to the

@@ -89,7 +89,7 @@ struct Header {
   uint64_t tag;
   Fingerprint fingerprint;
 };
-static_assert(sizeof(Header) == 48);
+static_assert(sizeof(Header) == 56);
 
 using connector::checkMpi;
 using connector::mpiFinalized;

@@ -32,8 +32,9 @@ enum class PeerState : uint32_t { kOpen = 0, kGoodbye = 1, kAborted = 2, kCrashe
 // The fixed part at the start of every segment. Each group of words that one side writes sits on
 // its own cache line.
 struct SegmentHeader {
-  // "chorus-t": the layout with direct messages (a segment of an older build is refused).
-  static constexpr uint64_t kMagic = 0x63686f7275732d74;
+  // "chorus-u": the layout with direct messages and 32-byte fingerprints (a segment of an older
+  // build is refused).
+  static constexpr uint64_t kMagic = 0x63686f7275732d75;
   static constexpr size_t kAbortCapacity = 64 * 1024;
 
   static constexpr uint64_t kProbeValue = 0x63686f7275732121;  // "chorus!!"

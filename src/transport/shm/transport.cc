@@ -5,7 +5,7 @@
 //
 // Design: every rank owns one segment (shm/segment.h) holding its control words and one inbound
 // ring per peer (shm/ring.h); shm/bootstrap.h maps them all and removes every name, so after setup
-// nothing is left in /dev/shm even after kill -9. A message is a 48-byte MessageHeader (magic,
+// nothing is left in /dev/shm even after kill -9. A message is a 56-byte MessageHeader (magic,
 // flags, tag, byte count, Fingerprint) followed by its payload, streamed through the ring
 // in pieces of at most kPiece bytes, so a message of any size passes a ring of fixed size.
 //
@@ -44,7 +44,7 @@
 //    bytes; a receiver first drains the ring, then fails requests on that peer with PeerError.
 //    A peer whose state says kCrashed (test hook) or whose process is gone fails the transport.
 //
-// Cost: per message a 48-byte header and two copies (into the ring, out of it; one for direct
+// Cost: per message a 56-byte header and two copies (into the ring, out of it; one for direct
 // messages, plus a process_vm_readv call per 2 MiB); one atomic add on
 // the receiver's doorbell per pass that moved bytes; a futex system call only when the other side
 // sleeps. Memory: size - 1 rings of ringBytesFor(size) (1 MiB up to 16 ranks) per rank,
@@ -122,7 +122,7 @@ struct MessageHeader {
   uint64_t bytes = 0;
   Fingerprint fingerprint;
 };
-static_assert(sizeof(MessageHeader) == 48);
+static_assert(sizeof(MessageHeader) == 56);
 
 struct Op : PostedOp {
   size_t moved = 0;  // payload bytes written to (send) or read from (receive) the ring

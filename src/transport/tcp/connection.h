@@ -32,7 +32,7 @@ struct FrameHeader {
   uint64_t bytes = 0;
   Fingerprint fingerprint;
 };
-static_assert(sizeof(FrameHeader) == 48);
+static_assert(sizeof(FrameHeader) == 56);
 
 inline constexpr uint32_t kFrameMagic = 0x46524843;  // "CHRF"
 // Larger messages that arrive before their receive are refused as a protocol error. Below it, the

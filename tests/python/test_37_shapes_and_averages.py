@@ -1,0 +1,104 @@
+"""Calls whose element counts agree but whose shapes differ across ranks, and integer averages.
+
+Found by an audit: an allgather of a (2, 3) array on one rank and a (3, 2) array on another, a
+nest {"a": 2 elements, "b": 3} against {"a": 3, "b": 2}, and DistributedDataParallel over a
+Linear(4, 2) on one rank and a Linear(2, 4) on another all returned wrong data without an error;
+and allreduce(int8, "avg") of 127 on every rank returned -1. The shape mismatches are now a
+MismatchError on every rank (the fingerprint's shape signature, Note [Shape signature]; the nest
+check's shapes), and integer averages are summed in int64 (Note [Integer averages]).
+
+A mismatch in a collective fails its communicator for good, so those tests run on a group of their
+own (new_group), and the world stays usable for the tests after them.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import chorus
+import chorus.distributed as dist
+import chorus.torch  # noqa: F401  (chorus.torch.DistributedDataParallel)
+from helpers import rank_size
+
+
+def _own_group():
+    """Every rank, in reverse order: a communicator of its own (the world's order is the world)."""
+    _, size = rank_size()
+    return dist.new_group(list(reversed(range(size))))
+
+
+@pytest.mark.parametrize("operation", ["allreduce", "allgather", "broadcast", "all_to_all"])
+def test_same_count_different_shape_is_a_mismatch_on_every_rank(operation):
+    rank, size = rank_size()
+    if size < 2:
+        pytest.skip("needs two ranks")
+    group = _own_group()
+    shape = (size, 4) if rank == size - 1 else (2 * size, 2)  # group rank 0 differs
+    x = np.ones(shape, np.float32)
+    call = {"allreduce": lambda: chorus.allreduce(x, group=group),
+            "allgather": lambda: chorus.allgather(x, group=group),
+            "broadcast": lambda: chorus.broadcast(x, 0, group=group),  # world rank size - 1
+            "all_to_all": lambda: chorus.all_to_all(x, group=group)}[operation]
+    with pytest.raises(chorus.MismatchError, match="shape is signature"):
+        call()
+        chorus.barrier(group=group)  # a broadcast's root may finish first: it raises here
+    chorus.barrier()  # the world is untouched
+
+
+def test_allgather_along_different_axes_is_a_mismatch():
+    rank, size = rank_size()
+    if size < 2:
+        pytest.skip("needs two ranks")
+    group = _own_group()
+    with pytest.raises(chorus.MismatchError, match="shapes or the axes differ"):
+        chorus.allgather(np.ones((2, 2), np.float32), axis=0 if rank == 0 else 1, group=group)
+
+
+def test_nest_leaves_of_the_same_total_but_different_shapes_are_a_mismatch():
+    rank, size = rank_size()
+    if size < 2:
+        pytest.skip("needs two ranks")
+    nest = ({"a": np.ones(2, np.float32), "b": np.ones(3, np.float32)} if rank == 0 else
+            {"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)})
+    for call in (chorus.allreduce, lambda x: chorus.broadcast(x, 0)):
+        with pytest.raises(chorus.MismatchError,
+                           match=r"at leaf 0, rank 0 has x\['a'\]: float32 \(2,\) and rank 1 has "
+                                 r"x\['a'\]: float32 \(3,\)"):
+            call(nest)
+    chorus.barrier()  # the nest check is a collective of its own: the world still works
+
+
+def test_data_parallel_over_differently_shaped_parameters_is_a_mismatch():
+    rank, size = rank_size()
+    if size < 2:
+        pytest.skip("needs two ranks")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2) if rank == 0 else torch.nn.Linear(2, 4)
+    with pytest.raises(chorus.MismatchError, match=r"broadcast #\d+ \(float32 x 8, root 0\).*"
+                                                   r"shape is signature"):
+        chorus.torch.DistributedDataParallel(model)
+    # The mismatch failed the world's communicator for good; the next call makes a new one.
+    chorus.shutdown()
+    chorus.barrier()
+
+
+def _truncated_mean(values):
+    total = sum(values)
+    quotient = abs(total) // len(values)
+    return quotient if total >= 0 else -quotient
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32"])
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_integer_average_does_not_overflow(dtype, kind):
+    rank, size = rank_size()
+    info = np.iinfo(dtype)
+    # Near the top and the bottom of the type: their sums overflow it on two ranks or more.
+    values = [[int(info.max) - r, int(info.min) + r] for r in range(size)]
+    x = np.array(values[rank], dtype)
+    if kind == "torch":
+        x = torch.from_numpy(x)
+    y = chorus.allreduce(x, "avg")
+    expected = [_truncated_mean([v[i] for v in values]) for i in range(2)]
+    assert [int(v) for v in y] == expected
+    assert str(y.dtype).endswith(dtype)
