@@ -3,7 +3,8 @@
 // Found: a data frame that arrives before its receive was buffered in an allocation of the size its
 // header claims (up to kMaxUnexpectedBytes, 1 TiB), before any payload arrived. A corrupt or
 // hostile header made the process reserve up to a terabyte (under a sanitizer, or without
-// overcommit, an out-of-memory abort or error) from 48 bytes. The buffer now grows as bytes arrive.
+// overcommit, an out-of-memory abort or error) from one header. The buffer now grows as bytes
+// arrive.
 //
 // This is its own executable: it links chorus_counted_allocations, which replaces the global
 // operator new to record the largest single allocation.
