@@ -11,6 +11,20 @@ void recordRankFailure(Store& store, const RankFailure& failure) {
   store.compareSet(kFailedRankKey, {}, toBytes(std::to_string(failure.rank) + " " + failure.what));
 }
 
+namespace {
+std::string earlyExitKey(int rank) { return "job/exited/" + std::to_string(rank); }
+}  // namespace
+
+void recordEarlyExit(Store& store, int rank, const std::string& what) {
+  store.set(earlyExitKey(rank), toBytes(what));
+}
+
+std::optional<std::string> recordedEarlyExit(Store& store, int rank) {
+  if (!store.check({earlyExitKey(rank)}))
+    return std::nullopt;
+  return toString(store.get(earlyExitKey(rank), Deadline::never()));
+}
+
 std::optional<RankFailure> recordedRankFailure(Store& store, Deadline deadline) {
   if (!store.check({kFailedRankKey})) {
     if (deadline.expired())

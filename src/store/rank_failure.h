@@ -26,4 +26,11 @@ void recordRankFailure(Store& store, const RankFailure& failure);
 // when nothing was recorded by then. Throws the store's other errors.
 std::optional<RankFailure> recordedRankFailure(Store& store, Deadline deadline);
 
+// The launcher's record of a rank that exited with code 0 while others still ran (key
+// "job/exited/<world rank>", value what happened): not a failure of the job, but a rank that has
+// not joined a communicator by then never will (Note [A rank that never joins]).
+void recordEarlyExit(Store& store, int rank, const std::string& what);
+// What was recorded for `rank`, if anything (looks without waiting). Throws the store's errors.
+std::optional<std::string> recordedEarlyExit(Store& store, int rank);
+
 }  // namespace chorus::store

@@ -333,6 +333,7 @@ void Launcher::checkRankExits() {
     RankProcess& process = *rankProcess;
     if (status.success() && !finishing_ && !stopping_) {
       earlyExits_.insert(process.rank());  // only worth saying if the job then fails
+      recordEarlyExit(process.rank(), nodeName() + status.describe(process.rank()));
     }
     endings_[process.rank()] = status.describe(process.rank());
     if (status.success()) {
@@ -370,6 +371,17 @@ void Launcher::checkRankExits() {
     beginFinish();
   } else {
     reapOrphans();
+  }
+}
+
+// For ranks still waiting for it to join a communicator (Note [A rank that never joins]).
+void Launcher::recordEarlyExit(int rank, const std::string& what) noexcept {
+  try {
+    store::TcpStore store(net::Address::parse(storeAddress_), token_,
+                          Deadline::after(std::chrono::seconds(2)));
+    store::recordEarlyExit(store, rank, what);
+  } catch (const std::exception& e) {
+    say("could not record rank " + std::to_string(rank) + "'s exit in the store: " + e.what());
   }
 }
 

@@ -109,6 +109,7 @@ class Launcher {
   // Writes the job's first failed rank into the store (store/rank_failure.h), best effort: ranks
   // whose GPU work waits on it inside NCCL learn of it there.
   void recordRankFailure(int rank, const std::string& what) noexcept;
+  void recordEarlyExit(int rank, const std::string& what) noexcept;
   void signalAll(int signal);
   void beginFinish();
   void reapOrphans();
