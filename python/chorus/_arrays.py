@@ -193,19 +193,46 @@ def prepare(x, name="x", writable=False):
                 f"{name} ({type(x).__name__}) is imported as NumPy; inplace=True needs a NumPy "
                 "array or a torch tensor")
         return _prepare_numpy(array, array, name, False)
-    raise _chorus.InvalidArgumentError(
+    raise _not_an_array(x, name)
+
+
+def check(x, name):
+    """Raises the error that prepare(x, name) raises for what is not an array chorus takes (of
+    another kind, or of a dtype or device it does not support), without wrapping x: a nest checks
+    all its leaves first, naming each by its path. Objects with __dlpack__ are prepare's to judge.
+    """
+    if isinstance(x, (np.ndarray, np.generic)):
+        _numpy_dtype(x.dtype, name)
+        return
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        _torch_dtype(torch, x, name)
+        return
+    if not hasattr(x, "__dlpack__"):
+        raise _not_an_array(x, name)
+
+
+def _not_an_array(x, name):
+    return _chorus.InvalidArgumentError(
         f"{name} must be a NumPy array, a torch tensor or an object with __dlpack__, not "
         f"{type(x).__name__}")
 
 
+def _numpy_dtype(dtype, name):
+    """chorus's name of a NumPy dtype, or of its native-endian twin; an error naming `name` for
+    the others."""
+    chorus_name = _NUMPY_DTYPES.get(dtype)
+    if chorus_name is None:
+        chorus_name = None if dtype.isnative else _NUMPY_DTYPES.get(dtype.newbyteorder("="))
+        if chorus_name is None:
+            raise _unsupported_dtype(name, dtype.name)
+    return chorus_name
+
+
 def _prepare_numpy(original, array, name, writable):
-    dtype = _NUMPY_DTYPES.get(array.dtype)
-    if dtype is None:
-        if array.dtype.newbyteorder("=") in _NUMPY_DTYPES and not array.dtype.isnative:
-            array = array.astype(array.dtype.newbyteorder("="))
-            dtype = _NUMPY_DTYPES[array.dtype]
-        else:
-            raise _unsupported_dtype(name, array.dtype.name)
+    dtype = _numpy_dtype(array.dtype, name)
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
     if writable and not original.flags.writeable:
         raise _chorus.InvalidArgumentError(
             f"{name} is read-only; chorus writes the result into it (inplace=True or out=), so "
@@ -216,7 +243,9 @@ def _prepare_numpy(original, array, name, writable):
     return Buffer(original, array, False, dtype)
 
 
-def _prepare_torch(torch, x, name):
+def _torch_dtype(torch, x, name):
+    """chorus's name of the tensor x's dtype; an error naming `name` for a device or dtype chorus
+    does not take."""
     if x.device.type != "cpu" and not (x.device.type == "cuda" and _chorus.gpu_backend):
         raise _chorus.UnsupportedError(
             f"{name} is a {x.device} tensor; this chorus was built without a GPU backend "
@@ -224,6 +253,11 @@ def _prepare_torch(torch, x, name):
     dtype = _torch_dtypes(torch).get(x.dtype)
     if dtype is None:
         raise _unsupported_dtype(name, str(x.dtype).replace("torch.", ""))
+    return dtype
+
+
+def _prepare_torch(torch, x, name):
+    dtype = _torch_dtype(torch, x, name)
     array = x.detach()  # the same memory
     if array.is_contiguous():
         return Buffer(x, array, True, dtype, shares=True)
@@ -239,6 +273,9 @@ def dtype_of(spec):
         if name is None:
             raise _unsupported_dtype("dtype", str(spec))
         return "torch", spec, name
+    if spec is None:  # np.dtype(None) is float64: a default the caller did not ask for
+        raise _chorus.InvalidArgumentError(
+            "dtype None is not a dtype; use one of " + ", ".join(SUPPORTED_DTYPES))
     if spec == "bfloat16":
         raise _chorus.InvalidArgumentError(
             "dtype bfloat16 needs a torch dtype (NumPy has no bfloat16): pass torch.bfloat16")

@@ -6,11 +6,16 @@ standalone (a group of one). Communicators come from the C++ pool (DistContext::
 are cached here by normalized rank_list, and by the rank_list as the caller wrote it, so the hot
 path of a collective is one dict lookup; the latter are also noted in C++ (_chorus.note_rank_list),
 whose fronts then take the short path for them. Roots and peers are given as world ranks and
-mapped to ranks within the caller's group.
+mapped to ranks within the caller's group. Every rank-like argument (a root, a peer, a rank of a
+rank_list or of new_group) is an int or any integer with __index__ (a NumPy integer), never a bool
+nor a float (as_int).
 """
 
+import operator
 import threading
 import weakref
+
+import numpy as np
 
 from . import _chorus
 
@@ -54,13 +59,8 @@ class Communicator:
 
     def group_rank(self, world_rank, what):
         """The rank within this group of world rank `world_rank` (`what` names the argument)."""
-        if isinstance(world_rank, bool) or not isinstance(world_rank, int):
-            try:
-                world_rank = int(world_rank.__index__())
-            except AttributeError:
-                raise _chorus.InvalidArgumentError(
-                    f"{what} must be an int (a world rank), not {type(world_rank).__name__}"
-                ) from None
+        if type(world_rank) is not int:
+            world_rank = as_int(world_rank, what, "an int (a world rank)")
         g = self._index.get(world_rank)
         if g is None:
             raise _chorus.InvalidArgumentError(
@@ -71,6 +71,29 @@ class Communicator:
     def __repr__(self):
         return (f"Communicator(rank={self.rank}, size={self.size}, world_rank={self.world_rank}, "
                 f"members={list(self.members)}, backend={self.backend!r})")
+
+
+def described(value):
+    """`value` for a message: its type, then its repr ("float 0.0", "bool True"), so that a value
+    whose repr reads like a valid one is told apart; None as itself."""
+    if value is None:
+        return "None"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def as_int(value, what, kind="an int"):
+    """`value` as a Python int: an int or an integer with __index__ (NumPy's), never a bool (True
+    is not rank 1) nor a float. Anything else is an InvalidArgumentError: "WHAT must be KIND, not
+    float 0.0"."""
+    if type(value) is int:
+        return value
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise _chorus.InvalidArgumentError(f"{what} must be {kind}, not {described(value)}")
 
 
 def _world_communicator():
@@ -88,22 +111,31 @@ def normalize(rank_list, world_size):
     """A tuple of tuples partitioning range(world_size), or None for the whole world."""
     if rank_list is None:
         return None
-    if isinstance(rank_list, (list, tuple)) and not rank_list:
-        return None  # like DistContext::communicator({}): the world
     if not isinstance(rank_list, (list, tuple)):
         raise _chorus.InvalidArgumentError(
             "rank_list must be None, a list of world ranks, or a list of lists of world ranks; "
             f"got {type(rank_list).__name__}")
-    if rank_list and all(isinstance(r, int) and not isinstance(r, bool) for r in rank_list):
-        rank_list = [rank_list]
+    if not rank_list:
+        # It names no group: by the rule for ranks in none, every rank would run alone. None is
+        # the whole world (as [] is to C++'s DistContext::communicator).
+        raise _chorus.InvalidArgumentError(
+            "rank_list is empty, so it names no group; pass None for the whole world, or the "
+            "world ranks of at least one group")
+    if not any(isinstance(entry, (list, tuple)) for entry in rank_list):
+        rank_list = [rank_list]  # a flat list: one group
     groups, seen = [], set()
     for group in rank_list:
         if not isinstance(group, (list, tuple)) or not group:
             raise _chorus.InvalidArgumentError(
                 f"rank_list entries must be non-empty lists of world ranks; got {group!r}")
+        ranks = []
         for r in group:
-            if isinstance(r, bool) or not isinstance(r, int):
-                raise _chorus.InvalidArgumentError(f"rank_list holds {r!r}, which is not an int")
+            if type(r) is not int:
+                try:
+                    r = as_int(r, "rank_list")
+                except _chorus.InvalidArgumentError:
+                    raise _chorus.InvalidArgumentError(
+                        f"rank_list holds {described(r)}, which is not an int") from None
             if not 0 <= r < world_size:
                 raise _chorus.InvalidArgumentError(
                     f"rank_list names rank {r}, which is not a rank of this job of size "
@@ -112,7 +144,8 @@ def normalize(rank_list, world_size):
                 raise _chorus.InvalidArgumentError(
                     f"Each rank can only appear on rank_list once (rank {r} appears twice)")
             seen.add(r)
-        groups.append(tuple(group))
+            ranks.append(r)
+        groups.append(tuple(ranks))
     groups.extend((r,) for r in range(world_size) if r not in seen)
     if len(groups) == 1 and groups[0] == tuple(range(world_size)):
         return None  # the whole world, in order: the world communicator serves it
@@ -198,8 +231,8 @@ class Group:
 
     def world_rank(self, group_rank):
         """The world rank of group rank `group_rank`."""
-        if isinstance(group_rank, bool) or not isinstance(group_rank, int) \
-                or not 0 <= group_rank < self.size:
+        group_rank = as_int(group_rank, "group_rank", "an int (a group rank)")
+        if not 0 <= group_rank < self.size:
             raise _chorus.InvalidArgumentError(
                 f"{group_rank!r} is not a rank of the group {list(self.ranks)} (its ranks are 0 to "
                 f"{self.size - 1})")
@@ -207,7 +240,7 @@ class Group:
 
     def group_rank(self, world_rank):
         """The group rank of world rank `world_rank`, or -1 when it is not a member."""
-        return self._index.get(world_rank, -1)
+        return self._index.get(as_int(world_rank, "world_rank", "an int (a world rank)"), -1)
 
     def __repr__(self):
         return f"Group(ranks={list(self.ranks)}, rank={self.rank})"
@@ -222,6 +255,7 @@ def new_group(ranks):
             f"new_group needs a non-empty list of world ranks, not {ranks!r}")
     ranks = list(ranks)
     normalize([ranks], world.world_size)  # ints, in range, none twice: or a clear error
+    ranks = [as_int(r, "ranks") for r in ranks]  # NumPy integers as ints
     comm = get([ranks])
     group = Group(ranks, world.world_rank)
     if group.rank >= 0 and comm.members == group.ranks:  # group ranks are the communicator's
@@ -255,10 +289,12 @@ def resolve(group, rank_list, operation):
 
 
 def world_rank_of(group, rank, what):
-    """`rank` as a world rank: a group rank of `group` when a group is given, else as is."""
+    """`rank` as a world rank (an int): a group rank of `group` when a group is given, else as
+    is; `what` names it in the error for anything else."""
     if group is None:
-        return rank
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < group.size:
+        return rank if type(rank) is int else as_int(rank, what, "an int (a world rank)")
+    rank = as_int(rank, what, "an int (a group rank)")
+    if not 0 <= rank < group.size:
         raise _chorus.InvalidArgumentError(
             f"{what}={rank!r} is not a rank of the group {list(group.ranks)}: with group=, {what} "
             f"is a group rank from 0 to {group.size - 1}")

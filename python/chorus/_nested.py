@@ -24,7 +24,7 @@ import hashlib
 
 import numpy as np
 
-from . import _chorus, _groups
+from . import _arrays, _chorus, _groups
 
 
 def is_nest(x):
@@ -134,12 +134,22 @@ def _refuse_out(out, operation):
             f"{operation} of a nest takes no out=; it returns a new nest (or use inplace=True)")
 
 
-def leafwise(call, x, arguments, async_op, out, operation):
-    """`call(leaf, async_op=True, **arguments)` for every leaf of the nest `x`, all issued before
-    any is waited for; returns the nest of results (or a NestWork)."""
-    _refuse_out(out, operation)
+def _flat_checked(x, rank_list, operation, async_op):
+    """The leaves of the nest `x` (flatten()), once the ranks agree on the nest and each leaf is
+    an array chorus takes: what is not is refused here, named by its path (x['b'], x[1][1]), not
+    by its place in the list of leaves of its dtype that the operation is given."""
+    from ._ops import _check_bool_flag  # _ops imports this module
+    _check_bool_flag(async_op, "async_op")
     flat = flatten(x)
-    check_same_structure(flat, arguments["rank_list"], operation)
+    check_same_structure(flat, rank_list, operation)
+    for path, leaf in flat:
+        _arrays.check(leaf, path)
+    return flat
+
+
+def _leafwise(call, x, flat, arguments, async_op):
+    """`call(leaf, async_op=True, **arguments)` for every leaf of the nest `x` (`flat`, checked),
+    all issued before any is waited for; returns the nest of results (or a NestWork)."""
     works = [call(leaf, async_op=True, **arguments) for _, leaf in flat]
 
     def finish(results):
@@ -216,14 +226,13 @@ def fused_split(operation, x, arguments, async_op, out):
     (framework, dtype, device): block g of each buffer holds chunk g of every leaf."""
     from . import _ops  # _ops imports this module
     _refuse_out(out, operation)
-    flat = flatten(x)
     rank_list = arguments["rank_list"]
+    flat = _flat_checked(x, rank_list, operation, async_op)
     groups = _fusion_groups(flat)
     if groups is None:
         call = {"scatter": _ops._scatter, "reduce_scatter": _ops._reduce_scatter,
                 "all_to_all": _ops._all_to_all, "gather": _ops._gather}[operation]
-        return leafwise(call, x, arguments, async_op, out, operation)
-    check_same_structure(flat, rank_list, operation)
+        return _leafwise(call, x, flat, arguments, async_op)
     comm = _groups.get(rank_list)
     size = comm.size
     split = arguments.get("split_axis", 0)
@@ -273,18 +282,17 @@ def fused_split(operation, x, arguments, async_op, out):
 
 def fused(operation, x, arguments, async_op, inplace, out):
     """broadcast, reduce or allgather of the nest `x` as one message per (framework, dtype,
-    device); falls back to leafwise() when a leaf is of another framework."""
+    device); falls back to _leafwise() when a leaf is of another framework."""
     from . import _ops  # _ops imports this module
     _refuse_out(out, operation)
-    flat = flatten(x)
     rank_list = arguments["rank_list"]
+    flat = _flat_checked(x, rank_list, operation, async_op)
     groups = _fusion_groups(flat)
     if groups is None:
         call = {"broadcast": _ops._broadcast_leaf, "reduce": _ops._reduce,
                 "allgather": _ops._allgather_leaf}[operation]
         extra = {"inplace": inplace} if operation != "allgather" else {}
-        return leafwise(call, x, dict(arguments, **extra), async_op, out, operation)
-    check_same_structure(flat, rank_list, operation)
+        return _leafwise(call, x, flat, dict(arguments, **extra), async_op)
     comm = _groups.get(rank_list)
     works = []
     for (framework, _, _), indices in groups.items():
@@ -329,8 +337,7 @@ def allreduce(x, op, rank_list, async_op, inplace, synchronize, out):
     """allreduce of the nest `x`: one fused message per (framework, dtype, device)."""
     from ._ops import _allreduce  # _ops imports this module
     _refuse_out(out, "allreduce")
-    flat = flatten(x)
-    check_same_structure(flat, rank_list, "allreduce")
+    flat = _flat_checked(x, rank_list, "allreduce", async_op)
     groups = {}
     for index, (_, leaf) in enumerate(flat):
         key = (type(leaf).__module__, _dtype_name(leaf), str(getattr(leaf, "device", "")))

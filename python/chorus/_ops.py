@@ -10,7 +10,8 @@ Each operation calls the _chorus function of the same name, which mirrors the C+
 method (python/src/operations.cc). C++ checks each call before anything is sent, with the messages
 users see: the op against the dtype, axes, roots, peers and tags against the tensors and the group,
 outputs against inputs; and parse_reduce_op refuses an unknown op name. What this file checks is
-what C++ cannot see: the Python types of arguments (an axis or tag that is not an int, the flags),
+what C++ cannot see: the Python types of arguments (an axis, root, peer or tag that is not an int
+or a NumPy integer, or is a bool; flags that are not bools), what the bindings' C ints hold,
 the package's own arguments (inplace= with out=, out= lists, recv's shape, the dimension 0 that
 reduce_scatter and scatter split along), world ranks that have no group rank, and dtypes that the
 export hides (bool travels as uint8 under one dtype override per call, so out= and the items of a
@@ -105,7 +106,7 @@ def _complete(calls, finish, async_op, synchronize):
 
     synchronize=True: a blocking call also waits on the host until the operation is complete on
     the GPU (CUDA tensors); host operations are complete when a blocking call returns anyway."""
-    _check_bool_flag(synchronize, "synchronize")
+    _check_flags(async_op, synchronize)
     if async_op:
         pending = [call(True) for call in calls]
         return Work(pending, finish, _arrays.take_cuda_device())
@@ -124,10 +125,24 @@ def _check_bool_flag(value, name):
         raise _chorus.InvalidArgumentError(f"{name} must be True or False, not {value!r}")
 
 
+def _check_flags(async_op, synchronize):
+    """Every operation's flags. (The short paths take True and False only: anything else comes
+    here, python/src/front_calls.cc.)"""
+    _check_bool_flag(async_op, "async_op")
+    _check_bool_flag(synchronize, "synchronize")
+
+
+# The C++ bindings take axes and tags as C ints (python/src/operations.cc).
+_INT_MIN, _INT_MAX = -2**31, 2**31 - 1
+
+
 def _int(value, what):
-    """`value`, which must be an int (not a bool); C++ checks its range."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _chorus.InvalidArgumentError(f"{what} must be an int, not {type(value).__name__}")
+    """`value` as an int (an int or a NumPy integer, not a bool or a float); C++ checks its range
+    against the tensor, here only what a C int holds."""
+    value = _groups.as_int(value, what)
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise _chorus.InvalidArgumentError(
+            f"{what}={value} is out of range: no tensor has that many dimensions")
     return value
 
 
@@ -266,7 +281,8 @@ def _allreduce(x, op, rank_list, async_op, synchronize, inplace, out):
     items = list(x) if is_list else [x]
     bufs = [_arrays.prepare(item, f"x[{i}]" if is_list else "x", inplace)
             for i, item in enumerate(items)]
-    if not bufs:
+    if not bufs:  # a list in gives a list out: [] for [] (C++'s fused allreduce refuses it)
+        _check_flags(async_op, synchronize)
         return [] if not async_op else Work([], lambda: [])
     dtype = bufs[0].dtype
     for i, b in enumerate(bufs):  # before DLPack export, which carries bool as uint8
@@ -676,8 +692,7 @@ def recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, asy
     if status is not None and not isinstance(status, Status):
         raise _chorus.InvalidArgumentError(
             f"status must be a chorus.Status, not {type(status).__name__}")
-    if not (isinstance(peer, int) and not isinstance(peer, bool) and peer == ANY_SOURCE):
-        peer = _groups.world_rank_of(group, peer, "peer")
+    peer = ANY_SOURCE if _is_any_source(peer) else _groups.world_rank_of(group, peer, "peer")
     return _recv(peer, shape, dtype, tag, out=out, rank_list=rank_list, async_op=async_op,
                  synchronize=synchronize, status=status, group=group)
 
@@ -689,13 +704,13 @@ recv = _front(recv)
 def _recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, async_op=False,
           synchronize=False, status=None, group=None):
     comm = _groups.get(rank_list)
-    group_peer = ANY_SOURCE if peer == ANY_SOURCE else comm.group_rank(peer, "peer")
+    group_peer = ANY_SOURCE if _is_any_source(peer) else comm.group_rank(peer, "peer")
     if out is not None:
         b = _arrays.prepare(out, "out", writable=True)
     else:
         if shape is None:
             raise _chorus.InvalidArgumentError("recv needs either shape (with dtype) or out")
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        shape = _extents(shape)
         kind, dt, name = _arrays.dtype_of(dtype)
         if kind == "torch":
             import torch
@@ -726,10 +741,44 @@ def _recv(peer, shape=None, dtype="float32", tag=0, out=None, rank_list=None, as
     return _complete([call], finish, async_op, synchronize)
 
 
+def _is_any_source(peer):
+    """Whether recv's `peer` is ANY_SOURCE: -1 as an int or a NumPy integer (not -1.0, which
+    world_rank_of refuses as it refuses 1.0)."""
+    if type(peer) is int:
+        return peer == ANY_SOURCE
+    try:
+        return _groups.as_int(peer, "peer") == ANY_SOURCE
+    except _chorus.InvalidArgumentError:
+        return False
+
+
+def _extents(shape):
+    """recv's `shape` (an int, or a sequence of ints such as a tuple, list or torch.Size), none
+    negative, as a tuple."""
+    try:
+        if hasattr(shape, "__index__"):
+            extents = (_groups.as_int(shape, "shape"),)
+        elif isinstance(shape, (str, bytes)):
+            extents = None
+        else:
+            extents = tuple(_groups.as_int(e, "shape") for e in shape)
+    except (_chorus.InvalidArgumentError, TypeError):
+        extents = None
+    if extents is None or any(e < 0 for e in extents):
+        raise _chorus.InvalidArgumentError(
+            "recv: shape must be a non-negative int or a tuple or list of them (the extents), "
+            f"not {_groups.described(shape)}")
+    return extents
+
+
 def _tag(tag):
-    """`tag`, which must be an int (not a bool); C++ refuses a negative one."""
-    if isinstance(tag, bool) or not isinstance(tag, int):
-        raise _chorus.InvalidArgumentError(f"tag must be a non-negative int, not {tag!r}")
+    """`tag` as an int (an int or a NumPy integer, not a bool or a float) that the bindings' C
+    int holds; C++ refuses a negative one, naming the operation."""
+    if type(tag) is not int:
+        tag = _groups.as_int(tag, "tag", "a non-negative int")
+    if not _INT_MIN <= tag <= _INT_MAX:
+        raise _chorus.InvalidArgumentError(
+            f"tag must be a non-negative int up to {_INT_MAX} (a C int), not {tag}")
     return tag
 
 

@@ -63,8 +63,7 @@ def all_to_all(x, splits, recv_splits, rank_list, async_op, synchronize, problem
     wait() returns that pair (the agreement on the counts is made before it returns). A
     `problem` (the caller's arguments refused) is raised after the agreement has told every
     rank."""
-    problem = problem or _ops._problem_of(lambda: _ops._check_bool_flag(synchronize,
-                                                                           "synchronize"))
+    problem = problem or _ops._problem_of(lambda: _ops._check_flags(async_op, synchronize))
     received = []
     result = _exchange_rows(x, splits, recv_splits, rank_list, async_op, synchronize, received,
                             problem)
@@ -134,12 +133,14 @@ def _padded_exchange(b, sends, arrives, largest, rank_list, async_op, synchroniz
 def allgather(x, axis, rank_list, async_op, synchronize, problem=None):
     """Every rank's x concatenated along `axis` in group-rank order, extents along it free; a
     `problem` as for all_to_all."""
-    problem = problem or _ops._problem_of(lambda: _ops._check_bool_flag(synchronize,
-                                                                           "synchronize"))
+    problem = problem or _ops._problem_of(lambda: _ops._check_flags(async_op, synchronize))
     comm = _groups.get(rank_list)
     b, problem = _prepared(x) if problem is None else (None, problem)
-    if problem is None and (isinstance(axis, bool) or not isinstance(axis, int)):
-        problem = _chorus.InvalidArgumentError(f"axis must be an int, not {type(axis).__name__}")
+    if problem is None:
+        try:
+            axis = _ops._int(axis, "axis")
+        except _chorus.InvalidArgumentError as error:
+            problem = error
     ndim = len(b.shape) if b is not None else 0
     if problem is None and not -ndim <= axis < ndim:
         problem = _chorus.InvalidArgumentError(

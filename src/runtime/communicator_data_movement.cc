@@ -229,7 +229,7 @@ void checkPeer(int peer, int tag, int rank, int me, int size, std::string_view o
   CHORUS_CHECK_ARG(peer >= 0 && peer < size, "rank ", me, " (this process): ", op, ": peer ", peer,
                    " is not a rank of this communicator (size ", size, ")");
   CHORUS_CHECK_ARG(peer != rank, "rank ", me, " (this process): ", op,
-                   " to itself; copy the tensor instead");
+                   op == "recv" ? " from itself" : " to itself", "; copy the tensor instead");
   CHORUS_CHECK_ARG(tag >= 0, "rank ", me, " (this process): ", op,
                    ": tag must be a non-negative int, not ", tag);
 }

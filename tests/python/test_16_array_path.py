@@ -292,8 +292,10 @@ def test_declined_broadcasts_and_allgathers_behave_as_before():
                                   np.full(4, size - 1, np.float32))
     with pytest.raises(chorus.InvalidArgumentError, match=f"root={size} is not a member"):
         chorus.broadcast(x, root=size)
+    np.testing.assert_array_equal(chorus.allgather(x, axis=np.int64(0)),  # NumPy ints are ints
+                                  np.repeat(np.arange(size, dtype=np.float32), 4))
     with pytest.raises(chorus.InvalidArgumentError, match="axis must be an int"):
-        chorus.allgather(x, axis=np.int64(0))
+        chorus.allgather(x, axis=0.0)
     with pytest.raises(chorus.InvalidArgumentError, match="axis=1 is out of range"):
         chorus.allgather(x, axis=1)
     with pytest.raises(chorus.InvalidArgumentError, match="out has dtype int32"):

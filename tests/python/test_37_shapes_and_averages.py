@@ -90,15 +90,25 @@ def _truncated_mean(values):
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int32"])
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
-def test_integer_average_does_not_overflow(dtype, kind):
+@pytest.mark.parametrize("operation", ["allreduce", "reduce_scatter", "reduce"])
+def test_integer_average_does_not_overflow(dtype, kind, operation):
     rank, size = rank_size()
     info = np.iinfo(dtype)
-    # Near the top and the bottom of the type: their sums overflow it on two ranks or more.
-    values = [[int(info.max) - r, int(info.min) + r] for r in range(size)]
+    # Near the top and the bottom of the type, once per rank's chunk for reduce_scatter: their
+    # sums overflow the type on two ranks or more.
+    values = [[int(info.max) - r, int(info.min) + r] * size for r in range(size)]
     x = np.array(values[rank], dtype)
     if kind == "torch":
         x = torch.from_numpy(x)
-    y = chorus.allreduce(x, "avg")
-    expected = [_truncated_mean([v[i] for v in values]) for i in range(2)]
+    expected = [_truncated_mean([v[i] for v in values]) for i in range(2 * size)]
+    if operation == "allreduce":
+        y = chorus.allreduce(x, "avg")
+    elif operation == "reduce_scatter":
+        y = chorus.reduce_scatter(x, "avg")
+        expected = expected[2 * rank:2 * rank + 2]
+    else:
+        y = chorus.reduce(x, 0, "avg")
+        if rank != 0:
+            expected = values[rank]  # non-roots get their input back
     assert [int(v) for v in y] == expected
     assert str(y.dtype).endswith(dtype)
