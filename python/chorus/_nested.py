@@ -69,8 +69,9 @@ def _signature(flat):
                      for path, leaf in flat)
 
 
-def check_same_structure(flat, rank_list, operation):
-    """Raises MismatchError on every rank of the group if the ranks' nests differ."""
+def check_same_structure(flat, rank_list, operation, subject="of a nest: the nests differ"):
+    """Raises MismatchError on every rank of the group if the ranks' nests differ. The message
+    reads "OPERATION SUBJECT across ranks; at leaf I, ..."."""
     from ._ops import _allgather  # _ops imports this module
     comm = _groups.get(rank_list)
     if comm.size == 1:
@@ -88,10 +89,10 @@ def check_same_structure(flat, rank_list, operation):
     padded[:data.size] = data
     every = _allgather(padded, 0, rank_list, False, False, out=None).reshape(comm.size, -1)
     signatures = [bytes(every[g][:int(lengths[g])]).decode().split("\n") for g in range(comm.size)]
-    raise _chorus.MismatchError(_describe_difference(signatures, comm, operation))
+    raise _chorus.MismatchError(_describe_difference(signatures, comm, operation, subject))
 
 
-def _describe_difference(signatures, comm, operation):
+def _describe_difference(signatures, comm, operation, subject):
     """The message: the first entry where some rank's nest differs from group rank 0's."""
     world = comm.members
     first = signatures[0]
@@ -102,10 +103,9 @@ def _describe_difference(signatures, comm, operation):
             a = first[i] if i < len(first) else "(nothing)"
             b = other[i] if i < len(other) else "(nothing)"
             if a != b:
-                return (f"rank {comm.world_rank} (this process): {operation} of a nest: the nests "
-                        f"differ across ranks; at leaf {i}, rank {world[0]} has {a} and rank "
-                        f"{world[g]} has {b}")
-    return f"rank {comm.world_rank} (this process): {operation} of a nest: the nests differ"
+                return (f"rank {comm.world_rank} (this process): {operation} {subject} across "
+                        f"ranks; at leaf {i}, rank {world[0]} has {a} and rank {world[g]} has {b}")
+    return f"rank {comm.world_rank} (this process): {operation} {subject}"
 
 
 class NestWork:

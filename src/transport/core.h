@@ -32,7 +32,9 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -125,6 +127,10 @@ class TransportCore : public Transport {
   virtual bool hasMessageFrom(int /*peer*/, uint64_t /*tag*/) { return false; }
   // A wait() begins.
   virtual void beginWait() {}
+  // The tag of the first message from `peer` that waits buffered for its receive, when that is a
+  // send's (Collective::kPointToPoint), for a timeout's hint (Note [A receive for another tag]).
+  // Default: none.
+  virtual std::optional<uint64_t> bufferedSendTag(int /*peer*/) { return std::nullopt; }
   // Moves what can move now, without blocking.
   virtual void progress() {}
   // `peer` closed on purpose, and nothing more will come from it.
@@ -170,6 +176,7 @@ class TransportCore : public Transport {
   void finishComplete(std::span<Request* const> requests);
   bool allComplete();
   void waitOnAnyPeer();
+  std::string tagHint();
   void startAnyPeerRecv(Op& op);
   bool anyComplete();
 
@@ -283,6 +290,26 @@ void TransportCore<Op>::waitOnAnyPeer() {
   }
 }
 
+// Note [A receive for another tag]
+// A receive that times out while its peer's message waits buffered under another tag is a send and
+// a recv whose tags disagree, the most common point-to-point mistake; the TimeoutError says so
+// instead of only that the peer never sent. Collectives' messages are not named: their tags are
+// chorus's own.
+template <typename Op>
+std::string TransportCore<Op>::tagHint() {
+  for (const Op* op : waitOps_) {
+    if (op == nullptr || op->complete || op->isSend || op->peer == kAnyPeer)
+      continue;
+    const std::optional<uint64_t> sent = bufferedSendTag(op->peer);
+    if (sent && *sent != op->tag) {
+      return detail::concat("; rank ", worldRank(op->peer), " did send a message with tag ", *sent,
+                            ", which waits unreceived, while this rank receives tag ", op->tag,
+                            " from it: do the send's and the recv's tags match?");
+    }
+  }
+  return {};
+}
+
 // True when some op of waitOps_ is complete (or there is none); otherwise as allComplete().
 template <typename Op>
 bool TransportCore<Op>::anyComplete() {
@@ -331,7 +358,7 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
         return false;
       const Clock::time_point now = Clock::now();  // Note [One clock read per pass]
       if (now >= deadline.at())
-        throw makeTimeoutError(worldRank(rank_), waitingOn_);
+        throw makeTimeoutError(worldRank(rank_), waitingOn_, tagHint());
       if (now >= stallCheckAt) {
         stall::onStalled(waitingOn_);
         stallCheckAt = stall::nextCheckAt();

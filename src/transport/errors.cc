@@ -17,7 +17,7 @@ PeerError makeCrashedPeerError(int selfRank, int peerRank) {
                    peerRank);
 }
 
-TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers) {
+TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers, std::string_view hint) {
   peers = stall::missingRanks(std::move(peers));
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
@@ -31,7 +31,7 @@ TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers) {
                      " waiting for ", one ? "rank " : "ranks ", names, "; ", one ? "it" : "they",
                      " may have crashed, be stuck, or have called a different collective (raise "
                      "the timeout (CHORUS_TIMEOUT) if ",
-                     one ? "it is" : "they are", " only slow)"),
+                     one ? "it is" : "they are", " only slow)", hint),
       peers);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <string_view>
 #include <vector>
 
 #include "chorus/error.h"
@@ -16,8 +17,8 @@ namespace chorus::transport {
 PeerError makeCrashedPeerError(int selfRank, int peerRank);
 
 // A deadline passed, naming the peers of unfinished requests (sorted, without repeats) in the
-// message and in missingRanks().
-TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers);
+// message and in missingRanks(). `hint`, when given, ends the message.
+TimeoutError makeTimeoutError(int selfRank, std::vector<int> peers, std::string_view hint = {});
 
 // A send to (or receive from) `peerRank`, which closed its communicator on purpose, cannot
 // complete.

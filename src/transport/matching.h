@@ -129,6 +129,8 @@ class PeerMatching {
   // The message buffered last.
   Message& newestMessage() { return messages_.back(); }
 
+  // The message buffered first, or null.
+  const Message* firstMessage() const { return messages_.empty() ? nullptr : &messages_.front(); }
   // The first buffered message with `tag`, or null. It stays buffered until removeMessage.
   Message* findMessage(uint64_t tag) {
     auto it = std::find_if(messages_.begin(), messages_.end(),

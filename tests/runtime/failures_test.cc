@@ -99,6 +99,48 @@ TEST(TimeoutTest, MissingRankIsNamedAfterTheTimeout) {
       options);
 }
 
+// Note [A receive for another tag]: a recv whose sender used another tag times out saying so.
+class TagMismatchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TagMismatchTest, ARecvTimesOutNamingTheTagItsPeerSent) {
+  RankOptions options;
+  options.backend = GetParam();
+  options.timeout = std::chrono::milliseconds(1000);
+  // Rank 0 stays until rank 1 has checked (ranks are threads: a promise orders them).
+  std::promise<void> checked;
+  std::shared_future<void> done = checked.get_future().share();
+  runRanks(
+      2,
+      [&](Communicator& comm) {
+        std::vector<float> values(4, 1.0f);
+        if (comm.rank() == 0) {
+          comm.send(Tensor(values.data(), {4}), 1, /*tag=*/7)->wait();  // completes: eager
+          done.wait_for(std::chrono::seconds(30));
+          return;
+        }
+        struct Release {
+          std::promise<void>& promise;
+          ~Release() { promise.set_value(); }
+        } release{checked};
+        try {
+          comm.recv(Tensor(values.data(), {4}), 0, /*tag=*/8)->wait();
+          ADD_FAILURE() << "the recv returned";
+        } catch (const TimeoutError& e) {
+          EXPECT_EQ(e.missingRanks(), std::vector<int>{0}) << e.what();
+          EXPECT_TRUE(mentions(e,
+                               "rank 0 did send a message with tag 7, which waits unreceived, "
+                               "while this rank receives tag 8 from it"))
+              << e.what();
+        }
+      },
+      options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends,
+                         TagMismatchTest,
+                         ::testing::Values("shm", "tcp"),
+                         [](const auto& info) { return info.param; });
+
 TEST(TimeoutTest, WorkWaitWithTimeoutLeavesOperationRunning) {
   // Rank 1 joins the allreduce only after rank 0's short wait has timed out (ranks are threads
   // here, so a promise orders them without sleeping).

@@ -8,11 +8,12 @@ at the end of backward finalizes.
 """
 
 import contextlib
+import weakref
 
 import torch
 from torch.utils import dlpack as _dlpack
 
-from .. import _arrays, _chorus, _groups, _ops
+from .. import _arrays, _chorus, _groups, _nested, _ops
 from . import hooks as _hooks
 from ._autograd_hooks import (EndOfBackward, adopt_gradient_view, bucket_limits,
                               check_parameters, hook_accumulators)
@@ -69,7 +70,15 @@ class DistributedDataParallel(torch.nn.Module):
         # tensors too, through _DEVICE_BUCKETS_ON_HOST).
         self._held_buckets = bool(self._params) and (self._params[0].is_cuda
                                                      or _DEVICE_BUCKETS_ON_HOST)
-        self._broadcast_from_rank_zero([p.detach() for p in self._params])
+        # As torch's DDP: every rank's parameters, frozen ones too, must agree in name, dtype and
+        # shape (a MismatchError on every rank, the world still usable), and then all of them take
+        # rank 0's values (frozen ones too: they were left as each rank made them, an audit found).
+        every = list(module.named_parameters())
+        _nested.check_same_structure([(repr(name), p) for name, p in every], None,
+                                     "DistributedDataParallel", "of a model: the parameters differ")
+        self._broadcast_from_rank_zero([p.detach() for _, p in every])
+        for p in self._params:
+            p._chorus_data_parallel = weakref.ref(self)  # what ZeroOptimizer refuses to take
         self._broadcast_from_rank_zero(self._buffers_to_sync())
         bucket_bytes, first_bucket_bytes = bucket_limits(bucket_cap_mb, "DistributedDataParallel")
         specs = [(p.numel(), _arrays.torch_dtype_name(p.dtype)) for p in self._params]

@@ -41,6 +41,20 @@ def _repeats_elements(tensor):
     return any(stride == 0 and size > 1 for stride, size in zip(tensor.stride(), tensor.shape))
 
 
+def _refuse_data_parallel(named):
+    """ZeroOptimizer reduces the gradients itself: parameters that a live DistributedDataParallel
+    also reduces trained to wrong values from the second step on (an audit found it), so they are
+    refused. (torch's ZeroRedundancyOptimizer is used inside DDP; this one replaces it.)"""
+    for name, p in named:
+        ddp = getattr(p, "_chorus_data_parallel", None)
+        if ddp is not None and ddp() is not None:
+            raise _invalid(
+                f"parameter {name} belongs to a chorus.torch.DistributedDataParallel; "
+                "ZeroOptimizer averages the gradients itself (in place of "
+                "DistributedDataParallel): give it the bare module or its parameters, and do not "
+                "wrap the module")
+
+
 class ZeroOptimizer(torch.optim.Optimizer):
     """Data-parallel training with ZeRO-partitioned optimizer state, gradients and parameters.
 
@@ -111,6 +125,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         named = check_parameters([(name, p) for name, p, _ in listed], _WHO, cuda=True)
         if not named:
             raise _invalid("no parameters that require gradients")
+        _refuse_data_parallel(named)
         self.stage, self.optim, self.mixed_precision = stage, optim, mixed_precision
         self.comm_dtype = comm_dtype
         base = {

@@ -200,6 +200,12 @@ class ShmTransport final : public TransportCore<Op> {
   void startSend(Op& op) override;
   void startRecv(Op& op) override;
   void beginWait() override;
+  std::optional<uint64_t> bufferedSendTag(int peer) override {
+    const Unexpected* message = links_[peer].matching.firstMessage();
+    if (message == nullptr || message->header.fingerprint.collective != Collective::kPointToPoint)
+      return std::nullopt;
+    return message->tag();
+  }
   void progress() override { moved_ = progressAll(); }
   bool peerLeft(int peer) const override { return links_[peer].left; }
   bool hasMessageFrom(int peer, uint64_t tag) override {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/net/socket.h"
@@ -75,6 +76,14 @@ class Connection {
   }
   // Whether a message with `tag` waits buffered for its receive.
   bool hasMessage(uint64_t tag) { return matching_.findMessage(tag) != nullptr; }
+  // The tag of the first message that waits for its receive, when it is a send's (not a
+  // collective's); none otherwise.
+  std::optional<uint64_t> bufferedSendTag() const {
+    const Unexpected* message = matching_.firstMessage();
+    if (message == nullptr || message->header.fingerprint.collective != Collective::kPointToPoint)
+      return std::nullopt;
+    return message->tag();
+  }
   // Queues an abort or goodbye frame.
   void queueControl(FrameKind kind, std::vector<uint8_t> payload);
 

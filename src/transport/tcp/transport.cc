@@ -46,14 +46,14 @@ constexpr std::chrono::milliseconds kGoodbyeTimeout{1000};
 // Note [Polling before sleeping]
 // A wait first polls: epoll_wait with no timeout, then sched_yield, for 100 us (CHORUS_TCP_POLL_US)
 // after it began or after the last pass that found something; only then does it sleep in
-// epoll_wait. Sleeping at
-// once made every message that came later pay the kernel's wake-up of a sleeping thread, tens of
-// microseconds on a VM: an 8-byte ping-pong over loopback took 57 us a round trip where Open MPI's
-// tcp BTL, which polls without end, took 15 us. The yield gives the core to a peer that shares it
-// (more ranks than cores), as the shm transport's does (Note [Spinning] there). With more of the
-// communicator's ranks on this node than it has cores, though, polling ranks held the cores that
-// the ranks with something to do needed (4 ranks on 2 cores: an 8-byte allreduce took 186 us
-// against 128 us sleeping at once), so there a wait sleeps at once, as it always did.
+// epoll_wait. Sleeping at once made every message that came later pay the kernel's wake-up of a
+// sleeping thread, tens of microseconds on a VM: an 8-byte ping-pong over loopback took 51 us a
+// round trip where Open MPI's tcp BTL, which polls without end, took 11 us (12 us now). The yield
+// gives the core to a peer that shares it (more ranks than cores), as the shm transport's does
+// (Note [Spinning] there). With more of the communicator's ranks on this node than it has cores,
+// though, polling ranks held the cores that the ranks with something to do needed (4 ranks on 2
+// cores: an 8-byte allreduce took 186 us against 128 us sleeping at once), so there a wait sleeps
+// at once, as it always did.
 constexpr long long kDefaultPollMicroseconds = 100;
 
 // How long a wait polls before it sleeps, for `ranksOnThisNode` ranks here (0: unknown).
@@ -86,6 +86,9 @@ class TcpTransport final : public TransportCore<Op> {
     return connections_[peer]->hasMessage(tag);
   }
   void beginWait() override { polling_ = false; }
+  std::optional<uint64_t> bufferedSendTag(int peer) override {
+    return connections_[peer]->bufferedSendTag();
+  }
   void idle(Deadline deadline, Clock::time_point now, std::unique_lock<std::mutex>& lock) override;
   void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
   void wakeWaiter() noexcept override;
