@@ -65,7 +65,10 @@ struct DistConfig {
 
 class DistContext {
  public:
+  // The process's context, made (reading the environment) on first use and again after shutdown().
   static DistContext& get();
+  // Whether a context is live: get() would return it without making one (reading nothing).
+  static bool live();
 
   const DistConfig& config() const;
   DistConfig& mutableConfig();

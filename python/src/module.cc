@@ -9,8 +9,13 @@ namespace {
 
 DistConfig& config() { return DistContext::get().mutableConfig(); }
 
+// Nothing to shut down or abort without a live context, and making one would read the
+// environment again: an uncaught error about a malformed CHORUS_* variable was raised again by
+// the excepthook's abort and the atexit shutdown, three copies of one message (an audit found it).
 void shutdown() {
   drainAbandonedWork();
+  if (!DistContext::live())
+    return;
   py::gil_scoped_release release;
   DistContext::get().shutdown();
 }
@@ -58,6 +63,8 @@ void bindConfig(py::module_& module) {
   module.def(
       "abort",
       [](const std::string& reason, int failedRank) {
+        if (!DistContext::live())
+          return;  // as shutdown()
         py::gil_scoped_release release;
         DistContext::get().abort(reason, failedRank);
       },

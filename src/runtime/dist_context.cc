@@ -117,6 +117,11 @@ DistContext& DistContext::get() {
   return *instance;
 }
 
+bool DistContext::live() {
+  std::lock_guard lock(instanceMutex);
+  return instance && !instance->state_->shutDown;
+}
+
 DistContext::DistContext() : state_(std::make_unique<State>()) {
   state_->config = DistConfig::fromEnvironment();
   log::setLogRank(state_->config.rank);

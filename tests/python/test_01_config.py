@@ -129,6 +129,18 @@ def test_config_device_defaults_to_the_local_gpu_and_reads_chorus_device():
     assert bad.returncode != 0 and "CHORUS_DEVICE must be 'cpu' or 'cuda:N'" in bad.stderr
 
 
+def test_a_malformed_variable_is_reported_once():
+    """An uncaught error about a malformed CHORUS_* variable: the excepthook's abort and the atexit
+    shutdown made a context to act on, which read the environment again, and raised the same error
+    twice more (an audit found three copies). With no live context they now do nothing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    read = "import chorus.distributed as d; d.get_config()"
+    out = subprocess.run([sys.executable, "-c", read], env={**env, "CHORUS_TIMEOUT": "abc"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert out.stderr.count('CHORUS_TIMEOUT="abc" is not a non-negative number') == 1, out.stderr
+
+
 def test_gpu_backend_says_whether_the_build_has_nccl():
     built = os.environ.get("CHORUS_TEST_WITH_NCCL")  # the build's CHORUS_WITH_NCCL, set by ctest
     if built is None:
