@@ -58,6 +58,15 @@ TEST(Launcher, UsageErrorsExitTwo) {
   LaunchResult unknown = runLauncher({"-np", "1", "--bogus", "/bin/true"});
   EXPECT_EQ(unknown.exitCode, 2);
   EXPECT_NE(unknown.err.find("--bogus"), std::string::npos) << unknown.err;
+  // Before -np too (mpirun's habit: -x VAR -np N): the unknown option is named, not "-np" misread
+  // as "-n p" (audit finding).
+  for (const char* bogus : {"-x", "--bogus"}) {
+    LaunchResult first = runLauncher({bogus, "-np", "2", "/bin/true"});
+    EXPECT_EQ(first.exitCode, 2);
+    EXPECT_NE(first.err.find(bogus), std::string::npos) << first.err;
+    EXPECT_EQ(first.err.find("Value p"), std::string::npos) << first.err;
+  }
+  EXPECT_EQ(runLauncher({"-n2", "/bin/true"}).exitCode, 0);  // a short option's attached value
 }
 
 TEST(Launcher, TorchrunSpellingsStartTheRanks) {

@@ -78,7 +78,9 @@ class UsageFormatter : public CLI::Formatter {
 
 // CLI11 cannot declare a multi-letter single-dash option, so the MPI-style "-np" is rewritten to
 // "--np" among chorusrun's own arguments (stopping at the program name, which is the first word
-// that is neither an option nor an option's value).
+// that is neither an option nor an option's value). An option that is not chorusrun's is refused
+// here, naming it: the scan stopped there before, and CLI11 then read a later "-np 2" as "-n p",
+// "--np: Value p not in range" (an audit found it: `chorusrun -x -np 2 ...`, mpirun's habit).
 std::vector<std::string> rewriteMpiStyle(const CLI::App& app, std::vector<std::string> args) {
   for (size_t i = 1; i < args.size(); ++i) {
     std::string& arg = args[i];
@@ -92,7 +94,9 @@ std::vector<std::string> rewriteMpiStyle(const CLI::App& app, std::vector<std::s
     std::string name = arg.substr(0, equals);
     const CLI::Option* option = app.get_option_no_throw(name);
     if (option == nullptr) {
-      break;  // Unknown, or a short option with its value attached ("-n4"): CLI11 decides.
+      if (name.size() > 2 && name[1] != '-' && app.get_option_no_throw(name.substr(0, 2)))
+        continue;  // a short option with its value attached ("-n4"): CLI11 reads it
+      throw CLI::ExtrasError({arg});
     }
     if (equals == std::string::npos && option->get_items_expected_min() > 0) {
       ++i;  // Skip the option's value.
