@@ -107,6 +107,11 @@ std::string agreedName(const std::string& base) {
 
 // The store of torch's default group, which every rank shares: the monitored barriers of every
 // group meet there. torch's stores for other groups add their group names, which need not agree.
+// The default group's end forgets it (~ProcessGroupChorus): kept, it outlived
+// destroy_process_group(), and rank 0's TCPStore went on listening on MASTER_PORT, so that the
+// next init_process_group's barrier met in the old store, whose keys were already there (an audit
+// found it: "worker_count=4" for 2 ranks, then a timeout). A weak pointer would not do: c10 runs a
+// store's destructor, which closes its socket, only once its weak references are gone too.
 c10::intrusive_ptr<c10d::Store>& defaultGroupStore() {
   static c10::intrusive_ptr<c10d::Store> store;
   return store;
@@ -172,7 +177,12 @@ ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Communicator> comm,
       name_(name),
       monitored_(std::move(store), std::move(name)) {}
 
-ProcessGroupChorus::~ProcessGroupChorus() = default;
+ProcessGroupChorus::~ProcessGroupChorus() {
+  if (!defaultGroup_)
+    return;
+  const std::lock_guard<std::mutex> lock(namesMutex);
+  defaultGroupStore().reset();
+}
 
 WorkPtr ProcessGroupChorus::finish(c10d::OpType type, Issued issued) {
   if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&

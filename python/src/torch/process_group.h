@@ -64,6 +64,8 @@ class ProcessGroupChorus : public BackendBase {
   // The store of torch's default group (create() passes it): every group's monitored barriers
   // meet there.
   static void rememberDefaultGroupStore(c10::intrusive_ptr<c10d::Store> store);
+  // This is torch's default group: its end forgets the store rememberDefaultGroupStore() kept.
+  void markDefaultGroup() { defaultGroup_ = true; }
   ProcessGroupChorus(std::shared_ptr<Communicator> comm,
                      c10::intrusive_ptr<c10d::Store> store,
                      std::string name);
@@ -201,6 +203,7 @@ class ProcessGroupChorus : public BackendBase {
   std::atomic<uint64_t> collectivesIssued_{0};
   std::string name_;  // the same on every member, and on no other group (over())
   MonitoredBarrier monitored_;
+  bool defaultGroup_ = false;  // markDefaultGroup()
 };
 
 }  // namespace chorus::torch_backend

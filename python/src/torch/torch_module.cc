@@ -66,9 +66,12 @@ c10::intrusive_ptr<ProcessGroupChorus> create(const c10::intrusive_ptr<c10d::Sto
               "WORLD_SIZE from the environment)");
   py::gil_scoped_release release;
   return translated([&] {
-    if (globalRanks.empty())
-      ProcessGroupChorus::rememberDefaultGroupStore(store);
-    return ProcessGroupChorus::over(world, "world", members, store, timeout);
+    if (!globalRanks.empty())
+      return ProcessGroupChorus::over(world, "world", members, store, timeout);
+    ProcessGroupChorus::rememberDefaultGroupStore(store);
+    auto group = ProcessGroupChorus::over(world, "world", members, store, timeout);
+    group->markDefaultGroup();
+    return group;
   });
 }
 
