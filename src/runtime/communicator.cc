@@ -65,16 +65,16 @@ Fingerprint makeFingerprint(Collective collective,
 
 namespace {
 
-// FNV-1a, 64 bits (Note [Shape signature]).
-constexpr uint64_t kFnvOffset = 14695981039346656037ull;
-constexpr uint64_t kFnvPrime = 1099511628211ull;
+// A word at a time: xor, multiply by the golden ratio's 64-bit constant, fold the high half down
+// (Note [Shape signature]). One multiply per word: FNV-1a's byte at a time cost an 8-byte
+// allreduce about 20 ns (16 dependent multiplies for a 1-D tensor).
+constexpr uint64_t kSeed = 14695981039346656037ull;
+constexpr uint64_t kMultiplier = 0x9E3779B97F4A7C15ull;
 
 void mix(uint64_t& hash, int64_t value) {
-  auto bits = static_cast<uint64_t>(value);
-  for (int i = 0; i < 8; ++i, bits >>= 8) {
-    hash ^= bits & 0xff;
-    hash *= kFnvPrime;
-  }
+  hash ^= static_cast<uint64_t>(value);
+  hash *= kMultiplier;
+  hash ^= hash >> 32;
 }
 
 void mixShape(uint64_t& hash, const Tensor& tensor) {
@@ -91,14 +91,14 @@ uint64_t finish(uint64_t hash) {
 
 uint64_t shapeSignature(std::initializer_list<const Tensor*> tensors,
                         std::initializer_list<int64_t> axes) {
-  uint64_t hash = kFnvOffset;
+  uint64_t hash = kSeed;
   for (const Tensor* tensor : tensors) mixShape(hash, *tensor);
   for (int64_t axis : axes) mix(hash, axis);
   return finish(hash);
 }
 
 uint64_t shapeSignature(const std::vector<Tensor>& tensors) {
-  uint64_t hash = kFnvOffset;
+  uint64_t hash = kSeed;
   for (const Tensor& tensor : tensors) mixShape(hash, tensor);
   return finish(hash);
 }

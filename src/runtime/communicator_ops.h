@@ -22,12 +22,12 @@ Fingerprint makeFingerprint(Collective collective,
                             uint64_t shape = 0);
 // Note [Shape signature]
 // A collective's fingerprint carries a signature of what its tensors look like beyond their
-// element count (Fingerprint::shape): a 64-bit FNV-1a hash of each tensor's number of dimensions
-// and extents, then of the call's axes (normalized), top bit cleared (the MPI backend's agreement
-// negates the words), never 0 (0 is "no shape": send/recv, barrier). Each collective hashes what
-// every rank must agree on: the input of a reduction, allgather, gather and all_to_all (with
-// their axes), the output of a broadcast and a scatter (where non-roots' inputs are not read),
-// every tensor of a fused allreduce. Cost: a few nanoseconds a call.
+// element count (Fingerprint::shape): a 64-bit hash of each tensor's number of dimensions and
+// extents, then of the call's axes (normalized), a multiply per word, top bit cleared (the MPI
+// backend's agreement negates the words), never 0 (0 is "no shape": send/recv, barrier). Each
+// collective hashes what every rank must agree on: the input of a reduction, allgather, gather and
+// all_to_all (with their axes), the output of a broadcast and a scatter (where non-roots' inputs
+// are not read), every tensor of a fused allreduce. Cost: a few nanoseconds a call.
 uint64_t shapeSignature(std::initializer_list<const Tensor*> tensors,
                         std::initializer_list<int64_t> axes = {});
 uint64_t shapeSignature(const std::vector<Tensor>& tensors);
