@@ -12,6 +12,7 @@ import datetime
 import torch
 import torch.distributed as dist
 
+import chorus
 from chorus.torch import _backend  # importing chorus.torch registers the backend
 
 if _backend._c10d is None:
@@ -26,6 +27,10 @@ for _ in range(2):
     dist.all_reduce(x)
     sums.append(x.tolist())
     dist.destroy_process_group()
+    # Every rank past its destroy (rank 0's TCPStore closed) before any connects to the next one:
+    # else a rank connected to the old store as it closed ("Connection reset by peer"), as it
+    # would over gloo too. chorus's own world outlives torch's groups.
+    chorus.barrier()
 expected = [float(size * (size + 1) // 2)] * 2
 if rank == 0:
     ok = sums == [expected, expected]
