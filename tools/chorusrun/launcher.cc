@@ -376,22 +376,27 @@ void Launcher::checkRankExits() {
 
 // For ranks still waiting for it to join a communicator (Note [A rank that never joins]).
 void Launcher::recordEarlyExit(int rank, const std::string& what) noexcept {
-  try {
-    store::TcpStore store(net::Address::parse(storeAddress_), token_,
-                          Deadline::after(std::chrono::seconds(2)));
-    store::recordEarlyExit(store, rank, what);
-  } catch (const std::exception& e) {
-    say("could not record rank " + std::to_string(rank) + "'s exit in the store: " + e.what());
-  }
+  writeToStore(rank, "exit",
+               [&](store::Store& store) { store::recordEarlyExit(store, rank, what); });
 }
 
 void Launcher::recordRankFailure(int rank, const std::string& what) noexcept {
+  writeToStore(rank, "failure", [&](store::Store& store) {
+    store::recordRankFailure(store, {rank, what});
+  });
+}
+
+// One connection to the job's store for `write`; a failure is said, never thrown.
+void Launcher::writeToStore(int rank,
+                            const std::string& record,
+                            const std::function<void(store::Store&)>& write) noexcept {
   try {
     store::TcpStore store(net::Address::parse(storeAddress_), token_,
                           Deadline::after(std::chrono::seconds(2)));
-    store::recordRankFailure(store, {rank, what});
+    write(store);
   } catch (const std::exception& e) {
-    say("could not record rank " + std::to_string(rank) + "'s failure in the store: " + e.what());
+    say("could not record rank " + std::to_string(rank) + "'s " + record +
+        " in the store: " + e.what());
   }
 }
 

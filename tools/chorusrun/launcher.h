@@ -40,6 +40,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,6 +55,10 @@
 #include "output_forwarder.h"
 #include "rank_process.h"
 #include "unique_fd.h"
+
+namespace chorus::store {
+class Store;
+}  // namespace chorus::store
 
 namespace chorus::store {
 class TcpStoreServer;
@@ -110,6 +115,9 @@ class Launcher {
   // whose GPU work waits on it inside NCCL learn of it there.
   void recordRankFailure(int rank, const std::string& what) noexcept;
   void recordEarlyExit(int rank, const std::string& what) noexcept;
+  void writeToStore(int rank,
+                    const std::string& record,
+                    const std::function<void(store::Store&)>& write) noexcept;
   void signalAll(int signal);
   void beginFinish();
   void reapOrphans();
