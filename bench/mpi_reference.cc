@@ -132,7 +132,7 @@ std::string mpiComparisonRefusal(DataType dtype, ReduceOp op, bool reduces) {
   const std::string dtypeName(toString(dtype));
   if (mpiType(dtype) == MPI_DATATYPE_NULL) {
     return "mpi cannot time dtype " + dtypeName +
-           ": MPI has no such type; use float32, float64, int8, uint8, int32, int64 or bool";
+           ": MPI has no such type; use any dtype but float16 and bfloat16";
   }
   if (reduces && mpiOp(op, dtype) == MPI_OP_NULL) {
     return "mpi cannot time reduce-op " + std::string(toString(op)) +

@@ -23,9 +23,16 @@ _NUMPY_DTYPES = {
     np.dtype(np.int32): "int32",
     np.dtype(np.int64): "int64",
     np.dtype(np.bool_): "bool",
+    np.dtype(np.int16): "int16",
+    np.dtype(np.uint16): "uint16",
+    np.dtype(np.uint32): "uint32",
+    np.dtype(np.uint64): "uint64",
+    np.dtype(np.complex64): "complex64",
+    np.dtype(np.complex128): "complex128",
 }
-SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32",
-                    "int64", "bool")
+SUPPORTED_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16",
+                    "uint16", "int32", "uint32", "int64", "uint64", "bool", "complex64",
+                    "complex128")
 _BOOL = _chorus.DataType.bool  # the dtype override of a bool array exported as uint8
 _TORCH_DTYPE_NAMES = None  # torch.dtype -> chorus name, built on first torch input
 
@@ -37,11 +44,16 @@ def _torch():
 def _torch_dtypes(torch):
     global _TORCH_DTYPE_NAMES
     if _TORCH_DTYPE_NAMES is None:
-        _TORCH_DTYPE_NAMES = {
+        names = {
             torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
             torch.float64: "float64", torch.int8: "int8", torch.uint8: "uint8",
-            torch.int32: "int32", torch.int64: "int64", torch.bool: "bool",
+            torch.int16: "int16", torch.int32: "int32", torch.int64: "int64", torch.bool: "bool",
+            torch.complex64: "complex64", torch.complex128: "complex128",
         }
+        for name in ("uint16", "uint32", "uint64"):  # torch >= 2.3
+            if isinstance(getattr(torch, name, None), torch.dtype):
+                names[getattr(torch, name)] = name
+        _TORCH_DTYPE_NAMES = names
     return _TORCH_DTYPE_NAMES
 
 
@@ -259,6 +271,10 @@ def _torch_dtype(torch, x, name):
 def _prepare_torch(torch, x, name):
     dtype = _torch_dtype(torch, x, name)
     array = x.detach()  # the same memory
+    if array.is_conj() or array.is_neg():
+        # A lazy conjugation (x.conj()) or negation: its memory holds other values than it reads
+        # as, and torch 1.13 exports that memory through DLPack as it is.
+        return Buffer(x, array.resolve_conj().resolve_neg(), True, dtype)
     if array.is_contiguous():
         return Buffer(x, array, True, dtype, shares=True)
     return Buffer(x, array.contiguous(), True, dtype)

@@ -36,6 +36,20 @@ std::optional<DataType> dataTypeOf(int typeNum) {
       return sizeof(long) == 8 ? DataType::kInt64 : DataType::kInt32;
     case npy_api::NPY_LONGLONG_:
       return DataType::kInt64;
+    case npy_api::NPY_SHORT_:
+      return DataType::kInt16;
+    case npy_api::NPY_USHORT_:
+      return DataType::kUInt16;
+    case npy_api::NPY_UINT_:
+      return DataType::kUInt32;
+    case npy_api::NPY_ULONG_:
+      return sizeof(unsigned long) == 8 ? DataType::kUInt64 : DataType::kUInt32;
+    case npy_api::NPY_ULONGLONG_:
+      return DataType::kUInt64;
+    case npy_api::NPY_CFLOAT_:
+      return DataType::kComplex64;
+    case npy_api::NPY_CDOUBLE_:
+      return DataType::kComplex128;
     case npy_api::NPY_FLOAT_:
       return DataType::kFloat32;
     case npy_api::NPY_DOUBLE_:

@@ -5,6 +5,7 @@
 #include <array>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,18 +36,12 @@ const TorchObjects* lookUp(const py::object& torch) {
   objects->tensorType = reinterpret_cast<PyTypeObject*>(keep("Tensor"));
   objects->strided = keep("strided");
   objects->empty = keep("empty");
-  const std::array<std::pair<const char*, DataType>, 9> names = {{
-      {"float16", DataType::kFloat16},
-      {"bfloat16", DataType::kBFloat16},
-      {"float32", DataType::kFloat32},
-      {"float64", DataType::kFloat64},
-      {"int8", DataType::kInt8},
-      {"uint8", DataType::kUInt8},
-      {"int32", DataType::kInt32},
-      {"int64", DataType::kInt64},
-      {"bool", DataType::kBool},
-  }};
-  for (const auto& [dtypeName, dtype] : names) objects->dtypes.emplace_back(keep(dtypeName), dtype);
+  for (int i = 0; i < kNumDataTypes; ++i) {  // torch names its dtypes as chorus does
+    const auto dtype = static_cast<DataType>(i);
+    const std::string dtypeName(toString(dtype));
+    if (py::hasattr(torch, dtypeName.c_str()))  // torch < 2.3 has no uint16, uint32, uint64
+      objects->dtypes.emplace_back(keep(dtypeName.c_str()), dtype);
+  }
   return objects.release();
 }
 
@@ -113,11 +108,14 @@ std::optional<Tensor> torchTensor(py::handle object, bool shaped) {
   static PyObject* const shapeName = interned("shape");
   static PyObject* const isContiguous = interned("is_contiguous");
   static PyObject* const isNeg = interned("is_neg");
+  static PyObject* const isConj = interned("is_conj");
   static PyObject* const dataPtr = interned("data_ptr");
   if (!isTrue(attribute(object, isCpu)) || attribute(object, layout).ptr() != torch.strided)
     return std::nullopt;
   const auto dtype = dataTypeOf(torch, attribute(object, dtypeName));
-  if (!dtype || !isTrue(callMethod(object, isContiguous)) || isTrue(callMethod(object, isNeg)))
+  // A lazy negation or conjugation (x.conj()) holds values other than those it reads as.
+  if (!dtype || !isTrue(callMethod(object, isContiguous)) || isTrue(callMethod(object, isNeg)) ||
+      (isComplex(*dtype) && isTrue(callMethod(object, isConj))))
     return std::nullopt;
   void* data = PyLong_AsVoidPtr(callMethod(object, dataPtr).ptr());
   if (data == nullptr && PyErr_Occurred())

@@ -5,8 +5,8 @@
 // Contract:
 //  - torchTensor(object, shaped): a Tensor over `object`'s memory when torch is imported and
 //    `object` is exactly a torch.Tensor (not a subclass such as nn.Parameter) that is on the CPU,
-//    strided, contiguous, without the negative bit, and of a chorus dtype (float16, bfloat16,
-//    float32, float64, int8, uint8, int32, int64, bool): flat (one dimension), or of the tensor's
+//    strided, contiguous, without the negative or conjugate bit, and of a chorus dtype (every
+//    DataType by its name, where torch has it): flat (one dimension), or of the tensor's
 //    shape if `shaped`. nullopt for anything else, which the general path handles. It never
 //    imports torch, and reads each tensor with a few attribute reads and method calls.
 //  - isTorchTensor(object): whether torch is imported and `object` is exactly a torch.Tensor.

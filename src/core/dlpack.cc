@@ -27,11 +27,21 @@ struct DLTypeMapping {
   DataType dtype;
 };
 constexpr DLTypeMapping kTypeMappings[] = {
-    {kDLFloat, 16, DataType::kFloat16}, {kDLBfloat, 16, DataType::kBFloat16},
-    {kDLFloat, 32, DataType::kFloat32}, {kDLFloat, 64, DataType::kFloat64},
-    {kDLInt, 8, DataType::kInt8},       {kDLUInt, 8, DataType::kUInt8},
-    {kDLInt, 32, DataType::kInt32},     {kDLInt, 64, DataType::kInt64},
+    {kDLFloat, 16, DataType::kFloat16},
+    {kDLBfloat, 16, DataType::kBFloat16},
+    {kDLFloat, 32, DataType::kFloat32},
+    {kDLFloat, 64, DataType::kFloat64},
+    {kDLInt, 8, DataType::kInt8},
+    {kDLUInt, 8, DataType::kUInt8},
+    {kDLInt, 32, DataType::kInt32},
+    {kDLInt, 64, DataType::kInt64},
     {kDLBoolCode, 8, DataType::kBool},
+    {kDLInt, 16, DataType::kInt16},
+    {kDLUInt, 16, DataType::kUInt16},
+    {kDLUInt, 32, DataType::kUInt32},
+    {kDLUInt, 64, DataType::kUInt64},
+    {kDLComplex, 64, DataType::kComplex64},
+    {kDLComplex, 128, DataType::kComplex128},
 };
 
 DataType fromDLDataType(DLDataType type) {
@@ -45,7 +55,7 @@ DataType fromDLDataType(DLDataType type) {
   throw InvalidArgumentError(detail::concat(
       "DLPack dtype (code ", int{type.code}, ", ", int{type.bits},
       " bits) is not supported; chorus supports float16, bfloat16, float32, float64, int8, uint8, "
-      "int32, int64 and bool"));
+      "int16, uint16, int32, uint32, int64, uint64, bool, complex64 and complex128"));
 }
 
 DLDataType toDLDataType(DataType dtype) {

@@ -9,7 +9,8 @@ namespace chorus {
 namespace {
 
 constexpr std::array<std::string_view, kNumDataTypes> kDataTypeNames = {
-    "float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool"};
+    "float16", "bfloat16", "float32", "float64", "int8",   "uint8",     "int32",     "int64",
+    "bool",    "int16",    "uint16",  "uint32",  "uint64", "complex64", "complex128"};
 
 constexpr std::array<std::string_view, kNumReduceOps> kReduceOpNames = {
     "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
@@ -18,18 +19,22 @@ struct DataTypeAlias {
   std::string_view name;
   DataType dtype;
 };
-constexpr DataTypeAlias kDataTypeAliases[] = {{"half", DataType::kFloat16},
-                                              {"float", DataType::kFloat32},
-                                              {"double", DataType::kFloat64},
-                                              {"int", DataType::kInt32},
-                                              {"long", DataType::kInt64}};
+constexpr DataTypeAlias kDataTypeAliases[] = {
+    {"half", DataType::kFloat16},     {"float", DataType::kFloat32},
+    {"double", DataType::kFloat64},   {"short", DataType::kInt16},
+    {"int", DataType::kInt32},        {"long", DataType::kInt64},
+    {"cfloat", DataType::kComplex64}, {"cdouble", DataType::kComplex128}};
 
 bool isIntegral(DataType dtype) {
   switch (dtype) {
     case DataType::kInt8:
     case DataType::kUInt8:
+    case DataType::kInt16:
+    case DataType::kUInt16:
     case DataType::kInt32:
+    case DataType::kUInt32:
     case DataType::kInt64:
+    case DataType::kUInt64:
       return true;
     default:
       return false;
@@ -63,13 +68,18 @@ DataType parseDataType(std::string_view name) {
   }
   throw InvalidArgumentError(detail::concat(
       "unknown dtype \"", name,
-      "\"; valid dtypes are float16, bfloat16, float32, float64, int8, uint8, int32, int64, bool "
-      "(aliases: half, float, double, int, long)"));
+      "\"; valid dtypes are float16, bfloat16, float32, float64, int8, uint8, int16, uint16, "
+      "int32, uint32, int64, uint64, bool, complex64, complex128 (aliases: half, float, double, "
+      "short, int, long, cfloat, cdouble)"));
 }
 
 bool isFloatingPoint(DataType dtype) {
   return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 ||
          dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
+}
+
+bool isComplex(DataType dtype) {
+  return dtype == DataType::kComplex64 || dtype == DataType::kComplex128;
 }
 
 std::string_view toString(ReduceOp op) {
@@ -99,9 +109,10 @@ bool isValidReduction(ReduceOp op, DataType dtype) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kProd:
+      return true;
     case ReduceOp::kMin:
     case ReduceOp::kMax:
-      return true;
+      return !isComplex(dtype);
     case ReduceOp::kAvg:
       return dtype != DataType::kBool;
     case ReduceOp::kBand:

@@ -146,7 +146,13 @@ CHORUS_ALWAYS_INLINE void divideBody(void* dataRaw, size_t count, int64_t diviso
     using T = typename Format::Storage;
     T* __restrict data = static_cast<T*>(dataRaw);
     for (size_t i = 0; i < count; ++i) {
-      if constexpr (std::is_integral_v<T>) {
+      if constexpr (kIsComplex<T>) {
+        using F = decltype(data[i].re);
+        data[i] = {static_cast<F>(static_cast<double>(data[i].re) / divisorF),
+                   static_cast<F>(static_cast<double>(data[i].im) / divisorF)};
+      } else if constexpr (std::is_unsigned_v<T>) {
+        data[i] = static_cast<T>(static_cast<uint64_t>(data[i]) / static_cast<uint64_t>(divisor));
+      } else if constexpr (std::is_integral_v<T>) {
         data[i] = static_cast<T>(static_cast<int64_t>(data[i]) / divisor);  // truncates toward 0
       } else {
         data[i] = static_cast<T>(static_cast<double>(data[i]) / divisorF);
@@ -201,6 +207,7 @@ constexpr ReduceColumn entriesOf() {
 // The (op, format) instantiation; empty where the op is undefined on the type.
 template <typename Format>
 ReduceColumn selectForFormat(ReduceOp op) {
+  constexpr bool kOrdered = !kIsComplex<typename Format::Compute>;
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
@@ -208,9 +215,13 @@ ReduceColumn selectForFormat(ReduceOp op) {
     case ReduceOp::kProd:
       return entriesOf<ProdOp, Format>();
     case ReduceOp::kMin:
-      return entriesOf<MinOp, Format>();
+      if constexpr (kOrdered)
+        return entriesOf<MinOp, Format>();
+      break;
     case ReduceOp::kMax:
-      return entriesOf<MaxOp, Format>();
+      if constexpr (kOrdered)
+        return entriesOf<MaxOp, Format>();
+      break;
     case ReduceOp::kBand:
     case ReduceOp::kBor:
     case ReduceOp::kBxor:
@@ -265,6 +276,18 @@ ReduceColumn selectReduce(ReduceOp op, DataType dtype) {
       return selectForFormat<Plain<int64_t>>(op);
     case DataType::kBool:
       return selectForBool(op);
+    case DataType::kInt16:
+      return selectForFormat<Plain<int16_t>>(op);
+    case DataType::kUInt16:
+      return selectForFormat<Plain<uint16_t>>(op);
+    case DataType::kUInt32:
+      return selectForFormat<Plain<uint32_t>>(op);
+    case DataType::kUInt64:
+      return selectForFormat<Plain<uint64_t>>(op);
+    case DataType::kComplex64:
+      return selectForFormat<Plain<Complex<float>>>(op);
+    case DataType::kComplex128:
+      return selectForFormat<Plain<Complex<double>>>(op);
   }
   return {};
 }
@@ -291,6 +314,18 @@ std::array<DivideFn, kNumIsas> selectDivide(DataType dtype) {
       return column(Plain<int32_t>{});
     case DataType::kInt64:
       return column(Plain<int64_t>{});
+    case DataType::kInt16:
+      return column(Plain<int16_t>{});
+    case DataType::kUInt16:
+      return column(Plain<uint16_t>{});
+    case DataType::kUInt32:
+      return column(Plain<uint32_t>{});
+    case DataType::kUInt64:
+      return column(Plain<uint64_t>{});
+    case DataType::kComplex64:
+      return column(Plain<Complex<float>>{});
+    case DataType::kComplex128:
+      return column(Plain<Complex<double>>{});
     case DataType::kBool:
       break;
   }
@@ -332,7 +367,8 @@ int isaIndex() { return static_cast<int>(activeIsa()); }
 ReduceManyFn lookupReduce(ReduceOp op, DataType dtype) {
   CHORUS_CHECK_ARG(isValidReduction(op, dtype), "reduce op ", toString(op),
                    " is not defined on dtype ", toString(dtype),
-                   "; band, bor and bxor need an integer or bool dtype, and avg a non-bool one");
+                   "; band, bor and bxor need an integer or bool dtype, min and max a non-complex "
+                   "one, and avg a non-bool one");
   ReduceManyFn fn = kernelTable().reduce[static_cast<int>(op)][static_cast<int>(dtype)][isaIndex()];
   CHORUS_ASSERT(fn != nullptr);
   return fn;
@@ -438,10 +474,18 @@ void widenToInt64(DataType dtype, const void* src, int64_t* dst, size_t count) {
       return widenLoop<int8_t>(src, dst, count);
     case DataType::kUInt8:
       return widenLoop<uint8_t>(src, dst, count);
+    case DataType::kInt16:
+      return widenLoop<int16_t>(src, dst, count);
+    case DataType::kUInt16:
+      return widenLoop<uint16_t>(src, dst, count);
     case DataType::kInt32:
       return widenLoop<int32_t>(src, dst, count);
+    case DataType::kUInt32:
+      return widenLoop<uint32_t>(src, dst, count);
     default:
-      CHORUS_CHECK_ARG(false, "widenToInt64: ", toString(dtype), " is not int8, uint8 or int32");
+      CHORUS_CHECK_ARG(false, "widenToInt64: ", toString(dtype),
+                       " is not an integer type below "
+                       "64 bits");
   }
 }
 
@@ -451,10 +495,18 @@ void narrowFromInt64(DataType dtype, const int64_t* src, void* dst, size_t count
       return narrowLoop<int8_t>(src, dst, count);
     case DataType::kUInt8:
       return narrowLoop<uint8_t>(src, dst, count);
+    case DataType::kInt16:
+      return narrowLoop<int16_t>(src, dst, count);
+    case DataType::kUInt16:
+      return narrowLoop<uint16_t>(src, dst, count);
     case DataType::kInt32:
       return narrowLoop<int32_t>(src, dst, count);
+    case DataType::kUInt32:
+      return narrowLoop<uint32_t>(src, dst, count);
     default:
-      CHORUS_CHECK_ARG(false, "narrowFromInt64: ", toString(dtype), " is not int8, uint8 or int32");
+      CHORUS_CHECK_ARG(false, "narrowFromInt64: ", toString(dtype),
+                       " is not an integer type below "
+                       "64 bits");
   }
 }
 

@@ -6,6 +6,7 @@
 // the division happens once at the end (divideBy). Bitwise ops on floats and avg on bool are
 // InvalidArgumentError (see isValidReduction). bool: sum/max/bor are "or", prod/min/band "and",
 // bxor "xor"; results are 0 or 1. Float min and max propagate NaN (a NaN operand gives NaN).
+// complex64/complex128 take sum, prod (the textbook product, as NumPy's) and avg only.
 #pragma once
 
 #include <cstddef>
@@ -27,8 +28,9 @@ void divideBy(DataType dtype, void* data, size_t count, int64_t divisor);
 // float16 / bfloat16 <-> float32 (any other dtype is InvalidArgumentError).
 void widenToFloat32(DataType dtype, const void* src, float* dst, size_t count);
 void narrowFromFloat32(DataType dtype, const float* src, void* dst, size_t count);
-// int8 / uint8 / int32 <-> int64, for an average summed in int64 (any other dtype is
-// InvalidArgumentError). Narrowing assumes the values fit, as an average of them does.
+// int8 / uint8 / int16 / uint16 / int32 / uint32 <-> int64, for an average summed in int64 (any
+// other dtype is InvalidArgumentError). Narrowing assumes the values fit, as an average of them
+// does.
 void widenToInt64(DataType dtype, const void* src, int64_t* dst, size_t count);
 void narrowFromInt64(DataType dtype, const int64_t* src, void* dst, size_t count);
 

@@ -10,6 +10,7 @@
 //  - Floating-point min and max propagate NaN: if either operand is NaN the result is NaN. When the
 //    operands compare equal (+0 and -0) the second one is returned.
 //  - bool is stored as one byte; or/and/xor treat any non-zero byte as true and store 0 or 1.
+//  - Complex values (Complex<float>, Complex<double>) take sum and prod only.
 #pragma once
 
 #include <cmath>
@@ -31,6 +32,32 @@
 #define CHORUS_ALWAYS_INLINE inline __attribute__((always_inline))
 
 namespace chorus::kernels::detail {
+
+// ---- Complex values ------------------------------------------------------------------------
+
+// A complex number as NumPy, torch and C lay it out: the real part, then the imaginary part.
+template <typename F>
+struct Complex {
+  F re;
+  F im;
+};
+
+template <typename T>
+inline constexpr bool kIsComplex = false;
+template <typename F>
+inline constexpr bool kIsComplex<Complex<F>> = true;
+
+template <typename F>
+CHORUS_ALWAYS_INLINE Complex<F> operator+(Complex<F> a, Complex<F> b) {
+  return {a.re + b.re, a.im + b.im};
+}
+
+// The textbook product, as NumPy computes it: (ac - bd) + (ad + bc)i, without C99's recovery of
+// infinities from NaN results (which std::complex does in a library call per element).
+template <typename F>
+CHORUS_ALWAYS_INLINE Complex<F> operator*(Complex<F> a, Complex<F> b) {
+  return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+}
 
 // ---- Operators -----------------------------------------------------------------------------
 

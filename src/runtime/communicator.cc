@@ -116,9 +116,14 @@ void checkReduction(ReduceOp op, DataType dtype, std::string_view opName, int ra
   const auto type = toString(dtype);
   const bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
   std::string why;
-  if (bitwise && isFloatingPoint(dtype)) {
+  if (bitwise && (isFloatingPoint(dtype) || isComplex(dtype))) {
     why = concat("op '", name, "' applies to integer and bool tensors only, not ", type,
                  "; valid for ", type, ": ", valid);
+  } else if (isComplex(dtype)) {
+    why = concat("op '", name,
+                 "' is not defined on complex tensors (they have no order); valid "
+                 "for ",
+                 type, ": ", valid);
   } else if (op == ReduceOp::kAvg && dtype == DataType::kBool) {
     why = concat("op 'avg' is not defined on bool tensors; valid for bool: ", valid);
   } else {
@@ -138,8 +143,8 @@ DataType accumulationType(DataType dtype) {
 }
 
 DataType workType(const backend::Backend& backend, DataType dtype, ReduceOp op) {
-  if (op == ReduceOp::kAvg &&
-      (dtype == DataType::kInt8 || dtype == DataType::kUInt8 || dtype == DataType::kInt32))
+  if (op == ReduceOp::kAvg && !isFloatingPoint(dtype) && !isComplex(dtype) &&
+      dtype != DataType::kInt64 && dtype != DataType::kUInt64)
     return DataType::kInt64;  // Note [Integer averages]
   if (backend.reducesHalfTypes() && op != ReduceOp::kAvg)
     return dtype;

@@ -36,9 +36,10 @@ void checkRoot(int root, int size, std::string_view opName, int rank);
 // float32 for float16/bfloat16 (one rounding at the end), else the dtype itself.
 DataType accumulationType(DataType dtype);
 // Note [Integer averages]
-// An average of int8, uint8 or int32 is summed in int64 and divided there, then narrowed: summed
-// in its own type, (127 + 127) / 2 in int8 gave -1 (an audit found it; through torch.distributed
-// too). int64 has nothing wider: its sum must fit, as with NCCL's and MPI's sums.
+// An average of an integer type narrower than 64 bits (int8, uint8, int16, uint16, int32, uint32)
+// is summed in int64 and divided there, then narrowed: summed in its own type, (127 + 127) / 2 in
+// int8 gave -1 (an audit found it; through torch.distributed too). int64 and uint64 have nothing
+// wider: their sums must fit, as with NCCL's and MPI's sums (uint64 divides unsigned).
 // The type `backend` reduces a `dtype` tensor in for `op`: int64 for an integer average (Note
 // [Integer averages]); the dtype itself when the backend accumulates half types in float32
 // itself (Backend::reducesHalfTypes), except for avg, whose division must come before the one

@@ -41,6 +41,18 @@ DLDataType expectedDLType(DataType dtype) {
       return {kDLInt, 64, 1};
     case DataType::kBool:
       return {6, 8, 1};
+    case DataType::kInt16:
+      return {kDLInt, 16, 1};
+    case DataType::kUInt16:
+      return {kDLUInt, 16, 1};
+    case DataType::kUInt32:
+      return {kDLUInt, 32, 1};
+    case DataType::kUInt64:
+      return {kDLUInt, 64, 1};
+    case DataType::kComplex64:
+      return {kDLComplex, 64, 1};
+    case DataType::kComplex128:
+      return {kDLComplex, 128, 1};
   }
   return {};
 }
@@ -65,7 +77,7 @@ struct HandMade {
 };
 
 TEST(DLPackTest, RoundTripsEveryDataType) {
-  alignas(16) uint8_t storage[64] = {};
+  alignas(16) uint8_t storage[128] = {};
   for (auto dtype : kAllDataTypes) {
     Tensor tensor(storage, dtype, {2, 3});
     ManagedPtr managed(tensor.toDLPack());
@@ -145,10 +157,10 @@ TEST(DLPackTest, RefusesVectorLanesAndUnknownTypes) {
   float values[8] = {};
   HandMade lanes(values, {kDLFloat, 32, 4}, {2}, {});
   EXPECT_THROW(Tensor::fromDLPack(&lanes.managed), InvalidArgumentError);
-  HandMade complex(values, {kDLComplex, 64, 1}, {2}, {});
-  EXPECT_THROW(Tensor::fromDLPack(&complex.managed), InvalidArgumentError);
-  HandMade uint16(values, {kDLUInt, 16, 1}, {2}, {});
-  EXPECT_THROW(Tensor::fromDLPack(&uint16.managed), InvalidArgumentError);
+  HandMade complex32(values, {kDLComplex, 32, 1}, {2}, {});  // two float16: not a chorus dtype
+  EXPECT_THROW(Tensor::fromDLPack(&complex32.managed), InvalidArgumentError);
+  HandMade int128(values, {kDLInt, 128, 1}, {2}, {});
+  EXPECT_THROW(Tensor::fromDLPack(&int128.managed), InvalidArgumentError);
   HandMade negative(values, {kDLFloat, 32, 1}, {-2}, {});
   EXPECT_THROW(Tensor::fromDLPack(&negative.managed), InvalidArgumentError);
   EXPECT_THROW(Tensor::fromDLPack(nullptr), InvalidArgumentError);

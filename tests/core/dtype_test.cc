@@ -1,6 +1,7 @@
 // DataType, ReduceOp and Device names, sizes, parsing and validity (chorus/types.h).
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <string>
 
 #include "chorus/error.h"
@@ -17,12 +18,23 @@ TEST(DataTypeTest, SizesAndNames) {
     const char* name;
     bool floating;
   } expected[] = {
-      {DataType::kFloat16, 2, "float16", true}, {DataType::kBFloat16, 2, "bfloat16", true},
-      {DataType::kFloat32, 4, "float32", true}, {DataType::kFloat64, 8, "float64", true},
-      {DataType::kInt8, 1, "int8", false},      {DataType::kUInt8, 1, "uint8", false},
-      {DataType::kInt32, 4, "int32", false},    {DataType::kInt64, 8, "int64", false},
+      {DataType::kFloat16, 2, "float16", true},
+      {DataType::kBFloat16, 2, "bfloat16", true},
+      {DataType::kFloat32, 4, "float32", true},
+      {DataType::kFloat64, 8, "float64", true},
+      {DataType::kInt8, 1, "int8", false},
+      {DataType::kUInt8, 1, "uint8", false},
+      {DataType::kInt32, 4, "int32", false},
+      {DataType::kInt64, 8, "int64", false},
       {DataType::kBool, 1, "bool", false},
+      {DataType::kInt16, 2, "int16", false},
+      {DataType::kUInt16, 2, "uint16", false},
+      {DataType::kUInt32, 4, "uint32", false},
+      {DataType::kUInt64, 8, "uint64", false},
+      {DataType::kComplex64, 8, "complex64", false},
+      {DataType::kComplex128, 16, "complex128", false},
   };
+  static_assert(std::size(expected) == kNumDataTypes);
   for (const auto& e : expected) {
     EXPECT_EQ(dataTypeSize(e.dtype), e.size) << e.name;
     EXPECT_EQ(toString(e.dtype), e.name);
@@ -38,13 +50,17 @@ TEST(DataTypeTest, ParsesAliasesAndRejectsUnknownNames) {
   EXPECT_EQ(parseDataType("double"), DataType::kFloat64);
   EXPECT_EQ(parseDataType("int"), DataType::kInt32);
   EXPECT_EQ(parseDataType("long"), DataType::kInt64);
+  EXPECT_EQ(parseDataType("short"), DataType::kInt16);
+  EXPECT_EQ(parseDataType("cfloat"), DataType::kComplex64);
+  EXPECT_EQ(parseDataType("cdouble"), DataType::kComplex128);
   try {
-    parseDataType("complex64");
+    parseDataType("complex32");
     FAIL() << "no exception";
   } catch (const InvalidArgumentError& e) {
     std::string message = e.what();
-    EXPECT_NE(message.find("complex64"), std::string::npos) << message;
+    EXPECT_NE(message.find("complex32"), std::string::npos) << message;
     EXPECT_NE(message.find("bfloat16"), std::string::npos) << message;
+    EXPECT_NE(message.find("complex128"), std::string::npos) << message;
   }
   EXPECT_THROW(parseDataType(""), InvalidArgumentError);
   EXPECT_THROW(parseDataType("Float32"), InvalidArgumentError);
@@ -69,14 +85,21 @@ TEST(ReduceOpTest, NamesRoundTrip) {
 
 TEST(ReduceOpTest, ValidityTable) {
   for (auto dtype : kAllDataTypes) {
-    bool floating = isFloatingPoint(dtype);
-    bool isBool = dtype == DataType::kBool;
-    for (auto op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax}) {
+    const std::string name(toString(dtype));
+    const bool floating = name.starts_with("float") || name == "bfloat16";
+    const bool complex = name.starts_with("complex");
+    const bool isBool = dtype == DataType::kBool;
+    EXPECT_EQ(isFloatingPoint(dtype), floating) << name;
+    EXPECT_EQ(isComplex(dtype), complex) << name;
+    for (auto op : {ReduceOp::kSum, ReduceOp::kProd}) {
       EXPECT_TRUE(isValidReduction(op, dtype));
     }
-    EXPECT_EQ(isValidReduction(ReduceOp::kAvg, dtype), !isBool) << toString(dtype);
+    for (auto op : {ReduceOp::kMin, ReduceOp::kMax}) {
+      EXPECT_EQ(isValidReduction(op, dtype), !complex) << toString(op) << name;
+    }
+    EXPECT_EQ(isValidReduction(ReduceOp::kAvg, dtype), !isBool) << name;
     for (auto op : {ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
-      EXPECT_EQ(isValidReduction(op, dtype), !floating) << toString(op) << toString(dtype);
+      EXPECT_EQ(isValidReduction(op, dtype), !floating && !complex) << toString(op) << name;
     }
   }
   EXPECT_FALSE(isValidReduction(static_cast<ReduceOp>(99), DataType::kInt32));

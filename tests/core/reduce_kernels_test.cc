@@ -74,6 +74,13 @@ C referenceOp(ReduceOp op, C a, C b) {
       default:
         return x && y;
     }
+  } else if constexpr (kIsComplexTag<Tag>) {
+    // The textbook product, as NumPy's (not std::complex's, which recovers infinities from NaN).
+    if (op == ReduceOp::kProd) {
+      return C(a.real() * b.real() - a.imag() * b.imag(),
+               a.real() * b.imag() + a.imag() * b.real());
+    }
+    return C(a.real() + b.real(), a.imag() + b.imag());  // sum and avg
   } else if constexpr (std::is_floating_point_v<C>) {
     bool anyNan = std::isnan(a) || std::isnan(b);
     switch (op) {
@@ -121,7 +128,11 @@ StorageOf<Tag> referenceReduce(ReduceOp op, std::span<const StorageOf<Tag>> valu
 template <typename Tag>
 bool sameResult(ReduceOp op, StorageOf<Tag> got, StorageOf<Tag> expected) {
   bool minMax = op == ReduceOp::kMin || op == ReduceOp::kMax;
-  if constexpr (kIsHalfTag<Tag>) {
+  if constexpr (kIsComplexTag<Tag>) {
+    using Part = PlainTag<typename StorageOf<Tag>::value_type>;
+    return sameResult<Part>(op, got.real(), expected.real()) &&
+           sameResult<Part>(op, got.imag(), expected.imag());
+  } else if constexpr (kIsHalfTag<Tag>) {
     if (isNanBits(got, Tag::format) || isNanBits(expected, Tag::format)) {
       return isNanBits(got, Tag::format) && isNanBits(expected, Tag::format);
     }
@@ -149,7 +160,10 @@ std::vector<StorageOf<Tag>> makeRandomData(size_t count, std::mt19937_64& random
   std::uniform_int_distribution<int> exponent(-8, 8);
   std::uniform_int_distribution<int> special(0, 511);
   for (auto& value : data) {
-    if constexpr (std::is_same_v<Tag, BoolTag>) {
+    if constexpr (kIsComplexTag<Tag>) {
+      auto parts = makeRandomData<PlainTag<typename S::value_type>>(2, random);
+      value = S(parts[0], parts[1]);
+    } else if constexpr (std::is_same_v<Tag, BoolTag>) {
       uint64_t bits = random();
       value = static_cast<S>((bits & 0xff) == 0 ? 2 + (bits >> 8) % 254 : (bits >> 8) & 1);
     } else if constexpr (std::is_integral_v<S> && !kIsHalfTag<Tag>) {
@@ -331,8 +345,13 @@ StorageOf<Tag> referenceDivide(StorageOf<Tag> value, int64_t divisor) {
     double quotient = referenceDecode(value, Tag::format) / static_cast<double>(divisor);
     return std::isnan(quotient) ? static_cast<S>(Tag::format.infinityBits() | 1u)
                                 : static_cast<S>(referenceEncode(quotient, Tag::format));
+  } else if constexpr (kIsComplexTag<Tag>) {
+    using F = typename S::value_type;
+    return S(value.real() / static_cast<F>(divisor), value.imag() / static_cast<F>(divisor));
   } else if constexpr (std::is_floating_point_v<S>) {
     return value / static_cast<S>(divisor);  // IEEE division rounds once
+  } else if constexpr (std::is_unsigned_v<S>) {
+    return static_cast<S>(static_cast<uint64_t>(value) / static_cast<uint64_t>(divisor));
   } else {
     return static_cast<S>(static_cast<int64_t>(value) / divisor);
   }
@@ -407,7 +426,8 @@ TEST(ReduceKernelErrorsTest, InvalidCombinationsThrow) {
       EXPECT_THROW(kernels::reduceMany(op, dtype, dst, srcs, 1), InvalidArgumentError);
     }
   }
-  EXPECT_EQ(invalid, 4 * 3 + 1);  // band/bor/bxor on 4 float types, avg on bool
+  // band/bor/bxor on 4 float and 2 complex types, min/max on the complex ones, avg on bool.
+  EXPECT_EQ(invalid, 6 * 3 + 2 * 2 + 1);
 }
 
 TEST(ReduceKernelErrorsTest, BadBuffersThrow) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -105,6 +106,15 @@ template <typename T>
 struct PlainTag {
   using Storage = T;
 };
+// complex64 / complex128: std::complex has the layout chorus reduces (real, then imaginary).
+template <typename F>
+struct ComplexTag {
+  using Storage = std::complex<F>;
+};
+template <typename Tag>
+inline constexpr bool kIsComplexTag = false;
+template <typename F>
+inline constexpr bool kIsComplexTag<ComplexTag<F>> = true;
 
 template <typename Tag>
 inline constexpr bool kIsHalfTag =
@@ -132,14 +142,27 @@ decltype(auto) visitDataType(DataType dtype, Fn&& fn) {
       return fn(PlainTag<int64_t>{});
     case DataType::kBool:
       return fn(BoolTag{});
+    case DataType::kInt16:
+      return fn(PlainTag<int16_t>{});
+    case DataType::kUInt16:
+      return fn(PlainTag<uint16_t>{});
+    case DataType::kUInt32:
+      return fn(PlainTag<uint32_t>{});
+    case DataType::kUInt64:
+      return fn(PlainTag<uint64_t>{});
+    case DataType::kComplex64:
+      return fn(ComplexTag<float>{});
+    case DataType::kComplex128:
+      return fn(ComplexTag<double>{});
   }
   throw std::logic_error("bad dtype");
 }
 
 inline constexpr DataType kAllDataTypes[] = {
-    DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-    DataType::kFloat64, DataType::kInt8,     DataType::kUInt8,
-    DataType::kInt32,   DataType::kInt64,    DataType::kBool};
+    DataType::kFloat16, DataType::kBFloat16,  DataType::kFloat32,   DataType::kFloat64,
+    DataType::kInt8,    DataType::kUInt8,     DataType::kInt32,     DataType::kInt64,
+    DataType::kBool,    DataType::kInt16,     DataType::kUInt16,    DataType::kUInt32,
+    DataType::kUInt64,  DataType::kComplex64, DataType::kComplex128};
 inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin,
                                              ReduceOp::kMax, ReduceOp::kAvg,  ReduceOp::kBand,
                                              ReduceOp::kBor, ReduceOp::kBxor};

@@ -45,18 +45,45 @@ def run():
 
     def record(name, got, expected):
         got_np = got.float().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
-        if got_np.shape != np.shape(expected) or not np.array_equal(got_np, expected):
+        same = np.array_equal(got_np, expected, equal_nan=got_np.dtype.kind in "fc")
+        if got_np.shape != np.shape(expected) or not same:
             failures.append(f"rank {rank}: {name}: got {got_np.ravel()[:8]}, "
                             f"expected {np.asarray(expected).ravel()[:8]}")
         lines.append(f"result {name} {digest(got_np)}")
 
     everyone = [contribution(r, 12 * size, np.float64) for r in range(size)]
     total = np.sum(everyone, axis=0)
-    for dtype in ["float32", "float64", "int32", "int64", "float16"]:
+    for dtype in ["float32", "float64", "int32", "int64", "float16", "int16", "uint16", "uint32",
+                  "uint64"]:
         x = contribution(rank, 12 * size, dtype)
         record(f"allreduce_sum_{dtype}", chorus.allreduce(x), total.astype(dtype))
         record(f"allreduce_max_{dtype}", chorus.allreduce(x, "max"),
                np.max(everyone, axis=0).astype(dtype))
+    # Sums that wrap around (Open MPI 4.1's op/avx saturates 8- and 16-bit ones instead: Note
+    # [Saturating sums in Open MPI]).
+    for dtype in ["int8", "uint8", "int16", "uint16"]:
+        top = np.iinfo(dtype).max
+        wrapped = (np.full(16, top, np.int64) * size) % (1 << (8 * np.dtype(dtype).itemsize))
+        record(f"allreduce_wrapping_sum_{dtype}", chorus.allreduce(np.full(16, top, dtype)),
+               wrapped.astype(np.uint64).astype(dtype))
+    # A NaN on one rank is the min and the max wherever it stands (MPI_MIN and MPI_MAX return the
+    # other operand: Note [Where MPI's reductions differ from chorus's]).
+    spotted = [contribution(r, 8, np.float32) for r in range(size)]
+    for r in range(size):
+        spotted[r][r % 8] = np.nan
+    for op in ("min", "max"):
+        record(f"allreduce_{op}_nan", chorus.allreduce(spotted[rank], op),
+               getattr(np, op)(spotted, axis=0))
+    # Complex numbers (sum and prod only: they have no order). Gaussian integers this small
+    # multiply exactly in complex64 too.
+    gaussian = [contribution(r, 8, np.float64) + 1j * contribution(r + 1, 8, np.float64)
+                for r in range(size)]
+    for dtype in ["complex64", "complex128"]:
+        x = gaussian[rank].astype(dtype)
+        record(f"allreduce_sum_{dtype}", chorus.allreduce(x),
+               np.sum(gaussian, axis=0).astype(dtype))
+        record(f"allreduce_prod_{dtype}", chorus.allreduce(x, "prod"),
+               np.prod(gaussian, axis=0).astype(dtype))
     # avg and bfloat16 are where the native mpi backend falls back to chorus's algorithms.
     x = contribution(rank, 12 * size, np.float32) * size
     record("allreduce_avg_float32", chorus.allreduce(x, "avg"), total.astype(np.float32))

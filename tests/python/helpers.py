@@ -17,6 +17,11 @@ NP_DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int32", "int64",
 TORCH_DTYPES = NP_DTYPES + ["bfloat16"]
 FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64"}
 INT_DTYPES = {"int8", "uint8", "int32", "int64"}
+# The element types added after the nine above (test_39_more_dtypes.py; the lists above, and so
+# every other test, leave them out). torch 1.13 has no uint16, uint32 or uint64.
+WIDE_INT_DTYPES = ["int16", "uint16", "uint32", "uint64"]
+COMPLEX_DTYPES = ["complex64", "complex128"]
+WIDE_DTYPES = WIDE_INT_DTYPES + COMPLEX_DTYPES
 # GPU kinds, in the grid where the machine has a GPU and this chorus a GPU backend (see cuda_device
 # and conftest.py's shared-GPU switch): "torch_cuda" (torch tensors on this rank's GPU), and
 # "cupy" and "jax_cuda" (CuPy arrays, JAX arrays on that GPU) where those are installed.
@@ -65,6 +70,20 @@ def kind_dtype_cases(dtypes=None, kinds=KINDS):
                 continue
             cases.append((kind, dtype))
     return cases
+
+
+class DlpackOnly:
+    """Exposes a NumPy array (.array) through the DLPack protocol only."""
+
+    def __init__(self, array):
+        self.array = array
+        self.shape = array.shape
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
 
 
 def case_id(case):

@@ -1,27 +1,14 @@
 """Input kinds beyond plain contiguous arrays (DESIGN §4): objects that only speak __dlpack__,
-read-only and non-contiguous inputs (copied, never read wrong; inplace writes back), and dtypes
-chorus does not move."""
+read-only and non-contiguous inputs (copied, never read wrong; inplace writes back), torch's lazy
+conjugate and negative views, and dtypes chorus does not move."""
 
 import numpy as np
 import pytest
 import torch
 
 import chorus
-from helpers import check_result, make, reduce_exact, snapshot, assert_unchanged, values
-
-
-class DlpackOnly:
-    """Exposes a NumPy array through the DLPack protocol only."""
-
-    def __init__(self, array):
-        self._array = array
-        self.shape = array.shape
-
-    def __dlpack__(self, stream=None):
-        return self._array.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self._array.__dlpack_device__()
+from helpers import (DlpackOnly, check_result, make, reduce_exact, snapshot, assert_unchanged,
+                     values)
 
 
 def test_dlpack_only_object(rank, size):
@@ -79,12 +66,34 @@ def test_torch_tensor_requiring_grad(rank, size):
     check_result(result, "torch", "float32", expected)
 
 
+def _lazy_views(rank):
+    """A lazily conjugated complex tensor and a lazily negated float one (torch's conjugate and
+    negative bits), over memory that holds other values than they read as."""
+    real = torch.arange(4, dtype=torch.float32) + rank
+    conjugated = torch.complex(real, real + 1).conj()
+    negated = conjugated.imag
+    assert conjugated.is_conj() and negated.is_neg()
+    return conjugated, negated
+
+
+def test_lazily_conjugated_and_negated_tensors_read_as_their_values(rank, size):
+    conjugated, negated = _lazy_views(rank)
+    ranks = [torch.arange(4, dtype=torch.float64) + r for r in range(size)]
+    expected_conj = sum(torch.complex(r, -(r + 1)) for r in ranks)
+    expected_neg = sum(-(r + 1) for r in ranks)
+    assert torch.equal(chorus.allreduce(conjugated), expected_conj.to(torch.complex64))
+    assert torch.equal(chorus.allreduce(negated), expected_neg.to(torch.float32))
+    assert torch.equal(chorus.allgather(negated), torch.cat([-(r + 1) for r in ranks]).float())
+    result = chorus.allreduce(conjugated, inplace=True)  # written back through the lazy view
+    assert result is conjugated and torch.equal(conjugated, expected_conj.to(torch.complex64))
+
+
 @pytest.mark.parametrize("make_bad", [
-    lambda: np.zeros((3,), dtype=np.complex64),
-    lambda: np.zeros((3,), dtype=np.uint16),
-    lambda: torch.zeros(3, dtype=torch.complex64),
-    lambda: torch.zeros(3, dtype=torch.int16),
-], ids=["np-complex64", "np-uint16", "torch-complex64", "torch-int16"])
+    lambda: np.zeros((3,), dtype=np.clongdouble),
+    lambda: np.zeros((3,), dtype=np.longdouble),
+    lambda: np.zeros((3,), dtype="datetime64[s]"),
+    lambda: torch.zeros(3, dtype=torch.complex32),
+], ids=["np-clongdouble", "np-longdouble", "np-datetime64", "torch-complex32"])
 def test_unsupported_dtype_is_rejected(rank, size, make_bad):
     with pytest.raises((ValueError, chorus.UnsupportedError)) as info:
         chorus.allreduce(make_bad())

@@ -114,8 +114,8 @@ def _declined():
         "a strided view": (torch.ones(16)[::2], None),
         "a sparse tensor": (torch.ones(8).to_sparse(), None),
         "a negative-bit view": (torch._neg_view(torch.ones(8)), None),
-        "int16 (not a chorus dtype)": (torch.ones(8, dtype=torch.int16), None),
-        "complex64": (torch.ones(8, dtype=torch.complex64), None),
+        "complex32 (not a chorus dtype)": (torch.ones(8, dtype=torch.complex32), None),
+        "a conjugate-bit view": (torch.ones(8, dtype=torch.complex64).conj(), None),
         "a NumPy out": (x, x.numpy().copy()),
         "out of another dtype": (x, torch.empty(8, dtype=torch.float64)),
         "a strided out": (x, torch.empty(16)[::2]),
@@ -136,8 +136,10 @@ def test_declined_tensors_still_work_through_the_general_path():
     assert torch.equal(chorus.allreduce(strided), strided * size)
     parameter = torch.nn.Parameter(torch.ones(3))
     assert torch.equal(chorus.allreduce(parameter), torch.full((3,), float(size)))
-    with pytest.raises(chorus.InvalidArgumentError, match="int16"):
-        chorus.allreduce(torch.ones(3, dtype=torch.int16))
+    conjugated = torch.full((3,), 1 + 2j, dtype=torch.complex64).conj()
+    assert torch.equal(chorus.allreduce(conjugated), torch.full((3,), size * (1 - 2j)))
+    with pytest.raises(chorus.InvalidArgumentError, match="complex32"):
+        chorus.allreduce(torch.ones(3, dtype=torch.complex32))
 
 
 def test_numpy_calls_work_where_torch_is_blocked(tmp_path):

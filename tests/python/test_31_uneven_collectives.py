@@ -164,7 +164,7 @@ def test_a_call_one_rank_refuses_fails_on_every_rank(comm, multi_rank, bad):
     recv_splits = None
     if comm.rank == comm.size - 1:
         if bad == "dtype":
-            x = x.astype(np.complex64)
+            x = x.astype(np.clongdouble)
         elif bad == "zero_dimensions":
             x = np.float32(1.0)
         elif bad == "huge_split":

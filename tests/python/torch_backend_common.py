@@ -12,8 +12,9 @@ def values(rank, n, dtype):
     base = (rank + 1) * (torch.arange(n) % 5 + 1)
     if dtype == torch.bool:
         return (base % 2).to(torch.bool)
-    if dtype == torch.complex64:
-        return torch.complex(base.float(), -base.float())
+    if dtype in (torch.complex64, torch.complex128):
+        real = base.float() if dtype == torch.complex64 else base.double()
+        return torch.complex(real, -real)
     return base.to(dtype)
 
 

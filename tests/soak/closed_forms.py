@@ -5,12 +5,18 @@ reduction is exact in every dtype, fp16 and bf16 included (they accumulate in fp
 sums of values in [-3, 3] (at most 8 ranks), products of +-1 with at most six 2s (|product| <= 64
 fits int8), min/max in [-60, 60], avg only where each column's sum is a multiple of the group
 size, bitwise ops on 8- or 16-bit patterns. Values are logical int64 arrays; the closed form of a
-reduction is computed on them in int64, independently of chorus.
+reduction is computed on them in int64, independently of chorus. Complex inputs (sum, prod and avg
+only) take their real and imaginary parts from two such float inputs, as complex128: Gaussian
+integers, whose sums, averages and products (parts of at most 1024, every partial product exact
+in float32) are exact in complex64.
 """
 
 import zlib
 
 import numpy as np
+
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+COMPLEX = ("complex64", "complex128")
 
 
 def _hash(key, count):
@@ -30,9 +36,13 @@ def _in_range(words, low, high):
 
 
 def values(key, op, dtype, g, n, count):
-    """The logical input (int64) of group rank g of n for one tensor of `count` elements."""
+    """The logical input (int64; complex128 for complex dtypes) of group rank g of n for one tensor
+    of `count` elements."""
+    if dtype in COMPLEX:
+        return values(key, op, "float32", g, n, count) + 1j * values(
+            f"{key}/imag", op, "float32", g, n, count)
     words = _hash(f"{key}/{g}", count)
-    unsigned = dtype == "uint8"
+    unsigned = dtype in UNSIGNED
     if dtype == "bool":
         if op in ("prod", "min", "band"):
             return (words % np.uint32(8) != 0).astype(np.int64)  # mostly true, so "and" varies
@@ -58,6 +68,8 @@ def values(key, op, dtype, g, n, count):
     if op in ("band", "bor", "bxor"):
         if dtype in ("int8", "uint8"):
             return _in_range(words, -128 if not unsigned else 0, 127 if not unsigned else 255)
+        if unsigned:
+            return _in_range(words, 0, (1 << 16) - 1)
         return _in_range(words, -(1 << 15), (1 << 15) - 1)
     raise AssertionError(op)
 
@@ -79,6 +91,9 @@ def reduced(op, arrays, n):
         return stacked.max(axis=0)
     if op == "avg":
         total = stacked.sum(axis=0)
+        if np.iscomplexobj(total):
+            assert (total.real % n == 0).all() and (total.imag % n == 0).all()
+            return total / n
         assert (total % n == 0).all()
         return total // n
     if op == "band":

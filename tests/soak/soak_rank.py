@@ -14,8 +14,10 @@ async_op=True (waited later, in a random local order), inplace or not, NumPy or 
 Inputs are a function of (seed, step, item, group rank, element index): small integers chosen so
 that every reduction is exact in every dtype (fp16/bf16 included): sums of values in [-3, 3],
 products of values in {1, -1, 2} with at most 6 factors of 2, avg only of values whose sum is a
-multiple of the group size. Each rank computes every group member's input again and reduces them
-in int64 (the closed form); a result that differs is a WRONG line and the run goes on.
+multiple of the group size; complex values are two of those, one per part (sum, prod and avg only;
+uint16, uint32 and uint64 through NumPy only, which torch 1.13 lacks). Each rank computes every
+group member's input again and reduces them in int64, or complex128 (the closed form); a result
+that differs is a WRONG line and the run goes on.
 
 Every --sync-every steps the ranks agree (allreduce max) whether rank's --seconds are up.
 
@@ -52,12 +54,17 @@ from soak_uneven import UnevenOps
 torch = None  # imported in main() unless --no-torch
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
-INTS = ("int8", "uint8", "int32", "int64")
-DTYPES = FLOATS + INTS + ("bool",)
+INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+COMPLEX = ("complex64", "complex128")
+DTYPES = FLOATS + INTS + COMPLEX + ("bool",)
+NUMPY_ONLY = ("uint16", "uint32", "uint64")  # torch 1.13 has none of them
 NUMPY = {"float16": np.float16, "float32": np.float32, "float64": np.float64, "int8": np.int8,
-         "uint8": np.uint8, "int32": np.int32, "int64": np.int64, "bool": np.bool_}
+         "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16, "int32": np.int32,
+         "uint32": np.uint32, "int64": np.int64, "uint64": np.uint64, "complex64": np.complex64,
+         "complex128": np.complex128, "bool": np.bool_}
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1,
-            "int32": 4, "int64": 8, "bool": 1}
+            "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
+            "complex64": 8, "complex128": 16, "bool": 1}
 SMALL_SLOT, CHUNK_SLOT = 32 << 10, 512 << 10  # the shm backend's slot sizes
 
 # Relative weights of the operations in the program.
@@ -93,11 +100,12 @@ def make_tensor(logical, dtype, use_torch, shape):
 
 
 def as_logical(result, dtype):
-    """A result as float64 (floats) or int64 (integers, bool) NumPy values, to compare."""
+    """A result as float64 (floats), complex128 (complex) or int64 (integers, bool) NumPy values,
+    to compare."""
+    wide = "float64" if dtype in FLOATS else "complex128" if dtype in COMPLEX else "int64"
     if torch is not None and isinstance(result, torch.Tensor):
-        wide = torch.float64 if dtype in FLOATS else torch.int64
-        return result.to(wide).numpy()
-    return np.asarray(result).astype(np.float64 if dtype in FLOATS else np.int64)
+        return result.to(getattr(torch, wide)).numpy()
+    return np.asarray(result).astype(wide)
 
 
 # --------------------------------------------------------------------------- the program
@@ -157,7 +165,8 @@ class Program:
         dtypes = [d for d in DTYPES if d != "bfloat16" or self.features["torch"]]
         spec = {"name": name, "index": index, "dtype": rng.choice(dtypes)}
         spec["torch"] = spec["dtype"] == "bfloat16" or (self.features["torch"] and
-                                                        rng.random() < 0.25)
+                                                        rng.random() < 0.25 and
+                                                        spec["dtype"] not in NUMPY_ONLY)
         if name in REDUCING:
             spec["op"] = rng.choice(valid_ops(spec["dtype"]))
         r = rng.random()
@@ -198,6 +207,8 @@ class Program:
 
 
 def valid_ops(dtype):
+    if dtype in COMPLEX:
+        return ("sum", "prod", "avg")
     if dtype in FLOATS:
         return ("sum", "prod", "min", "max", "avg")
     if dtype == "bool":

@@ -63,10 +63,31 @@ chorus::Tensor typed(const at::Tensor& tensor, std::string_view what, std::strin
     case at::kBool:
       dtype = DataType::kBool;
       break;
+    case at::kShort:
+      dtype = DataType::kInt16;
+      break;
+    case at::kComplexFloat:
+      dtype = DataType::kComplex64;
+      break;
+    case at::kComplexDouble:
+      dtype = DataType::kComplex128;
+      break;
+#if CHORUS_TORCH_MAJOR > 2 || (CHORUS_TORCH_MAJOR == 2 && CHORUS_TORCH_MINOR >= 3)
+    case at::kUInt16:
+      dtype = DataType::kUInt16;
+      break;
+    case at::kUInt32:
+      dtype = DataType::kUInt32;
+      break;
+    case at::kUInt64:
+      dtype = DataType::kUInt64;
+      break;
+#endif
     default:
       TORCH_CHECK(false, "chorus: ", op, ": ", what, " has dtype ", dtypeName(tensor.scalar_type()),
                   ", which chorus does not reduce (it reduces float16, bfloat16, float32, "
-                  "float64, int8, uint8, int32, int64 and bool)");
+                  "float64, int8, uint8, int16, uint16, int32, uint32, int64, uint64, bool, "
+                  "complex64 and complex128)");
   }
   return chorus::Tensor(tensor.data_ptr(), dtype, span(tensor.sizes()), span(tensor.strides()),
                         chorusDevice(tensor));

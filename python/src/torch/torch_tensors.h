@@ -2,8 +2,8 @@
 // chorus's, and chorus's errors back into torch's.
 //
 // Contract:
-//  - typed() maps a dense tensor of a dtype chorus reduces (float16, bfloat16, float32,
-//    float64, int8, uint8, int32, int64, bool) to a chorus::Tensor over the same memory, with
+//  - typed() maps a dense tensor of a dtype chorus reduces (every chorus DataType; uint16,
+//    uint32 and uint64 from torch 2.3) to a chorus::Tensor over the same memory, with
 //    its shape, strides and device (chorus itself refuses a non-contiguous one, naming it).
 //  - bytes() views a contiguous dense tensor of any dtype as its raw bytes (a flat uint8
 //    chorus::Tensor): the data-movement operations (broadcast, gather, alltoall, send...) copy

@@ -23,9 +23,27 @@
 namespace chorus::backend::mpi {
 namespace {
 
+// Note [Where MPI's reductions differ from chorus's]
+// The mpi backend gives the results of the other CPU backends (chorus/types.h), so it leaves to
+// chorus's kernels (the fallback's algorithms) the reductions whose MPI results differ:
+//  - Open MPI 4.1's AVX reduction component (op/avx, on by default where the CPU has AVX) sums 8-
+//    and 16-bit integers with saturating instructions: MPI_SUM of int8 127 and 127 gives 127, not
+//    -2 (open-mpi/ompi#8045, closed "wontfix"). chorus's sums wrap.
+//  - MPI_MIN and MPI_MAX of floats return the other operand where one is NaN, in an order that
+//    depends on the algorithm (min(NaN, 1) was 1 on 2 ranks). chorus's propagate NaN.
+// Both were found by tests (tests/mpi/same_results.py); the other ops on these types are exact or
+// wrap as chorus's do.
+bool differsFromChorus(DataType dtype, ReduceOp op) {
+  const bool narrow = dtype == DataType::kInt8 || dtype == DataType::kUInt8 ||
+                      dtype == DataType::kInt16 || dtype == DataType::kUInt16;
+  if (narrow && (op == ReduceOp::kSum || op == ReduceOp::kAvg))
+    return true;
+  return isFloatingPoint(dtype) && (op == ReduceOp::kMin || op == ReduceOp::kMax);
+}
+
 bool native(DataType dtype, ReduceOp op, size_t count) {
   return mpiType(dtype) != MPI_DATATYPE_NULL && mpiOp(op, dtype) != MPI_OP_NULL &&
-         count <= static_cast<size_t>(INT_MAX);
+         !differsFromChorus(dtype, op) && count <= static_cast<size_t>(INT_MAX);
 }
 
 // MPI_Test passes before a waiting rank starts yielding the CPU between tests: short operations
@@ -211,7 +229,9 @@ Backend& MpiBackend::fallback(const char* what) {
   if (!fallback_) {
     throw UnsupportedError(detail::concat("backend 'mpi' cannot run this ", what,
                                           " natively (float16/bfloat16, bool, bitwise ops on "
-                                          "floats or more than INT_MAX elements) and "
+                                          "floats, min/max on floats or complex numbers, sums of "
+                                          "8- and 16-bit integers, or more than INT_MAX "
+                                          "elements) and "
                                           "this build has no MPI transport for chorus's "
                                           "algorithms; convert the tensor or use another "
                                           "backend"));

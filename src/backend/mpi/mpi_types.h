@@ -26,6 +26,18 @@ inline MPI_Datatype mpiType(DataType dtype) {
       return MPI_INT64_T;
     case DataType::kBool:
       return MPI_C_BOOL;
+    case DataType::kInt16:
+      return MPI_INT16_T;
+    case DataType::kUInt16:
+      return MPI_UINT16_T;
+    case DataType::kUInt32:
+      return MPI_UINT32_T;
+    case DataType::kUInt64:
+      return MPI_UINT64_T;
+    case DataType::kComplex64:
+      return MPI_C_FLOAT_COMPLEX;
+    case DataType::kComplex128:
+      return MPI_C_DOUBLE_COMPLEX;
     case DataType::kFloat16:
     case DataType::kBFloat16:
       return MPI_DATATYPE_NULL;
@@ -34,21 +46,20 @@ inline MPI_Datatype mpiType(DataType dtype) {
 }
 
 // The MPI op of `op` on `dtype`, or MPI_OP_NULL when MPI has none (avg; the bitwise ops on
-// floating types). On bool chorus's sum and max are "or", prod and min "and" (chorus/types.h),
-// and MPI defines only the logical ops on MPI_C_BOOL.
+// floating and complex types; min and max on complex ones). On bool chorus's sum and max are "or",
+// prod and min "and" (chorus/types.h), and MPI defines only the logical ops on MPI_C_BOOL.
 inline MPI_Op mpiOp(ReduceOp op, DataType dtype) {
   const bool logical = dtype == DataType::kBool;
-  const bool bitwise = dtype == DataType::kInt8 || dtype == DataType::kUInt8 ||
-                       dtype == DataType::kInt32 || dtype == DataType::kInt64;
+  const bool bitwise = !isFloatingPoint(dtype) && !isComplex(dtype) && !logical;
   switch (op) {
     case ReduceOp::kSum:
       return logical ? MPI_LOR : MPI_SUM;
     case ReduceOp::kProd:
       return logical ? MPI_LAND : MPI_PROD;
     case ReduceOp::kMin:
-      return logical ? MPI_LAND : MPI_MIN;
+      return logical ? MPI_LAND : isComplex(dtype) ? MPI_OP_NULL : MPI_MIN;
     case ReduceOp::kMax:
-      return logical ? MPI_LOR : MPI_MAX;
+      return logical ? MPI_LOR : isComplex(dtype) ? MPI_OP_NULL : MPI_MAX;
     case ReduceOp::kBand:
       return logical ? MPI_LAND : bitwise ? MPI_BAND : MPI_OP_NULL;
     case ReduceOp::kBor:

@@ -304,16 +304,17 @@ void NcclBackend::orderAfterLast(cudaStream_t stream) {
 void NcclBackend::allreduce(const DeviceCallContext& call, const AllreduceArgs& args) {
   const ncclRedOp_t op = ncclOpOf(args.op, args.dtype, worldRanks_[rank_]);
   enqueue("ncclAllReduce", call, [&](ncclComm_t comm) {
-    return ncclAllReduce(args.input, args.output, args.count, ncclTypeOf(args.dtype), op, comm,
-                         callStream_);
+    return ncclAllReduce(args.input, args.output, args.count * ncclPartsPerElement(args.dtype),
+                         ncclTypeOf(args.dtype), op, comm, callStream_);
   });
 }
 
 void NcclBackend::reduceScatter(const DeviceCallContext& call, const ReduceScatterArgs& args) {
   const ncclRedOp_t op = ncclOpOf(args.op, args.dtype, worldRanks_[rank_]);
   enqueue("ncclReduceScatter", call, [&](ncclComm_t comm) {
-    return ncclReduceScatter(args.input, args.output, args.countPerRank, ncclTypeOf(args.dtype), op,
-                             comm, callStream_);
+    return ncclReduceScatter(args.input, args.output,
+                             args.countPerRank * ncclPartsPerElement(args.dtype),
+                             ncclTypeOf(args.dtype), op, comm, callStream_);
   });
 }
 
@@ -335,8 +336,8 @@ void NcclBackend::reduce(const DeviceCallContext& call, const ReduceArgs& args) 
   // NCCL writes recvbuff on the root only, but wants a valid pointer everywhere.
   void* output = args.output != nullptr ? args.output : const_cast<void*>(args.input);
   enqueue("ncclReduce", call, [&](ncclComm_t comm) {
-    return ncclReduce(args.input, output, args.count, ncclTypeOf(args.dtype), op, args.root, comm,
-                      callStream_);
+    return ncclReduce(args.input, output, args.count * ncclPartsPerElement(args.dtype),
+                      ncclTypeOf(args.dtype), op, args.root, comm, callStream_);
   });
 }
 
