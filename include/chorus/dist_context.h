@@ -82,6 +82,12 @@ class DistContext {
   // torchrun). It does not communicate. Once the world exists, passing the rank and size it has
   // does nothing, and anything else is an InvalidArgumentError.
   void connectThrough(std::shared_ptr<KeyValueStore> store, int rank, int size);
+  // Forgets the communicators of `rankList` (not the world's), on every backend: the next
+  // communicator(rankList) makes a new one, collectively. Local, but every rank must do it alike
+  // (as torch's destroy_process_group(group)), since the next communicator() is collective. What
+  // others still hold keeps working until they drop it. The way out of a group that failed for
+  // good (a MismatchError ends its communicator).
+  void forgetCommunicator(const RankList& rankList);
   // Backend of the communicators asked for from now on: "auto", "shm", "tcp", "hierarchical",
   // "mpi", "mpi_algorithms" or "void" (see the contract above). Those already made keep theirs
   // (and are served again when it is switched back).

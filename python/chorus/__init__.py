@@ -17,6 +17,8 @@ from ._chorus import (Error, InternalError, InvalidArgumentError, MismatchError,
                       TimeoutError, UnsupportedError)
 from ._ops import (ANY_SOURCE, REDUCE_OPS, Status, Work, all_to_all, allgather, allreduce,
                    barrier, broadcast, gather, recv, reduce, reduce_scatter, scatter, send)
+from ._objects import (all_to_all_object, allgather_object, broadcast_object, gather_object,
+                       recv_object, scatter_object, send_object)
 from ._pmap import pmap
 from . import distributed
 
@@ -59,5 +61,7 @@ __all__ = [
     "Error", "InternalError", "InvalidArgumentError", "MismatchError", "PeerError",
     "TimeoutError", "UnsupportedError", "ANY_SOURCE", "REDUCE_OPS", "Status", "Work",
     "all_to_all", "allgather", "allreduce", "barrier", "broadcast", "gather", "recv", "reduce",
-    "reduce_scatter", "scatter", "send", "pmap", "distributed", "shutdown",
+    "reduce_scatter", "scatter", "send", "pmap", "distributed", "shutdown", "all_to_all_object",
+    "allgather_object", "broadcast_object", "gather_object", "recv_object", "scatter_object",
+    "send_object",
 ]

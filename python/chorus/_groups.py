@@ -219,7 +219,8 @@ class Group:
     # _native: on a member, its group's native Communicator, whose ranks are the group ranks; the
     # fronts' short paths (python/src/front_calls.cc) run group= calls on it. None elsewhere, and
     # once reset() has forgotten the communicators.
-    __slots__ = ("ranks", "size", "rank", "_index", "_rank_list", "_native", "__weakref__")
+    __slots__ = ("ranks", "size", "rank", "_index", "_rank_list", "_native", "_destroyed",
+                 "__weakref__")
 
     def __init__(self, ranks, world_rank):
         self.ranks = tuple(ranks)
@@ -228,6 +229,7 @@ class Group:
         self.rank = self._index.get(world_rank, -1)
         self._rank_list = (self.ranks,)
         self._native = None
+        self._destroyed = False
 
     def world_rank(self, group_rank):
         """The world rank of group rank `group_rank`."""
@@ -265,6 +267,31 @@ def new_group(ranks):
     return group
 
 
+def destroy_group(group):
+    """Ends `group` on this rank: its communicator is forgotten, and a later new_group of the same
+    ranks makes a new one (torch.distributed.destroy_process_group(group)). Every rank calls it
+    for the same group, as for new_group (the next new_group is collective). The way out of a
+    group whose communicator failed for good (after a MismatchError)."""
+    if not isinstance(group, Group):
+        raise _chorus.InvalidArgumentError(
+            f"destroy_group takes a chorus Group (from chorus.distributed.new_group), not "
+            f"{type(group).__name__}")
+    world = _world_communicator()
+    key = normalize([list(group.ranks)], world.world_size)
+    with _lock:
+        group._destroyed = True
+        group._native = None
+        _with_native.discard(group)
+        if key is None:  # the world in order: it stays
+            return
+        _cache.pop(key, None)
+        # A rank_list written another way may name this communicator: forget every noted one (the
+        # next call of each takes the general path once and notes it again).
+        _given.clear()
+        _chorus.forget_rank_lists()
+        _chorus.forget_communicator([list(g) for g in key])
+
+
 _chorus.set_group_type(Group)  # the fronts take group= calls of this type only
 
 
@@ -279,6 +306,10 @@ def resolve(group, rank_list, operation):
     if rank_list is not None:
         raise _chorus.InvalidArgumentError(
             f"{operation}: pass group= or rank_list=, not both")
+    if group._destroyed:
+        raise _chorus.InvalidArgumentError(
+            f"{operation}: the group {list(group.ranks)} was destroyed (destroy_group); make a new "
+            "one with new_group")
     if group.rank < 0:
         world_rank = _world_communicator().world_rank
         raise _chorus.InvalidArgumentError(

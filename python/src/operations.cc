@@ -292,6 +292,10 @@ void bindCommunicator(py::module_& module) {
             c.setTimeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0)));
           });
   module.def("communicator", &communicator, py::arg("rank_list"));
+  module.def(
+      "forget_communicator",
+      [](const RankList& rankList) { DistContext::get().forgetCommunicator(rankList); },
+      py::arg("rank_list"));
 }
 
 }  // namespace

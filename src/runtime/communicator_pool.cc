@@ -137,6 +137,12 @@ void CommunicatorPool::abortAll(const std::string& reason, int failedRank) noexc
   }
 }
 
+int CommunicatorPool::forget(const RankList& rankList) {
+  const RankList groups = normalize(rankList, world_->size());
+  return static_cast<int>(
+      std::erase_if(groups_, [&](const auto& entry) { return entry.first.second == groups; }));
+}
+
 void CommunicatorPool::clear() {
   groups_.clear();
   world_.reset();

@@ -28,6 +28,10 @@ class CommunicatorPool {
   // The whole world in rank order on `backend`: the world communicator itself when it uses that
   // backend (no allocation), else a cached copy on it (collective the first time, as get()).
   std::shared_ptr<Communicator> world(const std::string& backend);
+  // Drops the cached groups of `rankList` on every backend (not the world): the next get() of it
+  // makes new ones, collectively. Local; every rank must do it alike, as the next get() is
+  // collective. Returns how many it dropped.
+  int forget(const RankList& rankList);
   void clear();
   // Aborts the world and every cached group (Communicator::abort(reason)). Never throws.
   void abortAll(const std::string& reason, int failedRank = -1) noexcept;

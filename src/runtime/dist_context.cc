@@ -210,6 +210,13 @@ void DistContext::connectThrough(std::shared_ptr<KeyValueStore> store, int rank,
   log::setLogRank(rank);
 }
 
+void DistContext::forgetCommunicator(const RankList& rankList) {
+  std::lock_guard lock(state_->mutex);
+  CHORUS_CHECK_ARG(!rankList.empty(), "forgetCommunicator: the world cannot be forgotten");
+  if (state_->pool)
+    state_->pool->forget(rankList);
+}
+
 void DistContext::abort(const std::string& reason, int failedRank) noexcept {
   std::lock_guard lock(state_->mutex);
   if (state_->pool)

@@ -88,6 +88,33 @@ def test_new_group_refuses_bad_ranks():
         dist.new_group([])
 
 
+def test_destroy_group_ends_a_failed_group_and_new_group_makes_a_new_one():
+    """A mismatch ends a group's communicator for good (each later call repeats that error);
+    destroy_group forgets it, operations on the old Group are refused, and new_group of the same
+    ranks makes a working one (torch.distributed's destroy_process_group(group))."""
+    rank, size = rank_size()
+    if size < 2:
+        pytest.skip("needs two ranks")
+    members = list(reversed(range(size)))
+    group = dist.new_group(members)
+    with pytest.raises(chorus.MismatchError, match="count"):
+        chorus.allreduce(np.ones(3 + (rank == 0)), group=group)
+    with pytest.raises(chorus.MismatchError, match="count"):  # the first error, again
+        chorus.allreduce(np.ones(3), group=group)
+    dist.destroy_group(group)
+    with pytest.raises(ValueError, match=r"was destroyed \(destroy_group\)"):
+        chorus.allreduce(np.ones(3), group=group)
+    again = dist.new_group(members)
+    assert chorus.allreduce(np.full(3, rank), group=again).tolist() == [size * (size - 1) // 2] * 3
+    assert chorus.allreduce(np.ones(1), rank_list=[members])[0] == size  # the same communicator
+    dist.destroy_group(again)
+    everyone = dist.new_group(list(range(size)))  # the world in order: destroying it keeps it
+    dist.destroy_group(everyone)
+    assert chorus.allreduce(np.ones(1))[0] == size
+    with pytest.raises(ValueError, match="takes a chorus Group"):
+        dist.destroy_group([0, 1])
+
+
 def test_allreduce_of_a_nest_returns_the_nest():
     rank, size = rank_size()
     nest = {"w": np.full((2, 3), rank, np.float32),

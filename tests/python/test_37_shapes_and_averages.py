@@ -22,18 +22,23 @@ import chorus.torch  # noqa: F401  (chorus.torch.DistributedDataParallel)
 from helpers import rank_size
 
 
-def _own_group():
-    """Every rank, in reverse order: a communicator of its own (the world's order is the world)."""
+@pytest.fixture
+def own_group():
+    """Every rank, in reverse order: a communicator of its own (the world's order is the world),
+    destroyed afterwards, so that each test's mismatch is its own (a failed communicator repeats
+    its first error to every later call)."""
     _, size = rank_size()
-    return dist.new_group(list(reversed(range(size))))
+    group = dist.new_group(list(reversed(range(size))))
+    yield group
+    dist.destroy_group(group)
 
 
 @pytest.mark.parametrize("operation", ["allreduce", "allgather", "broadcast", "all_to_all"])
-def test_same_count_different_shape_is_a_mismatch_on_every_rank(operation):
+def test_same_count_different_shape_is_a_mismatch_on_every_rank(operation, own_group):
     rank, size = rank_size()
     if size < 2:
         pytest.skip("needs two ranks")
-    group = _own_group()
+    group = own_group
     shape = (size, 4) if rank == size - 1 else (2 * size, 2)  # group rank 0 differs
     x = np.ones(shape, np.float32)
     call = {"allreduce": lambda: chorus.allreduce(x, group=group),
@@ -46,11 +51,11 @@ def test_same_count_different_shape_is_a_mismatch_on_every_rank(operation):
     chorus.barrier()  # the world is untouched
 
 
-def test_allgather_along_different_axes_is_a_mismatch():
+def test_allgather_along_different_axes_is_a_mismatch(own_group):
     rank, size = rank_size()
     if size < 2:
         pytest.skip("needs two ranks")
-    group = _own_group()
+    group = own_group
     with pytest.raises(chorus.MismatchError, match="shapes or the axes differ"):
         chorus.allgather(np.ones((2, 2), np.float32), axis=0 if rank == 0 else 1, group=group)
 

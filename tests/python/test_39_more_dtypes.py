@@ -14,12 +14,9 @@ inputs keep the sum below 2^64). Complex inputs are small Gaussian integers (and
 quarters where nothing multiplies them), so every sum, product and average is exact in complex64;
 complex takes sum, prod and avg, and refuses min, max and the bitwise ops on every rank.
 
-A dtype mismatch in a plain collective aborts its communicator for good, and the pool serves one
-communicator per (backend name, rank_list) for the whole run: the reversed world on the default
-backend is aborted by test_37's mismatches before this file runs. So each such mismatch here runs
-on the reversed world of a backend named explicitly (fresh_group), whose communicator no other
-test makes; the uneven forms and nests check dtypes before anything moves and leave the world
-usable.
+A dtype mismatch in a plain collective aborts its communicator for good: each such mismatch here
+runs on a reversed world of its own (fresh_group), destroyed afterwards; the uneven forms and nests
+check dtypes before anything moves and leave the world usable.
 """
 
 import contextlib
@@ -700,44 +697,27 @@ def test_uneven_forms_and_nests_of_different_dtypes_fail_on_every_rank(multi_ran
     check_world_works(rank, size)
 
 
-def other_backends():
-    """Backends this job can make communicators on, other than the world's (whose reversed world
-    test_37 aborted): chorusrun's store serves shm, tcp and hierarchical; a job started by mpirun
-    has no store, and makes mpi and mpi_algorithms ones."""
-    world = dist.get_communicator().backend
-    family = ("mpi", "mpi_algorithms") if world.startswith("mpi") else (
-        "shm", "tcp", "hierarchical")
-    return [name for name in family if name != world]
-
-
 @contextlib.contextmanager
-def fresh_group(backend):
-    """Every rank, reversed, on `backend` named explicitly: a communicator of its own, which no
-    other test makes (the pool keys on the backend's name). The default backend is restored
-    afterwards."""
-    default = dist.get_config().backend
+def fresh_group():
+    """Every rank, reversed: a communicator of its own, destroyed afterwards (a mismatch ends it
+    for good, and it would repeat its first error to every later call)."""
     size = dist.get_communicator().size
-    dist.set_default_backend(backend)
+    group = dist.new_group(list(reversed(range(size))))
     try:
-        yield dist.new_group(list(reversed(range(size))))
+        yield group
     finally:
-        dist.set_default_backend(default)
+        dist.destroy_group(group)
 
 
-@pytest.mark.parametrize("mine,theirs,operation,which", [
-    ("int16", "uint16", "allreduce", 0),
-    ("complex64", "float64", "allreduce", 1),
-    ("uint64", "int64", "all_to_all", 2),
+@pytest.mark.parametrize("mine,theirs,operation", [
+    ("int16", "uint16", "allreduce"),
+    ("complex64", "float64", "allreduce"),
+    ("uint64", "int64", "all_to_all"),
 ], ids=case_id)
 def test_dtypes_that_differ_across_ranks_are_a_mismatch_on_every_rank(multi_rank, rank, size,
-                                                                      mine, theirs, operation,
-                                                                      which):
-    backends = other_backends()
-    if which >= len(backends):
-        pytest.skip(f"this job has {len(backends)} other backends to make fresh groups on")
-    backend = backends[which]
+                                                                      mine, theirs, operation):
     x = np.ones((2 * size, 2), mine if rank == 0 else theirs)
-    with fresh_group(backend) as group:
+    with fresh_group() as group:
         run = {"allreduce": lambda: chorus.allreduce(x, group=group),
                "all_to_all": lambda: chorus.all_to_all(x, group=group)}[operation]
         either = f"({mine}|{theirs})"

@@ -38,6 +38,14 @@ def new_group(ranks):
     return _groups.new_group(ranks)
 
 
+def destroy_group(group):
+    """Ends `group` (from new_group) on this rank: every rank calls it for the same group, as for
+    new_group; operations on it are then an error, and a later new_group of the same ranks makes
+    a new communicator. A group whose communicator failed for good (a MismatchError) is replaced
+    this way. (torch.distributed.destroy_process_group(group).)"""
+    _groups.destroy_group(group)
+
+
 def set_default_backend(name):
     """The backend of communicators made from now on: "auto" (the default; CHORUS_BACKEND), "tcp",
     "mpi", "mpi_algorithms", "void". Every rank must switch alike, since the next get_communicator()
@@ -68,4 +76,4 @@ class _OperatorNamespace:
 op = _OperatorNamespace()
 
 __all__ = ["DistConfig", "Communicator", "Group", "get_config", "get_communicator", "new_group",
-           "set_default_backend", "op"]
+           "destroy_group", "set_default_backend", "op"]

@@ -31,12 +31,20 @@ namespace {
 //    -2 (open-mpi/ompi#8045, closed "wontfix"). chorus's sums wrap.
 //  - MPI_MIN and MPI_MAX of floats return the other operand where one is NaN, in an order that
 //    depends on the algorithm (min(NaN, 1) was 1 on 2 ranks). chorus's propagate NaN.
-// Both were found by tests (tests/mpi/same_results.py); the other ops on these types are exact or
-// wrap as chorus's do.
+//  - MPI's logical ops on MPI_C_BOOL work on the bytes: a bool byte of 2 or-ed with 0 stays 2,
+//    and 2 xor 1 is 3 (true), where true xor true is false. chorus treats any non-zero byte as
+//    true and writes 0 or 1.
+//  - Open MPI's complex product recovers infinities as C99's Annex G does ((inf+infj)(inf+0j) is
+//    inf+infj); chorus's is the textbook product, NumPy's (nan+nanj there).
+// All were found by tests (tests/mpi/same_results.py, tests/mpi/edge_results.py); what MPI still
+// runs natively (integer, float and complex sums, integer min/max/prod/bitwise, float prod) gives
+// chorus's results.
 bool differsFromChorus(DataType dtype, ReduceOp op) {
   const bool narrow = dtype == DataType::kInt8 || dtype == DataType::kUInt8 ||
                       dtype == DataType::kInt16 || dtype == DataType::kUInt16;
   if (narrow && (op == ReduceOp::kSum || op == ReduceOp::kAvg))
+    return true;
+  if (dtype == DataType::kBool || (isComplex(dtype) && op == ReduceOp::kProd))
     return true;
   return isFloatingPoint(dtype) && (op == ReduceOp::kMin || op == ReduceOp::kMax);
 }
@@ -229,7 +237,7 @@ Backend& MpiBackend::fallback(const char* what) {
   if (!fallback_) {
     throw UnsupportedError(detail::concat("backend 'mpi' cannot run this ", what,
                                           " natively (float16/bfloat16, bool, bitwise ops on "
-                                          "floats, min/max on floats or complex numbers, sums of "
+                                          "floats, min/max on floats, complex products, sums of "
                                           "8- and 16-bit integers, or more than INT_MAX "
                                           "elements) and "
                                           "this build has no MPI transport for chorus's "
