@@ -284,6 +284,10 @@ def destroy_group(group):
         _with_native.discard(group)
         if key is None:  # the world in order: it stays
             return
+        for other in list(_with_native):  # other Groups of these ranks: they get the new one
+            if other.ranks == group.ranks:
+                other._native = None
+                _with_native.discard(other)
         _cache.pop(key, None)
         # A rank_list written another way may name this communicator: forget every noted one (the
         # next call of each takes the general path once and notes it again).

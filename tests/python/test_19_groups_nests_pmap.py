@@ -97,6 +97,7 @@ def test_destroy_group_ends_a_failed_group_and_new_group_makes_a_new_one():
         pytest.skip("needs two ranks")
     members = list(reversed(range(size)))
     group = dist.new_group(members)
+    twin = dist.new_group(members)  # another Group of the same ranks, made before the failure
     with pytest.raises(chorus.MismatchError, match="count"):
         chorus.allreduce(np.ones(3 + (rank == 0)), group=group)
     with pytest.raises(chorus.MismatchError, match="count"):  # the first error, again
@@ -107,6 +108,7 @@ def test_destroy_group_ends_a_failed_group_and_new_group_makes_a_new_one():
     again = dist.new_group(members)
     assert chorus.allreduce(np.full(3, rank), group=again).tolist() == [size * (size - 1) // 2] * 3
     assert chorus.allreduce(np.ones(1), rank_list=[members])[0] == size  # the same communicator
+    assert chorus.allreduce(np.ones(1), group=twin)[0] == size  # the twin takes the new one too
     dist.destroy_group(again)
     everyone = dist.new_group(list(range(size)))  # the world in order: destroying it keeps it
     dist.destroy_group(everyone)
