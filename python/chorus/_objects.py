@@ -70,7 +70,7 @@ def _decoded(payload, operation, sender):
     body = memoryview(payload[1:])
     if payload[0] == _FAILED:
         raise _chorus.InvalidArgumentError(
-            f"{operation}: {sender} sent no object: {bytes(body).decode()}")
+            f"{operation}: {sender} sent no object: {bytes(body).decode(errors='replace')}")
     try:
         return _plain_data.decode(body)
     except ValueError as error:

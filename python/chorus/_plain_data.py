@@ -17,6 +17,7 @@ torch's name.
 """
 
 import math
+import re
 import struct
 import sys
 
@@ -28,6 +29,7 @@ _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
 _C128 = struct.Struct("<dd")
 _ARRAY_KINDS = "biufc"  # bool, signed, unsigned, float, complex: no object or string dtypes
+_DTYPE_STR = re.compile(r"[<>|=][biufc](?:1|2|4|8|16)")
 _WHAT_TRAVELS = ("None, bool, int, float, complex, str, bytes, list, tuple, dict, NumPy arrays "
                  "and scalars, and torch tensors")
 
@@ -187,7 +189,12 @@ class _Reader:
         return result
 
     def array(self, scalar):
-        dtype = np.dtype(str(self.blob("a dtype"), "ascii"))
+        name = str(self.blob("a dtype"), "ascii")
+        # Only a plain dtype.str ("<f4", "|b1"): NumPy's parser takes much more (subarrays, field
+        # lists) and raises other errors on what it does not take.
+        if not _DTYPE_STR.fullmatch(name):
+            raise ValueError(f"malformed object: an array of dtype {name!r}")
+        dtype = np.dtype(name)
         if dtype.kind not in _ARRAY_KINDS or dtype.hasobject:
             raise ValueError(f"malformed object: an array of dtype {dtype}")
         shape = self.shape()

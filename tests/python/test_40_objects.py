@@ -178,7 +178,9 @@ def test_a_malformed_payload_is_a_value_error_never_anything_else():
                 for i in range(len(good)) for k in (0, 77, 254)]
     huge = b"a" + (2).to_bytes(8, "little") + b"<f" + (1).to_bytes(8, "little") + \
         (1 << 60).to_bytes(8, "little") + (0).to_bytes(8, "little")
-    for data in corrupt + [huge, good + b"N"]:
+    odd_dtypes = [b"a" + len(name).to_bytes(8, "little") + name + bytes(16)
+                  for name in (b"zz", b"(2,)<i4", b"|O8", b"<i04")]
+    for data in corrupt + odd_dtypes + [huge, good + b"N"]:
         try:
             _plain_data.decode(data)
         except ValueError:
