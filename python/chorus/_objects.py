@@ -55,8 +55,8 @@ def _failed(failure):
 def _encoded(obj, what=None):
     """(the status byte and obj's encoding as one uint8 array, None), or, where obj cannot be
     sent, (the failure's payload, the _Failure). `what` names obj (default: the rank's own)."""
-    try:
-        return _payload(_ENCODED, _plain_data.encode(obj)), None
+    try:  # the status byte, then the encoding, in one buffer: no copy to join them
+        return np.frombuffer(_plain_data.encode(obj, bytes([_ENCODED])), np.uint8), None
     except TypeError as error:
         why = f"cannot be sent: {error}"
         sent, own = (what, what) if what else ("its object", "this rank's object")

@@ -38,9 +38,10 @@ def _torch():
     return sys.modules.get("torch")
 
 
-def encode(obj):
-    """`obj` as bytes (a bytearray); TypeError for what does not travel (see the module doc)."""
-    out = bytearray()
+def encode(obj, prefix=b""):
+    """`prefix`, then `obj`, as one bytearray; TypeError for what does not travel (see the module
+    doc)."""
+    out = bytearray(prefix)
     _encode(obj, out, "the object", 0)
     return out
 
@@ -82,7 +83,7 @@ def _encode(obj, out, path, depth):
         out += b"a" if isinstance(obj, np.ndarray) else b"g"
         _encode_bytes(b"", array.dtype.str.encode(), out)
         _encode_shape(array.shape, out)
-        _encode_bytes(b"", array.tobytes(), out)
+        _encode_bytes(b"", memoryview(array).cast("B") if array.size else b"", out)
     elif _torch() is not None and isinstance(obj, _torch().Tensor) and obj.layout == \
             _torch().strided and not obj.is_quantized:
         tensor = obj.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
@@ -201,7 +202,7 @@ class _Reader:
         raw = self.blob("an array's values")
         if len(raw) != dtype.itemsize * math.prod(shape):
             raise ValueError("malformed object: an array whose bytes do not fill its shape")
-        array = np.frombuffer(bytes(raw), dtype).reshape(shape).copy()
+        array = np.frombuffer(raw, dtype).reshape(shape).copy()  # the one copy, out of `data`
         return array[()] if scalar else array
 
     def tensor(self):
