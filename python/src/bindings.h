@@ -45,6 +45,8 @@ void bindOptimizers(py::module_& module);
 void bindZero(py::module_& module);
 // trace_start, trace_stop, trace_active, trace_path, trace_merge (chorus/trace.h).
 void bindTrace(py::module_& module);
+// encode_plain and decode_plain (plain_data.cc): the object collectives' format, walked in C++.
+void bindPlainData(py::module_& module);
 
 // A Tensor viewing the DLPack capsule `capsule` (which must stay alive while the view is used).
 // A `dtype` replaces the exported element type (bool arrives as uint8 of equal size).

@@ -105,6 +105,7 @@ PYBIND11_MODULE(_chorus, module) {
   bindOptimizers(module);
   bindZero(module);
   bindTrace(module);
+  bindPlainData(module);
 }
 
 }  // namespace chorus::python

@@ -90,6 +90,46 @@ def test_all_to_all_object(rank, size):
     assert got == [(source, rank, "y" * (source * rank)) for source in range(size)]
 
 
+def padded(rank, index, long_ranks):
+    """obj_of(rank, index), made longer than one slot (Note [Objects in slots]) on long_ranks."""
+    obj = obj_of(rank, index)
+    if rank in long_ranks:
+        obj["pad"] = "p" * (600 + 7 * rank + index)
+    return obj
+
+
+@pytest.mark.parametrize("long", ["none", "last", "all"])
+def test_objects_longer_than_a_slot(rank, size, long):
+    """Each collective where no rank's object fits a slot, where one does not, and where none
+    does: the second collective, when there is one, is made by every rank alike."""
+    long_ranks = {"none": set(), "last": {size - 1}, "all": set(range(size))}[long]
+    root = size - 1
+    got = chorus.broadcast_object(padded(rank, 0, long_ranks), root=root)
+    same(got, padded(root, 0, long_ranks))
+    for r, got in enumerate(chorus.allgather_object(padded(rank, 1, long_ranks))):
+        same(got, padded(r, 1, long_ranks))
+    gathered = chorus.gather_object(padded(rank, 2, long_ranks), root=0)
+    if rank == 0:
+        for r, got in enumerate(gathered):
+            same(got, padded(r, 2, long_ranks))
+    else:
+        assert gathered is None
+    objs = [padded(r, 3, long_ranks) for r in range(size)] if rank == root else None
+    same(chorus.scatter_object(objs, root=root), padded(rank, 3, long_ranks))
+    sent = [padded(rank * size + to, 4, long_ranks) for to in range(size)]
+    for source, got in enumerate(chorus.all_to_all_object(sent)):
+        same(got, padded(source * size + rank, 4, long_ranks))
+
+
+def test_a_long_failure_text_is_cut_not_lost(rank, size, multi_rank):
+    """A failure whose text is longer than a slot still reaches every rank at once."""
+    obj = {"k" * 700: threading.Lock()} if rank == 1 else rank
+    pattern = "the object\\['kkkk" if rank == 1 else "rank 1 sent no object: its object cannot"
+    with pytest.raises(chorus.InvalidArgumentError, match=pattern):
+        chorus.allgather_object(obj)
+    world_still_works(size)
+
+
 def test_send_and_recv_objects_around_a_ring(rank, size, multi_rank):
     right, left = (rank + 1) % size, (rank - 1) % size
     for tag in (0, 7):
@@ -213,17 +253,30 @@ def test_an_object_that_cannot_be_sent_fails_every_rank(rank, size, operation):
         "broadcast": lambda: chorus.broadcast_object(_unpicklable(rank, failing), root=failing),
         "all_to_all": lambda: chorus.all_to_all_object([_unpicklable(rank, failing)] * size),
     }
-    expect_error = rank == failing or operation != "gather" or rank == 0
-    if not expect_error:  # a gather's non-root ranks receive nothing, so learn nothing
+    own, sent = ((r"objs\[0\]", r"objs\[0\]") if operation == "all_to_all" else
+                 ("this rank's object", "its object"))
+    pattern = (f"{own} cannot be sent: the object is a _thread.lock" if rank == failing else
+               f"rank {failing} sent no object: {sent} cannot be sent: the object is a "
+               "_thread.lock")
+    with pytest.raises(chorus.InvalidArgumentError, match=pattern):  # a gather's non-roots too
         calls[operation]()
-    else:
-        own, sent = ((r"objs\[0\]", r"objs\[0\]") if operation == "all_to_all" else
-                     ("this rank's object", "its object"))
-        pattern = (f"{own} cannot be sent: the object is a _thread.lock" if rank == failing else
-                   f"rank {failing} sent no object: {sent} cannot be sent: the object is a "
-                   "_thread.lock")
-        with pytest.raises(chorus.InvalidArgumentError, match=pattern):
-            calls[operation]()
+    world_still_works(size)
+
+
+@pytest.mark.parametrize("operation", ["allgather", "broadcast"])
+def test_an_object_whose_encoding_fails_otherwise_fails_every_rank(rank, size, operation):
+    """A failure other than a TypeError while encoding (a meta tensor has no values to copy:
+    NotImplementedError) travels like one: before, that rank raised alone and the others waited
+    for its bytes until the timeout."""
+    failing = size - 1
+    obj = {"w": torch.empty(2, device="meta")} if rank == failing else rank
+    calls = {"allgather": lambda: chorus.allgather_object(obj),
+             "broadcast": lambda: chorus.broadcast_object(obj, root=failing)}
+    why = "cannot be sent: NotImplementedError: .*meta"
+    pattern = (f"this rank's object {why}" if rank == failing else
+               f"rank {failing} sent no object: its object {why}")
+    with pytest.raises(chorus.InvalidArgumentError, match=pattern):
+        calls[operation]()
     world_still_works(size)
 
 
