@@ -52,9 +52,14 @@ def decode(data):
 
 
 def _describe(obj):
-    """(tag, dtype name, shape, values) of an array, NumPy scalar or tensor; None for anything
-    else (which does not travel)."""
-    if isinstance(obj, (np.ndarray, np.generic)) and obj.dtype.kind in _ARRAY_KINDS:
+    """(tag, dtype name, shape, values) of an array, NumPy scalar or tensor; for one of a dtype
+    that does not travel, why (the end of the TypeError's message); None for anything else."""
+    if isinstance(obj, (np.ndarray, np.generic)) and obj.dtype.kind not in _ARRAY_KINDS:
+        what = "a NumPy array" if isinstance(obj, np.ndarray) else "a NumPy scalar"
+        return (f"{what} of dtype {obj.dtype}, which chorus does not send: arrays travel with "
+                "bool, integer, float and complex dtypes (send a string array as a list of str, "
+                "a datetime64 one as int64 with .view('int64'), a structured one field by field)")
+    if isinstance(obj, (np.ndarray, np.generic)):
         array = np.asarray(obj)  # a scalar as a 0-d array (ascontiguousarray would make it 1-d)
         if not array.flags.c_contiguous:
             array = array.copy(order="C")

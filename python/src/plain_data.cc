@@ -5,7 +5,8 @@
 //
 // This file walks the containers and the scalar values. Arrays and tensors (tags 'a', 'g', 'p')
 // are the leaves that Python describes and builds: `leaf(obj)` returns (tag, dtype name, shape,
-// values buffer), or None for an object that does not travel; `leaf(tag, dtype name, shape,
+// values buffer), None for an object that does not travel, or a str saying why one of its types
+// does not ("a NumPy array of dtype <U4, ..."); `leaf(tag, dtype name, shape,
 // values)` builds the object back, and must copy the values (they view the payload).
 #include <Python.h>
 
@@ -223,6 +224,8 @@ class Encoder {
   // An array, a NumPy scalar or a tensor, as Python describes it; anything else is refused.
   void leaf(PyObject* obj) {
     py::object described = leaf_(py::handle(obj));
+    if (PyUnicode_Check(described.ptr()))  // Python's reason: an array of a dtype that does not
+      refuse(" is " + described.cast<std::string>());  // travel
     if (described.is_none()) {
       py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(obj));
       const auto module = py::str(type.attr("__module__")).cast<std::string>();

@@ -324,9 +324,10 @@ std::shared_ptr<Work> CommunicatorState::submitPointToPoint(const Fingerprint& f
       } catch (...) {
         // Latched (and the flight record written) while this transfer still runs, so the record
         // says the rank stood in it; execute() latches the same failure again, which is a no-op.
-        latchFailure(std::current_exception());
+        std::exception_ptr error = explainQueuedCollective(std::current_exception());
+        latchFailure(error);
         trace::end(ticket, /*failed=*/true);
-        throw;
+        std::rethrow_exception(error);
       }
       trace::end(ticket, /*failed=*/false);
     };
@@ -377,6 +378,33 @@ void CommunicatorState::startTransfer(PendingTransfer& transfer,
   }
 }
 
+// Note [A collective behind a transfer]
+// A collective starts once every send and recv issued before it on its communicator is done
+// (Note [Point-to-point overlap]). MPI lets it start at once, so a program written for MPI may
+// post a receive, enter a barrier, and send the message only after it (irecv; barrier; send on
+// the peer), or send asynchronously before a collective that its receiver enters before its
+// receive: here each rank then waits for the other until the deadline. The transfer's timeout is
+// where this rank can tell, so its message says that a collective waits behind it, and what to
+// do. (The peers' messages say where they stood; chorusrun's flight-recorder summary shows both.)
+std::exception_ptr CommunicatorState::explainQueuedCollective(std::exception_ptr error) {
+  if (!queue_.collectiveQueued())
+    return error;
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError& timeout) {
+    return std::make_exception_ptr(TimeoutError(
+        concat(timeout.what(), ". This rank's next collective on this communicator is queued ",
+               "behind the transfer, and a collective starts only once every send and recv ",
+               "issued before it is done: if the peer waits in that collective before its side ",
+               "of the transfer, neither goes on. Wait for the transfer before the collective, ",
+               "or issue the peer's side before its collective (Note [A collective behind a ",
+               "transfer])"),
+        timeout.missingRanks()));
+  } catch (...) {
+    return error;
+  }
+}
+
 void CommunicatorState::runTransfers(std::shared_ptr<PendingTransfer> first) {
   std::vector<std::shared_ptr<PendingTransfer>> active;                     // posted, in flight
   std::vector<std::shared_ptr<PendingTransfer>> joining{std::move(first)};  // not yet posted
@@ -422,7 +450,7 @@ void CommunicatorState::runTransfers(std::shared_ptr<PendingTransfer> first) {
         transfersWaiting_.store(false, std::memory_order_seq_cst);
       }
     } catch (...) {
-      error = latchFailure(std::current_exception());
+      error = latchFailure(explainQueuedCollective(std::current_exception()));
     }
     transfersWaiting_.store(false, std::memory_order_seq_cst);
     joining_ = nullptr;

@@ -203,6 +203,9 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
                bool claimed);
   // Note [Point-to-point overlap]: runs `first` and every transfer that joins it, on the worker.
   struct PendingTransfer;
+  // `error` with, for a transfer's timeout while a collective waits behind it, what that means
+  // (Note [A collective behind a transfer], communicator_state.cc).
+  std::exception_ptr explainQueuedCollective(std::exception_ptr error);
   void runTransfers(std::shared_ptr<PendingTransfer> first);
   // Records the start of a send or recv in the flight recorder (Note [Flight recorder]).
   trace::Ticket recordTransfer(const Fingerprint& fingerprint, const PointToPointCall& call) const;

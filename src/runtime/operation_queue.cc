@@ -87,6 +87,11 @@ OperationQueue::Operation OperationQueue::takeNextPointToPoint() {
   return next;
 }
 
+bool OperationQueue::collectiveQueued() {
+  std::lock_guard lock(mutex_);
+  return !pending_.empty() && !pending_.front().pointToPoint;
+}
+
 namespace {
 // Whether the operation running on this thread has released the queue (releaseRunning).
 thread_local bool releasedByOperation = false;

@@ -45,6 +45,8 @@ class OperationQueue {
   // For the running operation: removes and returns the next queued operation if it is a
   // point-to-point one; null otherwise.
   Operation takeNextPointToPoint();
+  // Whether the next queued operation is a collective (for error messages: one waits behind).
+  bool collectiveQueued();
   // Called by the running operation (on its thread) just before it reports completion, so that a
   // thread its completion wakes finds the queue free: a blocking call issued right after a wait
   // then runs on its own thread. Operations that do not call it are released when they return.

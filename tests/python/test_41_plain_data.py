@@ -131,8 +131,11 @@ class Point:
     ([1, {"k": (2, Point())}], r"the object\[1\]\['k'\]\[1\] is a test_41_plain_data.Point"),
     ({(1, Point()): 2}, r"a key of the object\[1\] is a test_41_plain_data.Point"),
     ({"a": {1.5: {Point()}}}, r"the object\['a'\]\[1.5\] is a builtins.set"),
-    ([np.array(["text"])], r"the object\[0\] is a numpy.ndarray"),
-    (np.arange(3).astype(object), "the object is a numpy.ndarray"),
+    ([np.array(["text"])], r"the object\[0\] is a NumPy array of dtype <U4"),
+    (np.arange(3).astype(object), "the object is a NumPy array of dtype object"),
+    ({"t": np.datetime64("2026-12-07")}, r"the object\['t'\] is a NumPy scalar of dtype "
+                                         r"datetime64\[D\]"),
+    (np.zeros(2, [("a", "i4")]), r"the object is a NumPy array of dtype \[\('a', '<i4'\)\]"),
 ])
 def test_what_does_not_travel_is_named_where_it_stands(obj, where):
     with pytest.raises(TypeError, match=where + ", which chorus does not send"):
