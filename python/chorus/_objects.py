@@ -287,6 +287,15 @@ def all_to_all_object(objs, rank_list=None, group=None):
 def _packets_of(objs, size):
     """One _Packet per group rank; where objs is not a list of `size` objects or one of them
     cannot be sent, the failure's _Packet for every rank, and the _Failure."""
+    try:
+        return _packets_of_list(objs, size)
+    except Exception as error:  # noqa: BLE001 (len() or iteration failed: a 0-d array, say)
+        why = f"objs must be a list of one object per group rank: {type(error).__name__}: {error}"
+        packet, failure = _failed(_Failure(why, why, error))
+        return [packet] * size, failure
+
+
+def _packets_of_list(objs, size):
     if isinstance(objs, (str, bytes, dict)) or not hasattr(objs, "__len__"):
         why = f"objs must be a list of one object per group rank, not {type(objs).__name__}"
     elif len(objs) != size:

@@ -69,9 +69,12 @@ def _describe(obj):
     torch = _torch()
     if torch is not None and isinstance(obj, torch.Tensor) and obj.layout == torch.strided \
             and not obj.is_quantized:
+        name = str(obj.dtype).replace("torch.", "")
+        if name not in _TENSOR_DTYPES:
+            return f"a torch tensor of dtype {name}, which chorus does not send"
         tensor = obj.detach().to("cpu").resolve_conj().resolve_neg().contiguous()
         values = tensor.reshape(-1).view(torch.uint8).numpy() if tensor.numel() else b""
-        return "p", str(tensor.dtype).replace("torch.", "").encode(), tuple(tensor.shape), values
+        return "p", name.encode(), tuple(tensor.shape), values
     return None
 
 
@@ -94,10 +97,22 @@ def _build(tag, name, shape, values):
     return array[()] if tag == "g" else array
 
 
+# The dtypes a tensor travels with (quantized ones are refused when sent; their names here would
+# reach torch.empty, which asserts).
+_TENSOR_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+                  "float16", "bfloat16", "float32", "float64", "complex32", "complex64",
+                  "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                  "float8_e5m2fnuz")
+
+
 def _tensor(name, shape, values):
-    import torch  # a tensor was sent, so the sender had torch
+    try:
+        import torch  # a tensor was sent, so the sender had torch
+    except ImportError:
+        raise ValueError("malformed object: a torch tensor, and torch cannot be imported "
+                         "here") from None
     name = str(name, "ascii", "replace")
-    dtype = getattr(torch, name, None)
+    dtype = getattr(torch, name, None) if name in _TENSOR_DTYPES else None
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"malformed object: a tensor of dtype {name!r}")
     if len(values) != torch.empty((), dtype=dtype).element_size() * math.prod(shape):

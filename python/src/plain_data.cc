@@ -260,7 +260,9 @@ class Encoder {
 
 class Decoder {
  public:
-  Decoder(const char* data, size_t size, py::handle leaf) : data_(data), size_(size), leaf_(leaf) {}
+  // `owner`: a one-dimensional memoryview of bytes over `data`.
+  Decoder(const char* data, size_t size, py::handle owner, py::handle leaf)
+      : data_(data), size_(size), owner_(owner), leaf_(leaf) {}
 
   size_t left() const { return size_ - at_; }
 
@@ -354,11 +356,17 @@ class Decoder {
     return type.attr("from_bytes")(py::bytes(data, size), "little", py::arg("signed") = true);
   }
 
+  // The items are decoded first and the container made last: a list or tuple with unfilled (NULL)
+  // slots is already seen by the garbage collector, and Python runs while items decode (a leaf's
+  // _build, int.from_bytes), so a gc callback could walk into a NULL item.
   py::object sequence(bool isList, int depth) {
     const Py_ssize_t n = count(isList ? "a list" : "a tuple", 1);
+    std::vector<py::object> items;
+    items.reserve(static_cast<size_t>(std::min<Py_ssize_t>(n, 4096)));
+    for (Py_ssize_t i = 0; i < n; ++i) items.push_back(value(depth + 1));
     py::object result = steal(isList ? PyList_New(n) : PyTuple_New(n));
-    for (Py_ssize_t i = 0; i < n; ++i) {  // an unfilled slot is NULL, which both deallocate
-      PyObject* item = value(depth + 1).release().ptr();
+    for (Py_ssize_t i = 0; i < n; ++i) {  // no Python runs here: every slot is filled at once
+      PyObject* item = items[static_cast<size_t>(i)].release().ptr();
       if (isList)
         PyList_SET_ITEM(result.ptr(), i, item);
       else
@@ -389,15 +397,25 @@ class Decoder {
     if (dims > kMaxDims)
       malformed("an array of " + std::to_string(dims) + " dimensions");
     py::tuple shape(dims);
-    for (uint64_t d = 0; d < dims; ++d) shape[d] = py::int_(scalar<uint64_t>("an extent"));
+    for (uint64_t d = 0; d < dims; ++d) {
+      const auto extent = scalar<uint64_t>("an extent");
+      if (extent > static_cast<uint64_t>(INT64_MAX))
+        malformed("an extent of " + std::to_string(extent));
+      shape[d] = py::int_(extent);
+    }
     const auto [values, size] = blob("an array's values");
-    return leaf_(py::str(&tag, 1), py::bytes(name, nameSize), shape,
-                 py::memoryview::from_memory(values, static_cast<ssize_t>(size)));
+    // A slice of the owning memoryview, not a view of the raw memory: a view the builder keeps
+    // (in a traceback, say) then holds the payload, which cannot be resized or freed under it.
+    const auto start = static_cast<Py_ssize_t>(values - data_);
+    py::object slice =
+        steal(PySequence_GetSlice(owner_.ptr(), start, start + static_cast<Py_ssize_t>(size)));
+    return leaf_(py::str(&tag, 1), py::bytes(name, nameSize), shape, slice);
   }
 
   const char* data_;
   size_t size_;
   size_t at_ = 0;
+  py::handle owner_;
   py::handle leaf_;
 };
 
@@ -408,8 +426,12 @@ py::object encodePlain(py::handle obj, py::bytes prefix, py::handle leaf) {
 }
 
 py::object decodePlain(py::handle data, py::handle leaf) {
-  const ContiguousBytes bytes(data);
-  Decoder decoder(bytes.data(), bytes.size(), leaf);
+  const ContiguousBytes bytes(data);  // refuses what is not contiguous
+  auto view = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(data.ptr()));
+  if (!view)
+    throw py::error_already_set();
+  py::object owner = view.attr("cast")("B");
+  Decoder decoder(bytes.data(), bytes.size(), owner, leaf);
   py::object result = decoder.value(0);
   if (decoder.left() != 0)
     malformed(std::to_string(decoder.left()) + " bytes after its end");

@@ -170,7 +170,8 @@ std::shared_ptr<Work> CommunicatorState::enqueue(Fingerprint fingerprint, Body b
           execute(*work, fingerprint, BodyRef(body));
         });
     work->setOperation(operation);
-    queue_.push(std::move(operation));
+    queue_.push(std::move(operation), /*pointToPoint=*/false,
+                /*collective=*/fingerprint.collective != Collective::kPointToPoint);
   }
   return work;
 }

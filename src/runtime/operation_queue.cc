@@ -17,10 +17,10 @@ void OperationQueue::shutdown() {
     worker_.join();
 }
 
-void OperationQueue::push(Operation operation, bool pointToPoint) {
+void OperationQueue::push(Operation operation, bool pointToPoint, bool collective) {
   {
     std::lock_guard lock(mutex_);
-    pending_.push_back(Entry{std::move(operation), pointToPoint});
+    pending_.push_back(Entry{std::move(operation), pointToPoint, collective});
     state_.fetch_add(kPendingOne, std::memory_order_acq_rel);
     if (!worker_.joinable())
       worker_ = std::thread([this] { workerLoop(); });
@@ -89,7 +89,7 @@ OperationQueue::Operation OperationQueue::takeNextPointToPoint() {
 
 bool OperationQueue::collectiveQueued() {
   std::lock_guard lock(mutex_);
-  return !pending_.empty() && !pending_.front().pointToPoint;
+  return !pending_.empty() && pending_.front().collective;
 }
 
 namespace {

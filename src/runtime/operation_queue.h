@@ -34,7 +34,9 @@ class OperationQueue {
   OperationQueue(const OperationQueue&) = delete;
   OperationQueue& operator=(const OperationQueue&) = delete;
 
-  void push(Operation operation, bool pointToPoint = false);
+  // `collective`: marks a collective, for collectiveQueued() (a send or recv on a backend that
+  // does not post them is pushed unmarked, as any other non-collective operation).
+  void push(Operation operation, bool pointToPoint = false, bool collective = false);
   // If nothing is queued or running, claims the queue and returns true: the caller then runs its
   // operation itself and calls releaseClaim() when it is done. Otherwise returns false. Takes no
   // lock (Note [Queue state word]); a caller that also pushes serializes the two itself, for order.
@@ -84,6 +86,7 @@ class OperationQueue {
   struct Entry {
     Operation operation;
     bool pointToPoint = false;
+    bool collective = false;
   };
   std::deque<Entry> pending_ CHORUS_GUARDED_BY(mutex_);
   std::atomic<uint64_t> state_{0};

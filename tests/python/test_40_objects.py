@@ -285,7 +285,9 @@ def test_an_object_whose_encoding_fails_otherwise_fails_every_rank(rank, size, o
     (lambda size: "ab", "objs must be a list of one object per group rank, not str"),
     (lambda size: [threading.Lock()] * size,
      r"objs\[0\] cannot be sent: the object is a _thread.lock"),
-], ids=["wrong length", "a string", "cannot be sent"])
+    (lambda size: np.array(5), r"objs must be a list of one object per group rank: TypeError: "
+                               r"len\(\) of unsized object"),
+], ids=["wrong length", "a string", "cannot be sent", "a 0-d array"])
 def test_a_bad_scatter_list_on_root_fails_every_rank(rank, size, objs, why):
     root = size - 1
     why = why.format(n=size + 1)

@@ -140,3 +140,63 @@ class Point:
 def test_what_does_not_travel_is_named_where_it_stands(obj, where):
     with pytest.raises(TypeError, match=where + ", which chorus does not send"):
         _plain_data.encode(obj)
+
+
+def _leaf(tag, dtype, shape, values=b""):
+    u64 = lambda n: n.to_bytes(8, "little")  # noqa: E731
+    return tag + u64(len(dtype)) + dtype + u64(len(shape)) + b"".join(map(u64, shape)) + \
+        u64(len(values)) + values
+
+
+@pytest.mark.parametrize("payload", [
+    _leaf(b"a", b"<f8", [0, 2 ** 64 - 1]), _leaf(b"p", b"float32", [0, 2 ** 63]),
+    _leaf(b"p", b"qint8", []), _leaf(b"p", b"quint4x2", [], b"\0"),
+    _leaf(b"p", b"bits8", [], b"\0"), _leaf(b"p", b"half", [1], b"\0\0"), _leaf(b"a", b"<f4", [1] * 33, b"\0" * 4),
+], ids=["extent 2^64-1", "tensor extent 2^63", "qint8", "quint4x2", "bits8", "torch alias half",
+        "33 dimensions"])
+def test_a_malformed_leaf_is_a_value_error(payload):
+    """Leaves the corruption test does not reach: before, torch.empty raised TypeError on an
+    extent past int64, and asserted (RuntimeError) on a quantized dtype."""
+    with pytest.raises(ValueError, match="malformed object|dimension"):
+        _plain_data.decode(payload)
+
+
+def test_the_garbage_collector_never_sees_a_container_half_built():
+    """A tuple or list is made once its items are decoded: Python runs while they are (a leaf's
+    _build), and a collection then walked every tracked object, a tuple with NULL slots among them
+    (a gc callback touching one crashed the process)."""
+    import gc
+    payload = bytes(_plain_data.encode(tuple([np.arange(3)] * 50) + ("last",)))
+    touched = []
+
+    def walk(phase, info):
+        if phase == "stop":
+            for obj in gc.get_objects():
+                if type(obj) is tuple and len(obj) == 51:
+                    touched.append(obj[50].upper())
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(walk)
+    gc.set_threshold(1, 1, 1)
+    try:
+        got = _plain_data.decode(payload)
+    finally:
+        gc.callbacks.remove(walk)
+        gc.set_threshold(*threshold)
+    assert got[50] == "last" and all(t == "LAST" for t in touched)
+
+
+def test_a_leafs_values_hold_the_payload():
+    """The values handed to a leaf's builder are a slice of a memoryview that holds the payload:
+    one kept past the decode (in the traceback of a refused leaf) still reads the payload's
+    bytes, and the payload cannot be resized under it."""
+    payload = bytearray(_leaf(b"a", b"<f8", [3], b"SECRET__SECRET__"))
+    with pytest.raises(ValueError, match="do not fill its shape") as raised:
+        _plain_data.decode(payload)
+    frame = raised.tb
+    while frame.tb_next:
+        frame = frame.tb_next
+    kept = frame.tb_frame.f_locals["values"]
+    with pytest.raises(BufferError):
+        payload.extend(bytes(1 << 20))
+    assert bytes(kept) == b"SECRET__SECRET__"
