@@ -21,7 +21,7 @@ list are compared with x before it).
 import inspect
 import time
 
-from . import _arrays, _chorus, _groups, _nested
+from . import _arrays, _chorus, _groups, _nested, _scalars
 from ._foreign import accepts_foreign
 
 _OPS = dict(_chorus.ReduceOp.__members__)  # "sum": _chorus.ReduceOp.sum, ... in C++'s order
@@ -265,6 +265,8 @@ def allreduce(x, op="sum", rank_list=None, async_op=False, inplace=False, synchr
     x's dtype and size, or a list like x) and returns `out`.
     A nest of dicts, lists and tuples of arrays gives the same nest, one fused message per dtype.
     """
+    if type(x) in _scalars.DTYPES:  # a Python number
+        return _scalars.number_call(allreduce, locals())
     rank_list = _groups.resolve(group, rank_list, "allreduce")
     if _nested.is_nest(x):
         return _nested.allreduce(x, op, rank_list, async_op, inplace, synchronize, out)
@@ -373,6 +375,8 @@ def broadcast(x, root=0, rank_list=None, async_op=False, inplace=False, synchron
     """Returns root's `x` on every rank of the group (root is a world rank; with group=, a group
     rank). A list broadcasts each item. inplace=True overwrites `x` on non-roots; out= writes into
     `out` and returns it."""
+    if type(x) in _scalars.DTYPES:  # a Python number
+        return _scalars.number_call(broadcast, locals())
     rank_list = _groups.resolve(group, rank_list, "broadcast")
     root = _groups.world_rank_of(group, root, "root")
     if _nested.is_nest(x):
@@ -398,6 +402,8 @@ def reduce(x, root=0, op="sum", rank_list=None, async_op=False, inplace=False, s
     """Returns the reduction of `x` across the group on `root` (a world rank; with group=, a group
     rank); other ranks get their input back unchanged (a copy of it, `x` itself with inplace=True,
     or `out` holding a copy of it with out=)."""
+    if type(x) in _scalars.DTYPES:  # a Python number
+        return _scalars.number_call(reduce, locals())
     rank_list = _groups.resolve(group, rank_list, "reduce")
     root = _groups.world_rank_of(group, root, "root")
     if _nested.is_nest(x):

@@ -5,6 +5,7 @@ Files run in name order and later ones (10 and up) share the communicator, so a 
 wrongly aborts it on a bad argument fails them too; the failure here names the cause.
 """
 
+import decimal
 import numpy as np
 import pytest
 import torch
@@ -208,8 +209,9 @@ def test_scatter_and_all_to_all_not_divisible(multi_rank, rank, size, x):
     check_intact_after(x, snapshot(x), rank, size)
 
 
-@pytest.mark.parametrize("bad", ["a string", 3.5, None, [1, 2, 3]])
+@pytest.mark.parametrize("bad", ["a string", decimal.Decimal("3.5"), None, [1, 2, 3]])
 def test_non_array_input(rank, size, bad):
+    """(A Python bool, int, float or complex is taken: test_43_python_numbers.py.)"""
     with pytest.raises((TypeError, ValueError)):
         chorus.allreduce(bad)
 
