@@ -283,15 +283,19 @@ bool ShmGroup::isBehind(int rank, int index, uint64_t value) const {
   return counter(rank, index, value).load(std::memory_order_acquire) < value;
 }
 
+// A peer whose block says kClosed closed its communicator on purpose (close() sets it only from
+// kOpen, never after a failure), whether or not its process has exited since: the error says so,
+// not that it died (a rank that caught an error of its own and returned used to be "killed").
 void ShmGroup::checkPeer(int peer) const {
-  if (peerProcesses_[peer].gone())
-    throw transport::makeCrashedPeerError(names_(rank_), names_(peer));
+  const bool gone = peerProcesses_[peer].gone();
   if (block(peer).state.load(std::memory_order_acquire) == kClosed) {
     throw PeerError(detail::concat("rank ", names_(rank_), " (this process): rank ", names_(peer),
-                                   " has closed its communicator, so this collective cannot "
-                                   "complete"),
+                                   " has closed its communicator", gone ? " and exited" : "",
+                                   ", so this collective cannot complete"),
                     names_(peer));
   }
+  if (gone)
+    throw transport::makeCrashedPeerError(names_(rank_), names_(peer));
 }
 
 // Note [Only needed peers fail a wait]: a rank that has published what this wait needs may leave
@@ -316,8 +320,8 @@ void ShmGroup::checkNeededPeers(int index, uint64_t value) const {
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_ || !isBehind(peer, index, value))
         continue;
-      const bool left = pass == 0 ? peerProcesses_[peer].gone()
-                                  : block(peer).state.load(std::memory_order_acquire) == kClosed;
+      const bool closed = block(peer).state.load(std::memory_order_acquire) == kClosed;
+      const bool left = pass == 0 ? peerProcesses_[peer].gone() && !closed : closed;
       if (left && isBehind(peer, index, value))
         checkPeer(peer);
     }
