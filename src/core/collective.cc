@@ -171,7 +171,13 @@ MismatchError makeMismatchError(int selfRank,
       theirs.fieldValue(field), " on rank ", peerRank,
       field == "shape" ? " (the element counts agree, but the tensors' shapes or the axes differ)"
                        : "",
-      ". Every rank must call the same collectives in the same order with the same arguments.");
+      self.collective == Collective::kPointToPoint && theirs.collective == Collective::kPointToPoint
+          ? ". A send and the recv that matches it (same peers and tag, in order) must agree on "
+            "dtype and element count: chorus neither truncates a message nor fills part of a "
+            "buffer, as MPI does. Receive into a buffer of the message's size, or send the "
+            "count first (send_object and recv_object do)."
+          : ". Every rank must call the same collectives in the same order with the same "
+            "arguments.");
   return MismatchError(message, field, {selfRank, peerRank});
 }
 

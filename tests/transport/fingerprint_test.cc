@@ -83,6 +83,25 @@ TEST(Fingerprint, MismatchErrorNamesBothRanksAndValues) {
                "must call the same collectives in the same order with the same arguments.");
 }
 
+// A send and a recv of different counts (the mpi4py-port audit: MPI takes a larger receive
+// buffer): the message says what a send and its recv must share, not that collectives differ.
+TEST(Fingerprint, APointToPointMismatchSaysWhatASendAndItsRecvShare) {
+  Fingerprint recv;
+  recv.collective = Collective::kPointToPoint;
+  recv.dataType = static_cast<uint8_t>(DataType::kFloat64);
+  recv.count = 8;
+  Fingerprint send = recv;
+  send.count = 5;
+  MismatchError error = makeMismatchError(0, 1, recv, send);
+  EXPECT_EQ(error.field(), "count");
+  const std::string message = error.what();
+  EXPECT_NE(message.find("count is 8 here but 5 on rank 1. A send and the recv that matches it "
+                         "(same peers and tag, in order) must agree on dtype and element count"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("collectives"), std::string::npos) << message;
+}
+
 TEST(Fingerprint, ByteCountErrorNamesBothSizes) {
   MismatchError error = makeByteCountMismatchError(0, 3, allreduce(2, 4), 16, 20);
   EXPECT_EQ(error.field(), "bytes");
