@@ -20,6 +20,7 @@ from ._ops import (ANY_SOURCE, REDUCE_OPS, Status, Work, all_to_all, allgather, 
 from ._objects import (all_to_all_object, allgather_object, broadcast_object, gather_object,
                        recv_object, scatter_object, send_object)
 from ._pmap import pmap
+from ._scan import scan
 from . import distributed
 
 __version__ = "0.1.0"
