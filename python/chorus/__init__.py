@@ -64,5 +64,5 @@ __all__ = [
     "all_to_all", "allgather", "allreduce", "barrier", "broadcast", "gather", "recv", "reduce",
     "reduce_scatter", "scatter", "send", "pmap", "distributed", "shutdown", "all_to_all_object",
     "allgather_object", "broadcast_object", "gather_object", "recv_object", "scatter_object",
-    "send_object",
+    "send_object", "scan",
 ]
