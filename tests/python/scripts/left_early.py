@@ -1,5 +1,5 @@
 """A rank that returns from its program while the others wait for it in a collective: theirs
-raise a PeerError saying it closed its communicator and exited, not that it "closed its connection
+raise a PeerError saying it closed its communicator (and exited), not that it "closed its connection
 unexpectedly (the process died or was killed)", which the shm backend said of a clean exit
 (found by an mpi4py-port audit: a rank that caught an error of its own and returned). Run by
 ctest under chorusrun -np 3 as python_left_early_np3; every rank but 0 prints "left_early: OK".
@@ -20,7 +20,9 @@ try:
     print("left_early: FAIL: the allreduce returned")
 except chorus.PeerError as error:
     message = str(error)
-    if error.peer_rank == 0 and "rank 0 has closed its communicator and exited" in message:
+    # "... and exited" once its process is gone, which may come a moment after the close
+    if error.peer_rank == 0 and "rank 0 has closed its communicator" in message and \
+            "died" not in message:
         print("left_early: OK")
     else:
         print(f"left_early: FAIL: peer_rank {error.peer_rank}: {message}")
