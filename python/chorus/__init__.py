@@ -20,6 +20,7 @@ from ._ops import (ANY_SOURCE, REDUCE_OPS, Status, Work, all_to_all, allgather, 
 from ._objects import (all_to_all_object, allgather_object, broadcast_object, gather_object,
                        recv_object, scatter_object, send_object)
 from ._pmap import pmap
+from ._loc import allreduce_loc
 from ._scan import scan
 from . import distributed
 
@@ -64,5 +65,5 @@ __all__ = [
     "all_to_all", "allgather", "allreduce", "barrier", "broadcast", "gather", "recv", "reduce",
     "reduce_scatter", "scatter", "send", "pmap", "distributed", "shutdown", "all_to_all_object",
     "allgather_object", "broadcast_object", "gather_object", "recv_object", "scatter_object",
-    "send_object", "scan",
+    "send_object", "scan", "allreduce_loc",
 ]
