@@ -7,15 +7,14 @@ returns the result. CuPy and JAX arrays pass through torch (chorus._foreign). ra
 caller's group (see chorus._groups); roots and peers are world ranks inside the caller's group.
 
 Each operation calls the _chorus function of the same name, which mirrors the C++ Communicator
-method (python/src/operations.cc). C++ checks each call before anything is sent, with the messages
-users see: the op against the dtype, axes, roots, peers and tags against the tensors and the group,
-outputs against inputs; and parse_reduce_op refuses an unknown op name. What this file checks is
-what C++ cannot see: the Python types of arguments (an axis, root, peer or tag that is not an int
-or a NumPy integer, or is a bool; flags that are not bools), what the bindings' C ints hold,
-the package's own arguments (inplace= with out=, out= lists, recv's shape, the dimension 0 that
-reduce_scatter and scatter split along), world ranks that have no group rank, and dtypes that the
-export hides (bool travels as uint8 under one dtype override per call, so out= and the items of a
-list are compared with x before it).
+method (python/src/operations.cc). C++ checks each call before anything is sent (the op against the
+dtype; axes, roots, peers and tags against the tensors and the group; outputs against inputs;
+unknown op names). This file checks what C++ cannot see: the Python types of arguments (an axis,
+root, peer or tag that is not an int or a NumPy integer, or is a bool; flags that are not bools),
+what the bindings' C ints hold, the package's own arguments (inplace= with out=, out= lists, recv's
+shape, the dimension 0 that reduce_scatter and scatter split along), world ranks with no group rank,
+and dtypes the export hides (bool travels as uint8 under one dtype override per call, so out= and a
+list's items are compared with x before it). A Python number x goes to _scalars.
 """
 
 import inspect
@@ -49,9 +48,8 @@ class Work:
     """
 
     __slots__ = ("_pending", "_finish", "_result", "_done", "_device")
-    # The short paths (python/src/front_calls.cc) make their Works without __init__: pending, the
-    # native PendingWorks; finish, what makes the result once they completed, or None with the
-    # result in _result already; device, the CUDA device of the tensors, None for host arrays.
+    # Short paths (front_calls.cc) make Works without __init__: pending, native PendingWorks;
+    # finish makes the result (None: _result has it); device, the tensors' CUDA device or None.
 
     def __init__(self, pending, finish, device=None):
         self._pending = [p for p in pending if p is not None]
@@ -343,8 +341,7 @@ def _rooted(x, root, op, rank_list, async_op, inplace, synchronize, out):
         if b.cuda:
             _copy_on_stream(b, t)
         out_cap = None if made and not b.cuda else t.capsule()
-        # In place passes one capsule twice. (A broadcast reads the root's input only; the others'
-        # are checked against their out.)
+        # In place passes one capsule twice (a broadcast reads only the root's input).
         in_cap = out_cap if b.cuda or t is b else b.capsule()
         if native_op is None:
             calls.append(lambda a, i=in_cap, o=out_cap, d=b.export_dtype: _chorus.broadcast(
