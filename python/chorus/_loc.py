@@ -14,7 +14,8 @@ for the small arrays it is used for (a loss and who has it, the best score), not
 
 import numpy as np
 
-from . import _arrays, _chorus, _groups, _ops
+from . import _chorus, _groups
+from ._scan import dtype_kind, gathered_rows, torch_of
 
 
 def allreduce_loc(x, op="min", rank_list=None, group=None):
@@ -24,20 +25,13 @@ def allreduce_loc(x, op="min", rank_list=None, group=None):
     if op not in ("min", "max"):
         raise _chorus.InvalidArgumentError(
             f"allreduce_loc: op must be 'min' or 'max', not {op!r}")
-    torch = _arrays._torch()
-    if torch is not None and isinstance(x, torch.Tensor):
-        if x.dtype.is_complex or x.dtype == torch.bool:
-            raise _chorus.InvalidArgumentError(
-                f"allreduce_loc: x of dtype {x.dtype} has no order to take a {op} of")
-        rows = _ops.allgather(x.unsqueeze(0), rank_list=rank_list)
-        ranks = rows.argmin(0) if op == "min" else rows.argmax(0)
-        return rows.gather(0, ranks.unsqueeze(0)).squeeze(0), ranks
-    if not isinstance(x, np.ndarray):
-        raise _chorus.InvalidArgumentError(
-            f"allreduce_loc: x must be a NumPy array or a torch tensor, not {type(x).__name__}")
-    if x.dtype.kind not in "iuf":
+    torch = torch_of(x, "allreduce_loc")
+    if dtype_kind(x.dtype, torch) not in "iuf":
         raise _chorus.InvalidArgumentError(
             f"allreduce_loc: x of dtype {x.dtype} has no order to take a {op} of")
-    rows = _ops.allgather(x[np.newaxis], rank_list=rank_list)
-    ranks = (rows.argmin(0) if op == "min" else rows.argmax(0)).astype(np.int64)
+    rows = gathered_rows(x, torch, rank_list)
+    ranks = rows.argmin(0) if op == "min" else rows.argmax(0)
+    if torch is not None:
+        return rows.gather(0, ranks.unsqueeze(0)).squeeze(0), ranks
+    ranks = ranks.astype(np.int64)
     return np.take_along_axis(rows, ranks[np.newaxis], 0)[0], ranks

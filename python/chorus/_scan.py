@@ -25,18 +25,30 @@ def scan(x, op="sum", exclusive=False, rank_list=None, group=None):
     """The reduction (op) of x over group ranks 0..r on group rank r (exclusive: 0..r-1, and the
     op's identity on rank 0). See the module doc."""
     rank_list = _groups.resolve(group, rank_list, "scan")
-    torch = _arrays._torch()
-    if torch is None or not isinstance(x, torch.Tensor):
-        torch = None
-        if not isinstance(x, np.ndarray):
-            raise _chorus.InvalidArgumentError(
-                f"scan: x must be a NumPy array or a torch tensor, not {type(x).__name__}")
+    torch = torch_of(x, "scan")
     _check(x, op, exclusive, torch)
-    rows = _ops.allgather(x[np.newaxis] if torch is None else x.unsqueeze(0), rank_list=rank_list)
+    rows = gathered_rows(x, torch, rank_list)
     last = _groups.get(rank_list).rank - (1 if exclusive else 0)
     if last < 0:
         return _identity(x, op, torch)
     return _reduce_rows(rows, last, op, x.dtype, torch)
+
+
+def torch_of(x, operation):
+    """torch for a torch tensor x, None for a NumPy array; an InvalidArgumentError naming
+    `operation` for anything else. (allreduce_loc, _loc.py, takes x the same way.)"""
+    torch = _arrays._torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch
+    if not isinstance(x, np.ndarray):
+        raise _chorus.InvalidArgumentError(
+            f"{operation}: x must be a NumPy array or a torch tensor, not {type(x).__name__}")
+    return None
+
+
+def gathered_rows(x, torch, rank_list):
+    """Every group rank's x, stacked along a new axis 0 in group-rank order (one allgather)."""
+    return _ops.allgather(x[np.newaxis] if torch is None else x.unsqueeze(0), rank_list=rank_list)
 
 
 def _check(x, op, exclusive, torch):
@@ -46,7 +58,7 @@ def _check(x, op, exclusive, torch):
     if not isinstance(exclusive, bool):
         raise _chorus.InvalidArgumentError(
             f"scan: exclusive must be a bool, not {type(exclusive).__name__}")
-    kind = _kind(x.dtype, torch)
+    kind = dtype_kind(x.dtype, torch)
     if op in ("band", "bor", "bxor") and kind in "fc":
         raise _chorus.InvalidArgumentError(
             f"scan: op {op!r} needs integer or bool data, not {x.dtype}")
@@ -55,7 +67,7 @@ def _check(x, op, exclusive, torch):
             f"scan: op {op!r} of complex numbers: they have no order")
 
 
-def _kind(dtype, torch):
+def dtype_kind(dtype, torch):
     """NumPy's kind letter of dtype: b, i, u, f or c."""
     if torch is None:
         return np.dtype(dtype).kind
@@ -92,7 +104,7 @@ def _identity(x, op, torch):
         return lib.ones_like(x)
     if op == "band":
         return ~zeros  # every bit set (True for bool)
-    kind = _kind(x.dtype, torch)
+    kind = dtype_kind(x.dtype, torch)
     if kind == "b":
         return ~zeros if op == "min" else zeros
     if kind == "f":
