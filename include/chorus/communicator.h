@@ -12,9 +12,12 @@
 //    the calling thread). Tensors must stay alive and untouched until the Work completes.
 //  - Except point-to-point: sends and receives issued one after another are in flight together,
 //    as MPI's and torch's isend/irecv are, so a receive posted before the send its peer waits for
-//    does not hold that send back. Those of one (peer, tag) still match in call order. A
-//    collective issued after them starts once they are done (issue it on another communicator to
-//    overlap it with a receive that waits for it). The mpi, tcp, shm and hierarchical backends.
+//    does not hold that send back (backends mpi, mpi_algorithms, tcp, shm, hierarchical). Those
+//    of one (peer, tag) still match in call order. A collective issued after them starts at once,
+//    and they keep moving while it runs, as in MPI (irecv; barrier; the peer sends after its
+//    barrier): one that finishes meanwhile completes its Work then. The operations issued after
+//    that collective wait for it. On the hierarchical backend that collective starts once they are
+//    done (issue it on another communicator to overlap it with a receive that waits for it).
 //  - Ranks and roots are ranks of this communicator (0..size()-1). Tensors must be contiguous CPU
 //    tensors (GPU tensors: UnsupportedError until a GPU backend is built).
 //  - No operation blocks forever: each has a deadline (DistConfig::timeout, CHORUS_TIMEOUT). A peer

@@ -151,6 +151,8 @@ bool AlgorithmicBackend::waitSome(std::span<Transfer* const> transfers, Deadline
   return transport_->waitSome(waitingTransfers_, deadline);
 }
 
+void AlgorithmicBackend::pollTransfers() { transport_->poll(); }
+
 void AlgorithmicBackend::abort(std::exception_ptr reason) noexcept { transport_->abort(reason); }
 
 void AlgorithmicBackend::close() noexcept { transport_->close(); }

@@ -54,6 +54,9 @@ class AlgorithmicBackend : public Backend {
                 Transfer& transfer) override;
   bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
   void interruptWait() noexcept override { transport_->interrupt(); }
+  // A collective's transport waits move every posted request, the transfers' too (transport.h).
+  bool collectivesMoveTransfers() const override { return true; }
+  void pollTransfers() override;
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 

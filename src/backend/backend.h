@@ -24,6 +24,11 @@
 // (peer, tag) match in the order they were posted. postRecv's peer may be transport::kAnyPeer (a
 // receive from any rank, matched by MPI's rule, as the transport contract says): once done, the
 // Transfer's request.peer names the sender. send/recv, and postSend, always name their peer.
+//
+// A backend whose collectivesMoveTransfers() is true may run a collective while posted transfers
+// are in flight (Note [A collective amid transfers], runtime/communicator_state.cc): they keep
+// moving while the collective waits, so neither waits for the other. The front end then says so
+// in the collective's CallContext (transfersInFlight).
 #pragma once
 
 #include <exception>
@@ -49,7 +54,14 @@ struct CallContext {
   // The operation's records, where a backend notes when it saw every peer arrive
   // (trace::noteAllArrived; Note [Timeline]); null when the caller records none.
   const trace::Ticket* record = nullptr;
+  // Posted transfers are in flight while this collective runs: a backend whose waits would not
+  // move them (the shm group's) polls them meanwhile (Note [A collective amid transfers]).
+  bool transfersInFlight = false;
 };
+
+// Told when a posted transfer's bytes have all moved, while a collective runs amid it
+// (Transfer::request.listener; Note [A collective amid transfers]): the transport's contract.
+using TransferListener = transport::CompletionListener;
 
 // A posted point-to-point transfer. Its address must stay the same until it is done.
 struct Transfer {
@@ -123,6 +135,12 @@ class Backend {
     return false;
   }
   virtual void interruptWait() noexcept {}
+  // Whether a collective may run while posted transfers are in flight, and keeps them moving
+  // (see the contract above). False: a collective waits until every earlier transfer is done.
+  virtual bool collectivesMoveTransfers() const { return false; }
+  // Moves posted transfers along without waiting (Transport::poll), for a backend whose
+  // collectives wait on something else (shm: its fallback's transfers, while its group waits).
+  virtual void pollTransfers() {}
 
   // See Transport::abort / close.
   virtual void abort(std::exception_ptr reason) noexcept = 0;

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "backend/factory.h"
 #include "chorus/communicator.h"
@@ -173,6 +174,10 @@ std::shared_ptr<Work> CommunicatorState::enqueue(Fingerprint fingerprint, Body b
     queue_.push(std::move(operation), /*pointToPoint=*/false,
                 /*collective=*/fingerprint.collective != Collective::kPointToPoint);
   }
+  // A batch of transfers that waits takes a collective behind it (Note [A collective amid
+  // transfers]): wake it, as submitPointToPoint does for a transfer.
+  if (transfersWaiting_.load(std::memory_order_seq_cst) && backend_->collectivesMoveTransfers())
+    backend_->interruptWait();
   return work;
 }
 
@@ -192,7 +197,7 @@ std::shared_ptr<Work> CommunicatorState::runHereIfIdle(Fingerprint fingerprint, 
     earlier = failure_;
     timeout = timeout_;
   }
-  execute(*work, fingerprint, body, earlier, timeout, /*claimed=*/true);  // releases the queue
+  execute(*work, fingerprint, body, earlier, timeout, Hold::kClaimed);  // releases the queue
   return work;
 }
 
@@ -207,12 +212,14 @@ std::string describeFingerprint(const void* fingerprint) {
 void CommunicatorState::execute(Work& work, const Fingerprint& fingerprint, BodyRef body) {
   std::exception_ptr earlier;
   std::chrono::milliseconds timeout;
+  Hold hold;
   {
     std::lock_guard lock(mutex_);
     earlier = failure_;
     timeout = timeout_;
+    hold = amidTransfers_ ? Hold::kAmidTransfers : Hold::kRunning;
   }
-  execute(work, fingerprint, body, earlier, timeout, /*claimed=*/false);
+  execute(work, fingerprint, body, earlier, timeout, hold);
 }
 
 void CommunicatorState::execute(Work& work,
@@ -220,12 +227,12 @@ void CommunicatorState::execute(Work& work,
                                 BodyRef body,
                                 std::exception_ptr earlier,
                                 std::chrono::milliseconds timeout,
-                                bool claimed) {
+                                Hold hold) {
   // The queue is free before anyone learns the work is done (see releaseRunning).
   auto release = [&] {
-    if (claimed)
+    if (hold == Hold::kClaimed)
       queue_.releaseClaim();
-    else
+    else if (hold == Hold::kRunning)
       queue_.releaseRunning();
   };
   if (earlier) {
@@ -255,7 +262,8 @@ void CommunicatorState::execute(Work& work,
     if (fingerprint.collective != Collective::kPointToPoint)
       ticket = trace::beginOperation(traceGroup_, fingerprint, bytesOf(fingerprint),
                                      nanoseconds(startedAt));
-    body(backend::CallContext{fingerprint, Deadline(startedAt + timeout), &ticket});
+    body(backend::CallContext{fingerprint, Deadline(startedAt + timeout), &ticket,
+                              /*transfersInFlight=*/hold == Hold::kAmidTransfers});
   } catch (...) {
     error = latchFailure(std::current_exception());
   }
@@ -279,20 +287,26 @@ std::exception_ptr CommunicatorState::latchFailure(std::exception_ptr error) noe
   return error;
 }
 
-struct CommunicatorState::PendingTransfer {
+struct CommunicatorState::PendingTransfer : backend::TransferListener {
   std::shared_ptr<QueuedWork> work;
   Fingerprint fingerprint;
   PointToPointCall call;
   backend::Transfer transfer;
   Deadline deadline = Deadline::never();
   trace::Ticket ticket;  // from its start
-  // Ends its record and completes its Work (which learns the sender of a recv from any rank).
-  void finish(std::exception_ptr error) {
+  bool finished = false;
+  // Ends its record and completes its Work (which learns the sender of a recv from any rank), the
+  // first time only: one that finished amid a collective stays in the batch until a wait marks it.
+  void finish(std::exception_ptr error) noexcept {
+    if (std::exchange(finished, true))
+      return;
     if (!error && call.peer == Communicator::kAnySource)
       work->sourceRank_ = transfer.request.peer;
     trace::end(ticket, error != nullptr);
     work->finish(error);
   }
+  // Its bytes moved while a collective ran (Note [A collective amid transfers]).
+  void completed(transport::Request& /*request*/) noexcept override { finish(nullptr); }
 };
 
 trace::Ticket CommunicatorState::recordTransfer(const Fingerprint& fingerprint,
@@ -379,14 +393,31 @@ void CommunicatorState::startTransfer(PendingTransfer& transfer,
   }
 }
 
-// Note [A collective behind a transfer]
-// A collective starts once every send and recv issued before it on its communicator is done
-// (Note [Point-to-point overlap]). MPI lets it start at once, so a program written for MPI may
-// post a receive, enter a barrier, and send the message only after it (irecv; barrier; send on
-// the peer), or send asynchronously before a collective that its receiver enters before its
-// receive: here each rank then waits for the other until the deadline. The transfer's timeout is
-// where this rank can tell, so its message says that a collective waits behind it, and what to
-// do. (The peers' messages say where they stood; chorusrun's flight-recorder summary shows both.)
+// Note [A collective amid transfers]
+// MPI lets a collective start while sends and receives issued before it are still in flight, and
+// programs rely on it: a rank posts a receive, enters a barrier, and its peer sends only after the
+// barrier (irecv; barrier; send on the peer); or a rank sends asynchronously before a collective
+// that its receiver enters before its receive. So on a backend whose collectives keep posted
+// transfers moving (Backend::collectivesMoveTransfers: tcp, shm, mpi, mpi_algorithms) the batch of
+// transfers that holds the queue (Note [Point-to-point overlap]) also takes a collective queued
+// right behind it and runs it at once, on the worker, with its transfers still posted; the
+// collective's CallContext says so (transfersInFlight). Over a transport, the collective's waits
+// move every posted request; the shm backend's group waits poll its fallback's transfers (at least
+// every millisecond while they sleep); MPI's progress engine moves its own. A transfer that
+// finishes meanwhile completes its Work at once, not when the collective ends: each has a listener
+// (Request::listener) for the collective's time, which the wait pass or poll that finds it done
+// tells (the mpi backend's test loop tests the transfers each pass), so a program may wait for it
+// while the collective runs and go on to what the collective's peers wait for. After the
+// collective a wait that returns at once marks what is done, and the batch goes on: the transfers
+// queued behind the collective join, and another collective may run. Each transfer keeps its own
+// deadline and the collective its own; once a transfer's has passed the batch takes no more
+// collectives, and its wait fails it. A failure of either fails the communicator, and both. What
+// remains: the operations queued behind a collective wait for it (a transfer issued after an
+// async collective is posted only once the collective is done); the mpi backend's fallback (half
+// types) does not tell listeners until it is done; and on the hierarchical backend, whose steps
+// wait on other connections than its transfers', a collective still starts once every earlier
+// transfer is done. There, the transfer's timeout is where this rank can tell, so its message
+// says that a collective waits behind it, and what to do.
 std::exception_ptr CommunicatorState::explainQueuedCollective(std::exception_ptr error) {
   if (!queue_.collectiveQueued())
     return error;
@@ -398,12 +429,37 @@ std::exception_ptr CommunicatorState::explainQueuedCollective(std::exception_ptr
                "behind the transfer, and a collective starts only once every send and recv ",
                "issued before it is done: if the peer waits in that collective before its side ",
                "of the transfer, neither goes on. Wait for the transfer before the collective, ",
-               "or issue the peer's side before its collective (Note [A collective behind a ",
-               "transfer])"),
+               "or issue the peer's side before its collective (Note [A collective amid ",
+               "transfers])"),
         timeout.missingRanks()));
   } catch (...) {
     return error;
   }
+}
+
+void CommunicatorState::runAmidTransfers(
+    const OperationQueue::Operation& collective,
+    const std::vector<std::shared_ptr<PendingTransfer>>& active) {
+  for (const auto& transfer : active) transfer->transfer.request.listener = transfer.get();
+  {
+    std::lock_guard lock(mutex_);
+    amidTransfers_ = true;
+  }
+  // Whatever happens, later operations run as before: a listener not yet told is taken back.
+  auto after = [&] {
+    {
+      std::lock_guard lock(mutex_);
+      amidTransfers_ = false;
+    }
+    for (const auto& transfer : active) transfer->transfer.request.listener = nullptr;
+  };
+  try {
+    (*collective)();  // execute(), which sees amidTransfers_: it leaves the queue held
+  } catch (...) {
+    after();
+    throw;
+  }
+  after();
 }
 
 void CommunicatorState::runTransfers(std::shared_ptr<PendingTransfer> first) {
@@ -447,11 +503,22 @@ void CommunicatorState::runTransfers(std::shared_ptr<PendingTransfer> first) {
           waiting.push_back(&transfer->transfer);
           deadline = Deadline::earliest(deadline, transfer->deadline);
         }
+        // A transfer past its deadline takes no more collectives along: the wait below fails it.
+        if (backend_->collectivesMoveTransfers() && !deadline.expired()) {
+          if (OperationQueue::Operation collective = queue_.takeNextCollective()) {
+            transfersWaiting_.store(false, std::memory_order_seq_cst);
+            runAmidTransfers(collective, active);
+            backend_->interruptWait();  // the wait below only marks what is done, at once
+          }
+        }
         backend_->waitSome(waiting, deadline);
         transfersWaiting_.store(false, std::memory_order_seq_cst);
       }
     } catch (...) {
-      error = latchFailure(explainQueuedCollective(std::current_exception()));
+      std::exception_ptr caught = std::current_exception();
+      if (!backend_->collectivesMoveTransfers())  // else no collective waits behind transfers
+        caught = explainQueuedCollective(caught);
+      error = latchFailure(caught);
     }
     transfersWaiting_.store(false, std::memory_order_seq_cst);
     joining_ = nullptr;

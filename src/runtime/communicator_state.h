@@ -87,17 +87,18 @@ backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
 // for (irecv(left); isend(right); wait for both): the two must progress together. A
 // communicator's operations run one at a time, in call order, so a receive posted first would
 // hold the queue until its message came, and a ring of such receives would wait forever. So when
-// the backend posts point-to-point (Backend::postsPointToPoint: tcp, shm, hierarchical,
+// the backend posts point-to-point (Backend::postsPointToPoint: tcp, shm, hierarchical, mpi,
 // mpi_algorithms), a send or recv runs differently: the worker thread posts it, then, while any
 // transfer is in flight, takes the point-to-point operations queued right behind it, posts them
 // too, and waits for any of them to finish (Backend::waitSome). Pushing a transfer to the queue
 // interrupts that wait, so a newly issued one joins at once. Each Work completes when its own
-// transfer does. A collective queued behind them starts once every earlier transfer is done (as
-// before); transfers of one (peer, tag) match in call order; each has its own deadline, a failure
-// fails the communicator as any other. Only the worker runs transfers (a waiter could not leave
-// the others in flight when its own is done). A blocking call under BlockingCalls that finds the
-// queue idle still runs whole on the calling thread: nothing can join it from that thread. The
-// mpi backend does not post them, and runs send/recv whole, in order.
+// transfer does. A collective queued behind them runs at once, while they are in flight, where the
+// backend keeps them moving meanwhile, and otherwise once every earlier transfer is done (Note [A
+// collective amid transfers], communicator_state.cc); transfers of one (peer, tag) match in call
+// order; each has its own deadline, a failure fails the communicator as any other. Only the worker
+// runs transfers (a waiter could not leave the others in flight when its own is done). A blocking
+// call under BlockingCalls that finds the queue idle still runs whole on the calling thread:
+// nothing can join it from that thread.
 
 class DeviceWatchdog;
 
@@ -191,22 +192,29 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // When nothing is queued or running: numbers the collective, runs `body` on this thread and
   // returns its completed Work. Otherwise null, and nothing is done.
   std::shared_ptr<Work> runHereIfIdle(Fingerprint fingerprint, BodyRef body);
-  // Runs `body` as the queue's running operation and finishes `work`; releases the queue. The
-  // second form takes the failure and timeout its caller read under mutex_, and whether the
-  // caller claimed the queue (claimIfIdle) rather than running a queued operation.
+  // How the operation that execute() runs holds the queue: a claim (claimIfIdle), as the queue's
+  // running operation, or inside a batch of transfers, which holds it (Note [A collective amid
+  // transfers]). execute() releases the first two.
+  enum class Hold { kClaimed, kRunning, kAmidTransfers };
+  // Runs `body` and finishes `work`, releasing the queue as its hold says. The first form runs a
+  // queued operation; the second takes the failure, timeout and hold its caller read under mutex_.
   void execute(Work& work, const Fingerprint& fingerprint, BodyRef body);
   void execute(Work& work,
                const Fingerprint& fingerprint,
                BodyRef body,
                std::exception_ptr earlier,
                std::chrono::milliseconds timeout,
-               bool claimed);
+               Hold hold);
   // Note [Point-to-point overlap]: runs `first` and every transfer that joins it, on the worker.
   struct PendingTransfer;
   // `error` with, for a transfer's timeout while a collective waits behind it, what that means
-  // (Note [A collective behind a transfer], communicator_state.cc).
+  // (Note [A collective amid transfers], communicator_state.cc).
   std::exception_ptr explainQueuedCollective(std::exception_ptr error);
   void runTransfers(std::shared_ptr<PendingTransfer> first);
+  // Runs `collective` (taken from the queue) while the running batch's `active` transfers are in
+  // flight; those that finish meanwhile complete their Works at once (their listeners).
+  void runAmidTransfers(const OperationQueue::Operation& collective,
+                        const std::vector<std::shared_ptr<PendingTransfer>>& active);
   // Records the start of a send or recv in the flight recorder (Note [Flight recorder]).
   trace::Ticket recordTransfer(const Fingerprint& fingerprint, const PointToPointCall& call) const;
   // Posts `transfer` with a deadline `timeout` from now.
@@ -257,6 +265,7 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   uint64_t splitCount_ CHORUS_GUARDED_BY(mutex_) = 0;
   std::map<std::string, uint64_t> subgroupCounts_ CHORUS_GUARDED_BY(mutex_);
   std::exception_ptr failure_ CHORUS_GUARDED_BY(mutex_);
+  bool amidTransfers_ CHORUS_GUARDED_BY(mutex_) = false;  // runAmidTransfers is running one
   OperationQueue queue_;
 };
 

@@ -77,14 +77,22 @@ bool OperationQueue::runIfNext(const Operation& operation) {
   return true;
 }
 
-OperationQueue::Operation OperationQueue::takeNextPointToPoint() {
+OperationQueue::Operation OperationQueue::takeNextIf(bool Entry::*kind) {
   std::lock_guard lock(mutex_);
-  if (pending_.empty() || !pending_.front().pointToPoint)
+  if (pending_.empty() || !(pending_.front().*kind))
     return nullptr;
   Operation next = std::move(pending_.front().operation);
   pending_.pop_front();
   state_.fetch_sub(kPendingOne, std::memory_order_acq_rel);
   return next;
+}
+
+OperationQueue::Operation OperationQueue::takeNextPointToPoint() {
+  return takeNextIf(&Entry::pointToPoint);
+}
+
+OperationQueue::Operation OperationQueue::takeNextCollective() {
+  return takeNextIf(&Entry::collective);
 }
 
 bool OperationQueue::collectiveQueued() {

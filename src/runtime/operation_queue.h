@@ -9,7 +9,8 @@
 //
 // Point-to-point operations (Note [Point-to-point overlap], communicator_state.h) are marked when
 // pushed: only the worker runs them (runIfNext refuses them), and the one running may take those
-// queued right behind it (takeNextPointToPoint) to run them alongside itself.
+// queued right behind it (takeNextPointToPoint) to run them alongside itself, and a collective
+// queued right behind them (takeNextCollective: Note [A collective amid transfers]).
 #pragma once
 
 #include <atomic>
@@ -47,6 +48,9 @@ class OperationQueue {
   // For the running operation: removes and returns the next queued operation if it is a
   // point-to-point one; null otherwise.
   Operation takeNextPointToPoint();
+  // For the running operation: removes and returns the next queued operation if it is a
+  // collective, to run it alongside itself; null otherwise.
+  Operation takeNextCollective();
   // Whether the next queued operation is a collective (for error messages: one waits behind).
   bool collectiveQueued();
   // Called by the running operation (on its thread) just before it reports completion, so that a
@@ -88,6 +92,9 @@ class OperationQueue {
     bool pointToPoint = false;
     bool collective = false;
   };
+  // Removes and returns the head if its flag `kind` is set; null otherwise (the running one's).
+  Operation takeNextIf(bool Entry::*kind);
+
   std::deque<Entry> pending_ CHORUS_GUARDED_BY(mutex_);
   std::atomic<uint64_t> state_{0};
   bool stopping_ CHORUS_GUARDED_BY(mutex_) = false;

@@ -12,6 +12,9 @@
 //    hasMessageFrom() finds (asked in turn, from the peer after the last one found) and started as
 //    that peer's; else it waits in anyPeerReceives(), which the transport shares with its
 //    PeerMatchings (matching.h) or, if it has none, binds itself.
+//  - poll(): with the lock held, take up an abort(), progress(), then pollEvents(); errors as in
+//    wait(). Each pass of the wait loop, and poll(), then tells the listeners of completed ops
+//    (Request::listener).
 //  - wait(): with the lock held, beginWait(), then loop: take up an abort() from another thread;
 //    progress(); done when every op is complete; an incomplete op whose peer has left
 //    (peerLeft(peer)) is a PeerError; past the deadline a TimeoutError naming the peers still
@@ -72,6 +75,7 @@ class TransportCore : public Transport {
   }
   void wait(std::span<Request* const> requests, Deadline deadline) final;
   bool waitSome(std::span<Request* const> requests, Deadline deadline) final;
+  void poll() final;
   void interrupt() noexcept final {
     interruptWanted_.store(true, std::memory_order_release);
     wakeWaiter();
@@ -133,6 +137,9 @@ class TransportCore : public Transport {
   virtual std::optional<uint64_t> bufferedSendTag(int /*peer*/) { return std::nullopt; }
   // Moves what can move now, without blocking.
   virtual void progress() {}
+  // For poll(), after progress(): takes up what has come in, without blocking, where progress()
+  // leaves that to idle() (tcp: its epoll events). Default: nothing more.
+  virtual void pollEvents() {}
   // `peer` closed on purpose, and nothing more will come from it.
   virtual bool peerLeft(int peer) const = 0;
   // Throws the error of a peer that died, if one has (an incomplete op's peer left: a death it
@@ -174,6 +181,8 @@ class TransportCore : public Transport {
                 Done done);
   // Marks done and releases those of `requests` whose op is complete.
   void finishComplete(std::span<Request* const> requests);
+  // Tells the listener of every complete op that has one (Request::listener), once.
+  void notifyCompleted() noexcept;
   bool allComplete();
   void waitOnAnyPeer();
   std::string tagHint();
@@ -352,6 +361,7 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
         rethrowFailure();
       }
       progress();
+      notifyCompleted();
       if (done())
         return true;
       if (interruptible && interruptWanted_.exchange(false, std::memory_order_acq_rel))
@@ -369,6 +379,17 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
   } catch (...) {
     fail(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
     rethrowFailure();
+  }
+}
+
+template <typename Op>
+void TransportCore<Op>::notifyCompleted() noexcept {
+  for (Op* op : ops_.active()) {
+    CompletionListener* listener = op->request->listener;
+    if (listener != nullptr && op->complete) {
+      op->request->listener = nullptr;
+      listener->completed(*op->request);
+    }
   }
 }
 
@@ -402,6 +423,26 @@ bool TransportCore<Op>::waitSome(std::span<Request* const> requests, Deadline de
       waitLoop(deadline, lock, /*interruptible=*/true, [this] { return anyComplete(); });
   finishComplete(requests);
   return completed;
+}
+
+template <typename Op>
+void TransportCore<Op>::poll() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  throwIfFailed();
+  try {
+    if (abortRequested()) {
+      std::lock_guard<std::mutex> abortLock(abortMutex_);
+      fail(abortReason_, /*tellPeers=*/true);
+      rethrowFailure();
+    }
+    progress();
+    pollEvents();
+    throwIfFailed();
+    notifyCompleted();
+  } catch (...) {
+    fail(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
+    rethrowFailure();
+  }
 }
 
 template <typename Op>

@@ -47,9 +47,16 @@
 //    is complete (those complete are marked done and returned to the pool; the others stay posted),
 //    or when interrupt() has been called since the last waitSome() returned, whichever comes first.
 //    It fails as wait() does.
-//  - Threading: one thread at a time may post and wait. abort() and interrupt() may be called from
-//    any thread at any time, including while another thread is inside wait(), which then throws
-//    (abort) or, in waitSome(), returns (interrupt).
+//  - poll() moves posted requests along without waiting, for a thread that waits on something
+//    else meanwhile (the shm backend's collectives while transfers are in flight: Note [A
+//    collective amid transfers] in runtime/communicator_state.cc). A request it completes is marked
+//    done by the next wait() or waitSome() that names it (its listener, if any, hears at once). It
+//    throws the transport's failure, and fails the transport for an error it meets while moving
+//    bytes (an abort, a mismatch, a peer that crashed); it never times out, and it does not look
+//    for peers that left or died, which the next wait does.
+//  - Threading: one thread at a time may post, poll and wait. abort() and interrupt() may be
+//    called from any thread at any time, including while another thread is inside wait(), which
+//    then throws (abort) or, in waitSome(), returns (interrupt).
 #pragma once
 
 #include <cstddef>
@@ -75,11 +82,27 @@ inline constexpr uint64_t kCollectiveTag = uint64_t{1} << 62;
 // a ring computation gone wrong yields, so that such a peer stays an InvalidArgumentError.
 inline constexpr int kAnyPeer = -2;
 
+struct Request;
+
+// Told that a posted request's bytes have all moved (Request::listener).
+class CompletionListener {
+ public:
+  virtual void completed(Request& request) noexcept = 0;
+
+ protected:
+  ~CompletionListener() = default;
+};
+
 // A posted send or receive. Zero-initialize, post, wait. A receive posted for kAnyPeer gets its
 // sender's rank in `peer` once a message matched it.
 struct Request {
   int peer = -1;
   bool done = false;
+  // May be set while the request is posted, on the thread that posts and waits: the first pass of
+  // a wait(), waitSome() or poll() (whichever requests it names) that finds this request's bytes
+  // moved calls listener->completed(*this) on that thread, with the transport's lock held (so it
+  // must not call the transport), and clears it. `done` is still set by a wait that names it.
+  CompletionListener* listener = nullptr;
 };
 
 class Transport {
@@ -111,6 +134,9 @@ class Transport {
   virtual bool waitSome(std::span<Request* const> requests, Deadline deadline) = 0;
   // Makes the current or next waitSome() return. Thread-safe, never throws.
   virtual void interrupt() noexcept = 0;
+  // Moves posted requests along, without waiting (see poll() above). The default suits a
+  // transport whose requests move without a waiter (loopback: the sender matches at once).
+  virtual void poll() { rethrowIfFailed(); }
 
   // Fails the transport with `reason` (a chorus::Error) and tells every peer, which then fail
   // with an error of the same type whose message quotes this one. Thread-safe, never throws.
@@ -119,6 +145,12 @@ class Transport {
   virtual void close() noexcept = 0;
   // The first error, once failed; null while healthy.
   virtual std::exception_ptr failure() const = 0;
+
+ private:
+  void rethrowIfFailed() const {
+    if (std::exception_ptr error = failure())
+      std::rethrow_exception(error);
+  }
 };
 
 }  // namespace chorus::transport

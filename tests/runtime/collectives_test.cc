@@ -400,7 +400,7 @@ TEST_P(CollectivesTest, RecvFromAnySourceLearnsTheSender) {
 // Note [Point-to-point overlap]: receives posted before the sends their peers wait for, as in
 // torch's irecv(left); isend(right). Run one at a time in call order, every rank would wait in its
 // receive for ever. Small and large (past socket buffers and shared-memory chunks) messages, a
-// second receive from each side on the same tag (matched in call order), and a barrier queued
+// second receive from each side on the same tag (matched in call order), and a barrier issued
 // behind them.
 TEST_P(CollectivesTest, ReceivesPostedBeforeTheirSendsDoNotHoldTheSendsBack) {
   const int p = GetParam().size;
@@ -423,7 +423,7 @@ TEST_P(CollectivesTest, ReceivesPostedBeforeTheirSendsDoNotHoldTheSendsBack) {
           comm.send(Tensor(out.data(), {count}), right, 4),
           comm.send(Tensor(outLeft.data(), {count}), left, 5),
           comm.send(Tensor(outAgain.data(), {count}), right, 4)};
-      comm.barrier()->wait();  // queued behind them: runs once they are done
+      comm.barrier()->wait();  // runs amid them (Note [A collective amid transfers])
       for (auto& work : works) work->wait();
       for (int64_t i = 0; i < count; ++i) {
         ASSERT_EQ(first[i], left * 10 + static_cast<int32_t>(i % 7)) << "count " << count;

@@ -510,6 +510,44 @@ TEST_P(Conformance, InterruptEndsWaitSomeWithoutFailing) {
   });
 }
 
+// poll() moves a posted receive along without a wait: rank 0 polls until the last element of a
+// 4 MiB message (more than a ring, a socket buffer or an eager message holds) has landed, while
+// rank 1 waits for its send, which cannot finish before rank 0 has taken the bytes. A wait then
+// finds the receive complete.
+TEST_P(Conformance, PollMovesAPostedReceiveWithoutAWait) {
+  if (group().transportName() == "loopback")
+    GTEST_SKIP() << "the sender's thread delivers into the receive: nothing to poll";
+  if (size() > 2)
+    GTEST_SKIP() << "only ranks 0 and 1 take part: size 2 suffices";
+  constexpr size_t kCount = (4 << 20) / sizeof(uint32_t);
+  auto value = [](size_t i) { return static_cast<uint32_t>(i * 2654435761u) | 1u; };  // never 0
+  run(
+      [&](Transport& t, Member&) {
+        if (t.rank() == 1) {
+          std::vector<uint32_t> out(kCount);
+          for (size_t i = 0; i < kCount; ++i) out[i] = value(i);
+          Request request;
+          t.postSend(0, 3, stamp(3, kCount), out.data(), kCount * 4, request);
+          waitOne(t, request, Deadline::after(kLargeWait));
+          return;
+        }
+        std::vector<uint32_t> in(kCount, 0);
+        Request request;
+        t.postRecv(1, 3, stamp(3, kCount), in.data(), kCount * 4, request);
+        const Deadline deadline = Deadline::after(kLargeWait);
+        while (in.back() == 0 && !deadline.expired()) {
+          t.poll();  // writes `in` on this thread, if at all
+          std::this_thread::yield();
+        }
+        ASSERT_EQ(in.back(), value(kCount - 1)) << "poll() never moved the message's last bytes";
+        EXPECT_FALSE(request.done);  // marked by the wait that names it
+        waitOne(t, request);
+        const size_t wrong = firstMismatch(in, value);
+        ASSERT_EQ(wrong, kCount) << "element " << wrong << " is " << in[wrong];
+      },
+      kLargeLimit);
+}
+
 // The last rank sends one message and closes. Rank 0 still gets that message, and messages the
 // other ranks send afterwards, but a further receive from the closed rank fails with PeerError
 // naming it.

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "backend/mpi/mpi_types.h"
@@ -164,6 +165,8 @@ MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, 
     for (int pass = 0;; ++pass) {
       int done = 0;
       connector::checkMpi(MPI_Test(&request, &done, &status), what, names_(rank_), names_(peer));
+      if (call.transfersInFlight)
+        notifyCompletedTransfers();
       if (done)
         break;
       if ((pass & 63) == 0) {
@@ -515,6 +518,15 @@ bool MpiBackend::testPosted(Transfer& transfer) {
   transfer.request.done = true;
   posted_.erase(found);
   return true;
+}
+
+void MpiBackend::notifyCompletedTransfers() {
+  for (auto next = posted_.begin(); next != posted_.end();) {
+    Transfer& transfer = *next->first;
+    ++next;  // testPosted forgets a transfer that is done
+    if (transfer.request.listener != nullptr && testPosted(transfer))
+      std::exchange(transfer.request.listener, nullptr)->completed(transfer.request);
+  }
 }
 
 bool MpiBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadline) {

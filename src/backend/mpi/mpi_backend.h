@@ -93,6 +93,8 @@ class MpiBackend : public Backend {
                 Transfer& transfer) override;
   bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
   void interruptWait() noexcept override { interrupted_.store(true, std::memory_order_release); }
+  // MPI's progress engine moves the posted MPI_Isend / MPI_Irecv while a collective is tested.
+  bool collectivesMoveTransfers() const override { return true; }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 
@@ -129,6 +131,9 @@ class MpiBackend : public Backend {
             bool isSend);
   // Tests the posted transfer `transfer` once; true when it is done (then it is forgotten).
   bool testPosted(Transfer& transfer);
+  // Tests the posted transfers that have a listener, and tells those of the completed ones (a
+  // collective that runs amid them: Note [A collective amid transfers]).
+  void notifyCompletedTransfers();
 
   // A posted transfer's MPI request and what its completion checks.
   struct Posted {
@@ -138,7 +143,7 @@ class MpiBackend : public Backend {
     int peer = -1;
     int tag = 0;
   };
-  std::unordered_map<const Transfer*, Posted> posted_;
+  std::unordered_map<Transfer*, Posted> posted_;
   std::atomic<bool> interrupted_{false};  // interruptWait() since the last waitSome()
 
   MPI_Comm comm_ = MPI_COMM_NULL;

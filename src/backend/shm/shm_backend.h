@@ -18,6 +18,10 @@
 // every rank takes the same one. send/recv go through the `fallback` backend (chorus's algorithms
 // over the shm transport, src/transport/shm/: rings of shared memory per ordered pair).
 //
+// A collective that runs while send/recv transfers are in flight (Note [A collective amid
+// transfers], runtime/communicator_state.cc) polls the fallback in each of its group's waits, so a
+// peer's transfer never waits for the collective's end.
+//
 // Failure: any error fails the group (and the fallback), so every rank raises promptly; a rank
 // that died (its pid gone) or closed is a PeerError naming it within about 50 ms of a wait.
 #pragma once
@@ -80,6 +84,8 @@ class ShmBackend : public Backend {
                 Transfer& transfer) override;
   bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
   void interruptWait() noexcept override { fallback_->interruptWait(); }
+  // The group's waits poll the fallback's transfers when the call says they are in flight.
+  bool collectivesMoveTransfers() const override { return fallback_->collectivesMoveTransfers(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 

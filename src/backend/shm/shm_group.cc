@@ -46,6 +46,9 @@ int spinPassesFor(int ranks) {
 }
 // Longest single sleep on the bell: how soon the deadline, aborts and dead peers are noticed.
 constexpr std::chrono::milliseconds kSleepSlice{50};
+// Longest sleep while polling transfers (pollWhileWaiting): a peer's message sits in the
+// transport's ring, unread, for at most this long.
+constexpr std::chrono::milliseconds kPollSlice{1};
 
 enum State : uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
 
@@ -329,7 +332,8 @@ void ShmGroup::checkNeededPeers(int index, uint64_t value) const {
 }
 
 void ShmGroup::sleepOnBell(uint32_t seen, Deadline deadline) {
-  auto slice = std::min<std::chrono::milliseconds>(kSleepSlice, deadline.remaining());
+  auto slice = std::min<std::chrono::milliseconds>(polling_ ? kPollSlice : kSleepSlice,
+                                                   deadline.remaining());
   if (slice.count() <= 0)
     return;
   futexWait(block(0).bell, seen, slice);
@@ -374,6 +378,8 @@ bool ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t to
     if (!anyBehind(index, value, nullptr))
       return pass > 0;
     throwIfFailedWhileBehind(index, value);
+    if (polling_)
+      poll_();
     if (pass < spinPasses_)
       continue;
     if (pass == spinPasses_)
@@ -384,6 +390,8 @@ bool ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t to
   }
   ControlBlock& hub = block(0);
   while (true) {
+    if (polling_)
+      poll_();
     hub.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = hub.bell.load(std::memory_order_seq_cst);
     const bool waiting = anyBehind(index, value, nullptr);

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,6 +111,13 @@ class ShmGroup {
   // `deadline` (the group fails then too).
   void waitAll(Step step, uint64_t value, Deadline deadline);
 
+  // While `on`, every wait also calls `poll` (set once, by the owner) in each pass, and at least
+  // every millisecond while it sleeps: the shm backend's collectives while its fallback's
+  // transfers are in flight (Note [A collective amid transfers], runtime/communicator_state.cc).
+  // Its exceptions end the wait.
+  void setPoll(std::function<void()> poll) { poll_ = std::move(poll); }
+  void pollWhileWaiting(bool on) { polling_ = on && poll_ != nullptr; }
+
   // Whether ranks read each other's private memory directly (process_vm_readv, "cross-memory
   // attach"): the same on every rank; false where the kernel refuses it or CHORUS_SHM_DIRECT=0.
   bool directReads() const { return directReads_; }
@@ -152,6 +160,7 @@ class ShmGroup {
   // Throws PeerError if `rank` died or closed.
   void checkPeer(int rank) const;
   [[noreturn]] void throwGroupFailure() const;
+  // Sleeps on the bell until it rings, or for a slice (shorter while polling), or `deadline`.
   void sleepOnBell(uint32_t seen, Deadline deadline);
   bool canReadEveryPeer() const;
 
@@ -164,6 +173,8 @@ class ShmGroup {
   bool closed_ = false;
   bool directReads_ = false;
   detail::CrossMemoryReader reader_;  // readFrom's
+  std::function<void()> poll_;        // setPoll's
+  bool polling_ = false;              // pollWhileWaiting's
 };
 
 }  // namespace chorus::backend::shm

@@ -144,6 +144,13 @@ class LoopbackTransport final : public Transport {
     return waitFor(requests, deadline, /*some=*/true);
   }
 
+  // Sends deliver in the sender's thread; polling tells the listeners of what has completed.
+  void poll() override {
+    std::lock_guard<std::mutex> lock(group_->mutex);
+    throwIfFailedLocked();
+    notifyCompletedLocked();
+  }
+
   void interrupt() noexcept override {
     std::lock_guard<std::mutex> lock(group_->mutex);
     interrupted_ = true;
@@ -269,6 +276,7 @@ class LoopbackTransport final : public Transport {
     Endpoint& self = endpoint(rank_);
     while (true) {
       throwIfFailedLocked();
+      notifyCompletedLocked();
       std::vector<int> waitingOn;
       bool anyComplete = false;
       for (Request* request : requests) {
@@ -309,6 +317,17 @@ class LoopbackTransport final : public Transport {
         self.changed.wait(lock);
       } else {
         self.changed.wait_until(lock, deadline.at());
+      }
+    }
+  }
+
+  // Tells the listener of every complete op of this rank that has one (Request::listener), once.
+  void notifyCompletedLocked() noexcept {
+    for (Op* op : endpoint(rank_).ops.active()) {
+      CompletionListener* listener = op->request->listener;
+      if (listener != nullptr && op->complete) {
+        op->request->listener = nullptr;
+        listener->completed(*op->request);
       }
     }
   }

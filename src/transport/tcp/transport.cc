@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <mutex>
 
@@ -90,6 +91,7 @@ class TcpTransport final : public TransportCore<Op> {
     return connections_[peer]->bufferedSendTag();
   }
   void idle(Deadline deadline, Clock::time_point now, std::unique_lock<std::mutex>& lock) override;
+  void pollEvents() override;
   void onFailure(std::exception_ptr error, bool tellPeers) noexcept override;
   void wakeWaiter() noexcept override;
   void sayGoodbye() noexcept override;
@@ -194,6 +196,14 @@ void TcpTransport::idle(Deadline deadline,
   throwIfFailed();  // abort() from another thread
   if (count < 0 && error != EINTR)
     detail::throwSystemError("epoll_wait", error, __FILE__, __LINE__);
+  for (int i = 0; i < count; ++i) dispatch(events[i]);
+}
+
+void TcpTransport::pollEvents() {
+  epoll_event events[kMaxEvents];
+  const int count = ::epoll_wait(epollFd_, events, kMaxEvents, 0);
+  if (count < 0 && errno != EINTR)
+    detail::throwSystemError("epoll_wait", errno, __FILE__, __LINE__);
   for (int i = 0; i < count; ++i) dispatch(events[i]);
 }
 

@@ -1,0 +1,242 @@
+// Note [A collective amid transfers] (src/runtime/communicator_state.cc): a collective issued while
+// sends and receives issued before it are in flight runs at once, and they keep moving while it
+// waits, as MPI allows. Each program below is one that MPI runs and that, with the collective held
+// until every earlier transfer is done, waits until its deadline on every rank. Ranks are threads
+// (runRanks) on the backends of one node whose collectives move transfers, shm and tcp; messages
+// are small (they fit a ring) and large (3 MiB: the sender waits for its receiver). Expected
+// values are closed forms. On the hierarchical backend, whose steps wait on other connections,
+// the collective still waits, and the transfer's timeout says so.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chorus/error.h"
+#include "harness/run_ranks.h"
+
+namespace chorus {
+namespace {
+
+struct Case {
+  std::string backend;
+  int size;
+};
+
+class CollectiveAmidTransfersTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void runRanks(const chorus::testing::RankFunction& fn) {
+    chorus::testing::RankOptions options;
+    options.backend = GetParam().backend;
+    options.timeout = std::chrono::seconds(20);  // a hang fails the test long before ctest's
+    chorus::testing::runRanks(GetParam().size, fn, options);
+  }
+};
+
+constexpr int64_t kSmall = 5;
+constexpr int64_t kLarge = int64_t{3} << 18;  // int32s: 3 MiB
+
+// What rank `from` sends with `tag`: element i.
+int32_t sent(int from, int tag, int64_t i) {
+  return from * 1000 + tag * 100 + static_cast<int32_t>(i % 97);
+}
+
+std::vector<int32_t> message(int from, int tag, int64_t count) {
+  std::vector<int32_t> values(count);
+  for (int64_t i = 0; i < count; ++i) values[i] = sent(from, tag, i);
+  return values;
+}
+
+void expectMessage(const std::vector<int32_t>& got, int from, int tag) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], sent(from, tag, static_cast<int64_t>(i)))
+        << "from rank " << from << ", tag " << tag << ", element " << i << " of " << got.size();
+  }
+}
+
+// Pairs for the tests that need them: even rank r with odd rank r + 1; the last rank of an odd
+// size has none (-1) and only joins the collectives.
+int partnerOf(int rank, int size) {
+  const int partner = rank % 2 == 0 ? rank + 1 : rank - 1;
+  return partner < size ? partner : -1;
+}
+
+// Every rank receives from its left with a receive posted before a barrier, and sends to its
+// right only after the barrier (irecv; barrier; send): the barrier cannot wait for the receive.
+TEST_P(CollectiveAmidTransfersTest, AReceivePostedBeforeABarrierGetsTheSendIssuedAfterIt) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), right = (r + 1) % p, left = (r + p - 1) % p;
+    for (int64_t count : {kSmall, kLarge}) {
+      std::vector<int32_t> got(count, -1);
+      auto receive = comm.recv(Tensor(got.data(), {count}), left, 1);
+      comm.barrier()->wait();
+      std::vector<int32_t> out = message(r, 1, count);
+      comm.send(Tensor(out.data(), {count}), right, 1)->wait();
+      receive->wait();
+      expectMessage(got, left, 1);
+    }
+  });
+}
+
+// Even ranks send to the odd rank after them asynchronously, then allreduce; that rank allreduces
+// first and receives after. The large send cannot finish before its receiver reads, and the
+// receiver, waiting in the allreduce on shm, reads only what the allreduce's waits move.
+TEST_P(CollectiveAmidTransfersTest, AnAsyncSendBeforeACollectiveThatItsReceiverEntersFirst) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), partner = partnerOf(r, p);
+    for (int64_t count : {kSmall, kLarge}) {
+      std::vector<int32_t> out = message(r, 2, count), got(count, -1);
+      std::shared_ptr<Work> send;
+      if (partner >= 0 && r % 2 == 0)
+        send = comm.send(Tensor(out.data(), {count}), partner, 2);
+      std::vector<int64_t> sum = {r};
+      comm.allreduce(Tensor(sum.data(), {1}))->wait();
+      EXPECT_EQ(sum[0], int64_t{p} * (p - 1) / 2);
+      if (partner >= 0 && r % 2 == 1) {
+        comm.recv(Tensor(got.data(), {count}), partner, 2)->wait();
+        expectMessage(got, partner, 2);
+      }
+      if (send)
+        send->wait();
+    }
+  });
+}
+
+// The receiver posts a receive, issues an allreduce, and tells the sender (on a second
+// communicator) that it has; only then does the sender send, blocking, and join the allreduce. The
+// receiver's allreduce must move the transfer while it waits (the shm backend's group waits poll
+// its transport), or neither goes on.
+TEST_P(CollectiveAmidTransfersTest, ABlockingSendToAReceiverWaitingInACollective) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), partner = partnerOf(r, p);
+    auto side = comm.split(0, r);
+    for (int64_t count : {kSmall, kLarge}) {
+      std::vector<int32_t> got(count, -1), out = message(r, 3, count);
+      std::vector<float> ones(7, 1.0f);
+      int32_t ready = 1;
+      if (partner >= 0 && r % 2 == 0) {
+        auto receive = comm.recv(Tensor(got.data(), {count}), partner, 3);
+        auto allreduce = comm.allreduce(Tensor(ones.data(), {7}));
+        side->send(Tensor(&ready, {1}), partner, 3)->wait();
+        allreduce->wait();
+        receive->wait();
+        expectMessage(got, partner, 3);
+      } else if (partner >= 0) {
+        side->recv(Tensor(&ready, {1}), partner, 3)->wait();
+        comm.send(Tensor(out.data(), {count}), partner, 3)->wait();
+        comm.allreduce(Tensor(ones.data(), {7}))->wait();
+      } else {
+        comm.allreduce(Tensor(ones.data(), {7}))->wait();
+      }
+      EXPECT_EQ(ones[6], static_cast<float>(p));
+    }
+  });
+}
+
+// A receive whose bytes land while a collective runs amid it completes then, not when the
+// collective ends: the receiver waits for it during the collective, and only then tells the
+// sender (on a second communicator) to join the collective.
+TEST_P(CollectiveAmidTransfersTest, AReceiveThatLandsDuringACollectiveCompletesDuringIt) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), partner = partnerOf(r, p);
+    auto side = comm.split(0, r);
+    for (int64_t count : {kSmall, kLarge}) {
+      std::vector<int32_t> got(count, -1), out = message(r, 6, count);
+      std::vector<int64_t> sum = {r};
+      int32_t ready = 1, received = 1;
+      if (partner >= 0 && r % 2 == 0) {
+        auto receive = comm.recv(Tensor(got.data(), {count}), partner, 6);
+        auto allreduce = comm.allreduce(Tensor(sum.data(), {1}));
+        side->send(Tensor(&ready, {1}), partner, 6)->wait();
+        receive->wait();  // while the allreduce waits for the sender
+        expectMessage(got, partner, 6);
+        side->send(Tensor(&received, {1}), partner, 7)->wait();
+        allreduce->wait();
+      } else if (partner >= 0) {
+        side->recv(Tensor(&ready, {1}), partner, 6)->wait();
+        comm.send(Tensor(out.data(), {count}), partner, 6)->wait();
+        side->recv(Tensor(&received, {1}), partner, 7)->wait();
+        comm.allreduce(Tensor(sum.data(), {1}))->wait();
+      } else {
+        comm.allreduce(Tensor(sum.data(), {1}))->wait();
+      }
+      EXPECT_EQ(sum[0], int64_t{p} * (p - 1) / 2);
+    }
+  });
+}
+
+// Even ranks send to the odd rank after them on one tag before and after an async allreduce, with
+// a barrier behind the second send; that rank runs both collectives first, then takes both
+// messages, in call order. The send behind the allreduce waits for it; the collectives see the
+// right values.
+TEST_P(CollectiveAmidTransfersTest, TransfersAroundAsyncCollectivesKeepTheirOrder) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), partner = partnerOf(r, p);
+    const bool sends = partner >= 0 && r % 2 == 0;
+    std::vector<int32_t> first = message(r, 4, kLarge), second = message(r, 5, kLarge);
+    std::vector<int64_t> sum = {r + 1};
+    std::vector<std::shared_ptr<Work>> works;
+    if (sends)
+      works.push_back(comm.send(Tensor(first.data(), {kLarge}), partner, 4));
+    works.push_back(comm.allreduce(Tensor(sum.data(), {1})));
+    if (sends)
+      works.push_back(comm.send(Tensor(second.data(), {kLarge}), partner, 4));
+    works.push_back(comm.barrier());
+    if (partner >= 0 && r % 2 == 1) {
+      works.back()->wait();  // the barrier
+      EXPECT_EQ(sum[0], int64_t{p} * (p + 1) / 2);
+      std::vector<int32_t> gotFirst(kLarge, -1), gotSecond(kLarge, -1);
+      comm.recv(Tensor(gotFirst.data(), {kLarge}), partner, 4)->wait();
+      comm.recv(Tensor(gotSecond.data(), {kLarge}), partner, 4)->wait();
+      expectMessage(gotFirst, partner, 4);
+      expectMessage(gotSecond, partner, 5);
+    }
+    for (auto& work : works) work->wait();
+    EXPECT_EQ(sum[0], int64_t{p} * (p + 1) / 2);
+  });
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  for (const char* backend : {"shm", "tcp"}) {
+    for (int size : {2, 3, 4}) all.push_back({backend, size});
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends,
+                         CollectiveAmidTransfersTest,
+                         ::testing::ValuesIn(cases()),
+                         [](const auto& info) {
+                           return info.param.backend + "_size" + std::to_string(info.param.size);
+                         });
+
+// The hierarchical backend (two simulated nodes of two ranks) keeps the collective behind the
+// receive: every rank times out, and the receive's timeout says why and what to do.
+TEST(CollectiveBehindATransferTest, OnTheHierarchicalBackendTheTimeoutSaysWhy) {
+  chorus::testing::RankOptions options;
+  options.backend = "hierarchical";
+  options.nodeIds = {"a", "a", "b", "b"};
+  chorus::testing::runRanks(
+      4,
+      [&](Communicator& comm) {
+        comm.barrier()->wait();  // connected under the harness's timeout; now a short one
+        comm.setTimeout(std::chrono::milliseconds(1500));
+        const int r = comm.rank(), p = comm.size(), left = (r + p - 1) % p;
+        std::vector<int32_t> got(kSmall, -1);
+        auto receive = comm.recv(Tensor(got.data(), {kSmall}), left, 1);
+        try {
+          comm.barrier()->wait();
+          ADD_FAILURE() << "rank " << r << ": the barrier behind the receive finished";
+        } catch (const TimeoutError& error) {
+          EXPECT_NE(std::string(error.what()).find("is queued behind the transfer"),
+                    std::string::npos)
+              << error.what();
+        }
+        EXPECT_THROW(receive->wait(), TimeoutError);
+      },
+      options);
+}
+
+}  // namespace
+}  // namespace chorus
