@@ -16,8 +16,7 @@
 //    of one (peer, tag) still match in call order. A collective issued after them starts at once,
 //    and they keep moving while it runs, as in MPI (irecv; barrier; the peer sends after its
 //    barrier): one that finishes meanwhile completes its Work then. The operations issued after
-//    that collective wait for it. On the hierarchical backend that collective starts once they are
-//    done (issue it on another communicator to overlap it with a receive that waits for it).
+//    that collective wait for it.
 //  - Ranks and roots are ranks of this communicator (0..size()-1). Tensors must be contiguous CPU
 //    tensors (GPU tensors: UnsupportedError until a GPU backend is built).
 //  - No operation blocks forever: each has a deadline (DistConfig::timeout, CHORUS_TIMEOUT). A peer

@@ -51,15 +51,19 @@ void AlgorithmicBackend::run(const CallContext& call,
   algorithms::Peers peers(*transport_, fingerprint, call.deadline, workspace_, requests_);
   if (call.record != nullptr)
     peers.onHeardFromAll(&noteHeardFromAll, call.record);
+  // A step of the hierarchical backend moves its flat step's transfers while it waits.
+  transport_->pollWhileWaiting(call.pollElsewhere);
   try {
     algorithm->run(peers, args);
   } catch (...) {
+    transport_->pollWhileWaiting(nullptr);
     // A collective that failed half-way leaves the ranks out of step: the transport must fail with
     // the real error so every peer hears of it (a no-op if the transport already failed). Peers'
     // destructor runs after this and finds the transport failed. See Note in algorithms/peers.h.
     transport_->abort(std::current_exception());
     throw;
   }
+  transport_->pollWhileWaiting(nullptr);
 }
 
 // The algorithms reduce and broadcast in place (algorithms/algorithm.h): out of place, the output

@@ -28,7 +28,8 @@
 // A backend whose collectivesMoveTransfers() is true may run a collective while posted transfers
 // are in flight (Note [A collective amid transfers], runtime/communicator_state.cc): they keep
 // moving while the collective waits, so neither waits for the other. The front end then says so
-// in the collective's CallContext (transfersInFlight).
+// in the collective's CallContext (transfersInFlight); a backend that runs steps on other
+// backends has their waits poll its transfers (pollElsewhere).
 #pragma once
 
 #include <exception>
@@ -40,6 +41,7 @@
 #include "core/collective.h"
 #include "core/collective_args.h"
 #include "core/deadline.h"
+#include "core/function_ref.h"
 #include "core/stall_watch.h"
 #include "trace/recorder.h"
 #include "transport/transport.h"
@@ -57,6 +59,9 @@ struct CallContext {
   // Posted transfers are in flight while this collective runs: a backend whose waits would not
   // move them (the shm group's) polls them meanwhile (Note [A collective amid transfers]).
   bool transfersInFlight = false;
+  // Transfers posted on another backend are in flight (the hierarchical backend's flat step, while
+  // its node or leaders step runs): when set, every wait of this collective also calls it.
+  detail::FunctionRef<void()> pollElsewhere = nullptr;
 };
 
 // Told when a posted transfer's bytes have all moved, while a collective runs amid it
@@ -138,8 +143,8 @@ class Backend {
   // Whether a collective may run while posted transfers are in flight, and keeps them moving
   // (see the contract above). False: a collective waits until every earlier transfer is done.
   virtual bool collectivesMoveTransfers() const { return false; }
-  // Moves posted transfers along without waiting (Transport::poll), for a backend whose
-  // collectives wait on something else (shm: its fallback's transfers, while its group waits).
+  // Moves posted transfers along without waiting (Transport::poll), for waits on something else
+  // (shm: its group's, hierarchical: its node and leaders steps').
   virtual void pollTransfers() {}
 
   // See Transport::abort / close.

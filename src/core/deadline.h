@@ -40,12 +40,13 @@ class Deadline {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at_ - Clock::now());
     return std::max(left, std::chrono::milliseconds(0));
   }
-  // remaining() clamped to an int of milliseconds for poll/epoll_wait; -1 for never.
+  // The time left in whole milliseconds for poll/epoll_wait, rounded up (a wait of less than one
+  // sleeps one instead of spinning) and clamped to an int; -1 for never.
   int pollTimeoutMs() const {
     if (isNever())
       return -1;
-    auto ms = remaining().count();
-    return static_cast<int>(std::min<long long>(ms, 1 << 30));
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(at_ - Clock::now()).count();
+    return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
   }
   // The earlier of two deadlines.
   static Deadline earliest(Deadline a, Deadline b) { return a.at_ <= b.at_ ? a : b; }

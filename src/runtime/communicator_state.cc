@@ -398,26 +398,26 @@ void CommunicatorState::startTransfer(PendingTransfer& transfer,
 // programs rely on it: a rank posts a receive, enters a barrier, and its peer sends only after the
 // barrier (irecv; barrier; send on the peer); or a rank sends asynchronously before a collective
 // that its receiver enters before its receive. So on a backend whose collectives keep posted
-// transfers moving (Backend::collectivesMoveTransfers: tcp, shm, mpi, mpi_algorithms) the batch of
+// transfers moving (Backend::collectivesMoveTransfers: every backend that posts them) the batch of
 // transfers that holds the queue (Note [Point-to-point overlap]) also takes a collective queued
 // right behind it and runs it at once, on the worker, with its transfers still posted; the
 // collective's CallContext says so (transfersInFlight). Over a transport, the collective's waits
 // move every posted request; the shm backend's group waits poll its fallback's transfers (at least
-// every millisecond while they sleep); MPI's progress engine moves its own. A transfer that
-// finishes meanwhile completes its Work at once, not when the collective ends: each has a listener
-// (Request::listener) for the collective's time, which the wait pass or poll that finds it done
-// tells (the mpi backend's test loop tests the transfers each pass), so a program may wait for it
-// while the collective runs and go on to what the collective's peers wait for. After the
+// every millisecond while they sleep), as the hierarchical backend's node and leaders steps poll
+// its flat step's (CallContext::pollElsewhere); MPI's progress engine moves its own. A transfer
+// that finishes meanwhile completes its Work at once, not when the collective ends: each has a
+// listener (Request::listener) for the collective's time, which the wait pass or poll that finds it
+// done tells (the mpi backend's test loop tests the transfers each pass), so a program may wait for
+// it while the collective runs and go on to what the collective's peers wait for. After the
 // collective a wait that returns at once marks what is done, and the batch goes on: the transfers
 // queued behind the collective join, and another collective may run. Each transfer keeps its own
 // deadline and the collective its own; once a transfer's has passed the batch takes no more
 // collectives, and its wait fails it. A failure of either fails the communicator, and both. What
 // remains: the operations queued behind a collective wait for it (a transfer issued after an
-// async collective is posted only once the collective is done); the mpi backend's fallback (half
-// types) does not tell listeners until it is done; and on the hierarchical backend, whose steps
-// wait on other connections than its transfers', a collective still starts once every earlier
-// transfer is done. There, the transfer's timeout is where this rank can tell, so its message
-// says that a collective waits behind it, and what to do.
+// async collective is posted only once the collective is done), and the mpi backend's fallback
+// (half types) does not tell listeners until it is done. A blocking send or recv that runs whole
+// on its caller's thread (BlockingCalls, idle queue) still holds a collective that another thread
+// issues meanwhile; its timeout says so (explainQueuedCollective), and what to do.
 std::exception_ptr CommunicatorState::explainQueuedCollective(std::exception_ptr error) {
   if (!queue_.collectiveQueued())
     return error;
@@ -425,12 +425,11 @@ std::exception_ptr CommunicatorState::explainQueuedCollective(std::exception_ptr
     std::rethrow_exception(error);
   } catch (const TimeoutError& timeout) {
     return std::make_exception_ptr(TimeoutError(
-        concat(timeout.what(), ". This rank's next collective on this communicator is queued ",
-               "behind the transfer, and a collective starts only once every send and recv ",
-               "issued before it is done: if the peer waits in that collective before its side ",
-               "of the transfer, neither goes on. Wait for the transfer before the collective, ",
-               "or issue the peer's side before its collective (Note [A collective amid ",
-               "transfers])"),
+        concat(timeout.what(), ". This rank's next collective on this communicator, issued ",
+               "from another thread while this blocking transfer ran, waits for it: if the peer ",
+               "waits in that collective before its side of the transfer, neither goes on. Issue ",
+               "the collective once the transfer has returned, or the peer's side before its ",
+               "collective (Note [A collective amid transfers])"),
         timeout.missingRanks()));
   } catch (...) {
     return error;
@@ -515,10 +514,7 @@ void CommunicatorState::runTransfers(std::shared_ptr<PendingTransfer> first) {
         transfersWaiting_.store(false, std::memory_order_seq_cst);
       }
     } catch (...) {
-      std::exception_ptr caught = std::current_exception();
-      if (!backend_->collectivesMoveTransfers())  // else no collective waits behind transfers
-        caught = explainQueuedCollective(caught);
-      error = latchFailure(caught);
+      error = latchFailure(std::current_exception());
     }
     transfersWaiting_.store(false, std::memory_order_seq_cst);
     joining_ = nullptr;

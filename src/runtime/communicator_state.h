@@ -207,8 +207,8 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
                Hold hold);
   // Note [Point-to-point overlap]: runs `first` and every transfer that joins it, on the worker.
   struct PendingTransfer;
-  // `error` with, for a transfer's timeout while a collective waits behind it, what that means
-  // (Note [A collective amid transfers], communicator_state.cc).
+  // `error` with, for the timeout of a blocking transfer run whole while a collective waits behind
+  // it, what that means (Note [A collective amid transfers], communicator_state.cc).
   std::exception_ptr explainQueuedCollective(std::exception_ptr error);
   void runTransfers(std::shared_ptr<PendingTransfer> first);
   // Runs `collective` (taken from the queue) while the running batch's `active` transfers are in

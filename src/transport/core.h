@@ -15,6 +15,8 @@
 //  - poll(): with the lock held, take up an abort(), progress(), then pollEvents(); errors as in
 //    wait(). Each pass of the wait loop, and poll(), then tells the listeners of completed ops
 //    (Request::listener).
+//  - pollWhileWaiting(poll): each pass of the wait loop also calls `poll`, and idle() is given a
+//    deadline at most a millisecond away.
 //  - wait(): with the lock held, beginWait(), then loop: take up an abort() from another thread;
 //    progress(); done when every op is complete; an incomplete op whose peer has left
 //    (peerLeft(peer)) is a PeerError; past the deadline a TimeoutError naming the peers still
@@ -76,6 +78,7 @@ class TransportCore : public Transport {
   void wait(std::span<Request* const> requests, Deadline deadline) final;
   bool waitSome(std::span<Request* const> requests, Deadline deadline) final;
   void poll() final;
+  void pollWhileWaiting(detail::FunctionRef<void()> poll) final { whileWaiting_ = poll; }
   void interrupt() noexcept final {
     interruptWanted_.store(true, std::memory_order_release);
     wakeWaiter();
@@ -202,6 +205,8 @@ class TransportCore : public Transport {
   std::mutex abortMutex_;
   std::exception_ptr abortReason_;
   std::atomic<bool> interruptWanted_{false};  // interrupt(): taken up by the next waitSome()
+  detail::FunctionRef<void()> whileWaiting_;  // pollWhileWaiting's
+  static constexpr std::chrono::milliseconds kPollSlice{1};
 
   OpPool<Op> ops_;
   AnyPeerReceives<Op> anyPeerReceives_;
@@ -362,6 +367,8 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
       }
       progress();
       notifyCompleted();
+      if (whileWaiting_)
+        whileWaiting_();  // another transport's transfers (pollWhileWaiting)
       if (done())
         return true;
       if (interruptible && interruptWanted_.exchange(false, std::memory_order_acq_rel))
@@ -373,7 +380,9 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
         stall::onStalled(waitingOn_);
         stallCheckAt = stall::nextCheckAt();
       }
-      idle(deadline, now, lock);
+      // While another transport's transfers are polled, no sleep lasts past a millisecond.
+      idle(whileWaiting_ ? Deadline::earliest(deadline, Deadline(now + kPollSlice)) : deadline, now,
+           lock);
       throwIfFailed();  // abort() from another thread
     }
   } catch (...) {

@@ -71,6 +71,7 @@
 #include "chorus/types.h"
 #include "core/collective.h"
 #include "core/deadline.h"
+#include "core/function_ref.h"
 #include "transport/errors.h"
 
 namespace chorus::transport {
@@ -137,6 +138,13 @@ class Transport {
   // Moves posted requests along, without waiting (see poll() above). The default suits a
   // transport whose requests move without a waiter (loopback: the sender matches at once).
   virtual void poll() { rethrowIfFailed(); }
+  // Until called again with an empty one, every pass of wait() and waitSome() also calls `poll`
+  // (which must outlive that), and sleeps at most a millisecond: transfers on another transport
+  // move while this one waits (the hierarchical backend: Note [A collective amid transfers] in
+  // runtime/communicator_state.cc). Its exceptions fail this transport. Called by the thread that
+  // posts and waits, between its waits. The default ignores it (loopback, never a step of another
+  // backend).
+  virtual void pollWhileWaiting(detail::FunctionRef<void()> /*poll*/) {}
 
   // Fails the transport with `reason` (a chorus::Error) and tells every peer, which then fail
   // with an error of the same type whose message quotes this one. Thread-safe, never throws.

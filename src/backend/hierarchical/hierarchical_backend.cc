@@ -81,27 +81,38 @@ void HierarchicalBackend::guarded(Body&& body) {
   }
 }
 
+// Note [A collective amid transfers] (runtime/communicator_state.cc): the transfers live on
+// flat_, whose own collectives move them; the node and leaders steps wait elsewhere, so their
+// waits poll flat_ while the call says the transfers are in flight.
+CallContext HierarchicalBackend::stepCall(const CallContext& call) const {
+  CallContext step = call;
+  step.transfersInFlight = false;  // none of the step's own
+  if (call.transfersInFlight)
+    step.pollElsewhere = pollFlat_;
+  return step;
+}
+
 template <typename Step>
-void HierarchicalBackend::onNode(Step&& step) {
+void HierarchicalBackend::onNode(const CallContext& call, Step&& step) {
   if (local_ == nullptr)
     return;
   try {
-    step(*local_);
+    step(*local_, stepCall(call));
   } catch (...) {
     std::rethrow_exception(detail::withPrefix(std::current_exception(), nodeContext_));
   }
 }
 
 template <typename Step>
-void HierarchicalBackend::amongLeaders(Step&& step) {
+void HierarchicalBackend::amongLeaders(const CallContext& call, Step&& step) {
   if (leaderStep_ == nullptr)
     return;
   if (leaderStep_ == flat_.get()) {
-    step(*flat_);  // the leaders are the whole communicator: no step to name
+    step(*flat_, call);  // the leaders are the whole communicator: no step to name
     return;
   }
   try {
-    step(*leaderStep_);
+    step(*leaderStep_, stepCall(call));
   } catch (...) {
     std::rethrow_exception(detail::withPrefix(std::current_exception(), leadersContext_));
   }
@@ -112,21 +123,23 @@ void HierarchicalBackend::allreduce(const CallContext& call, const AllreduceArgs
     // In place on the output from here: a rank alone on its node has no node step to copy it.
     const size_t bytes = args.count * dataTypeSize(args.dtype);
     copyToOutput(args.input, args.output, bytes);
-    onNode([&](Backend& local) {
-      local.reduce(call, {args.output, args.output, args.count, args.dtype, args.op, 0});
+    onNode(call, [&](Backend& local, const CallContext& step) {
+      local.reduce(step, {args.output, args.output, args.count, args.dtype, args.op, 0});
     });
-    amongLeaders([&](Backend& leaders) {
-      leaders.allreduce(call, {args.output, args.output, args.count, args.dtype, args.op});
+    amongLeaders(call, [&](Backend& leaders, const CallContext& step) {
+      leaders.allreduce(step, {args.output, args.output, args.count, args.dtype, args.op});
     });
-    onNode([&](Backend& local) { local.broadcast(call, {args.output, args.output, bytes, 0}); });
+    onNode(call, [&](Backend& local, const CallContext& step) {
+      local.broadcast(step, {args.output, args.output, bytes, 0});
+    });
   });
 }
 
 void HierarchicalBackend::barrier(const CallContext& call) {
   guarded([&] {
-    onNode([&](Backend& local) { local.barrier(call); });
-    amongLeaders([&](Backend& leaders) { leaders.barrier(call); });
-    onNode([&](Backend& local) { local.barrier(call); });
+    onNode(call, [&](Backend& local, const CallContext& step) { local.barrier(step); });
+    amongLeaders(call, [&](Backend& leaders, const CallContext& step) { leaders.barrier(step); });
+    onNode(call, [&](Backend& local, const CallContext& step) { local.barrier(step); });
   });
 }
 
@@ -135,7 +148,7 @@ void HierarchicalBackend::viaFlat(const CallContext& call,
                                   void (Backend::*collective)(const CallContext&, const Args&),
                                   const Args& args) {
   guarded([&] {
-    onNode([&](Backend& local) { local.barrier(call); });
+    onNode(call, [&](Backend& local, const CallContext& step) { local.barrier(step); });
     (flat_.get()->*collective)(call, args);
   });
 }

@@ -34,6 +34,7 @@
 // plus a shm broadcast, and the rest runs over tcp. Backend "shm" is the better choice there.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +108,10 @@ class HierarchicalBackend : public Backend {
                 Transfer& transfer) override;
   bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
   void interruptWait() noexcept override { flat_->interruptWait(); }
+  // Transfers go over flat_: its own collectives move them, and the node and leaders steps poll
+  // them (CallContext::pollElsewhere).
+  bool collectivesMoveTransfers() const override { return flat_->collectivesMoveTransfers(); }
+  void pollTransfers() override { flat_->pollTransfers(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 
@@ -115,10 +120,12 @@ class HierarchicalBackend : public Backend {
   template <typename Body>
   void guarded(Body&& body);
   // Runs `step` of `local_` (or `leaders`), saying in its errors which step they come from.
+  // `call` for a node or leaders step: transfers in flight on flat_ are polled there.
   template <typename Step>
-  void onNode(Step&& step);
+  void onNode(const CallContext& call, Step&& step);
   template <typename Step>
-  void amongLeaders(Step&& step);
+  void amongLeaders(const CallContext& call, Step&& step);
+  CallContext stepCall(const CallContext& call) const;
   // A local arrival, then `collective` of the flat backend.
   template <typename Args>
   void viaFlat(const CallContext& call,
@@ -132,6 +139,8 @@ class HierarchicalBackend : public Backend {
   Backend* leaderStep_;  // leaders_, or flat_ when every node has one member; null on non-leaders
   std::string nodeContext_;     // message prefixes naming the step and its members
   std::string leadersContext_;  // (see onNode / amongLeaders)
+  // What the steps' waits call amid flat_'s transfers (stepCall).
+  const std::function<void()> pollFlat_ = [this] { flat_->pollTransfers(); };
 };
 
 }  // namespace chorus::backend::hierarchical

@@ -167,6 +167,8 @@ MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, 
       connector::checkMpi(MPI_Test(&request, &done, &status), what, names_(rank_), names_(peer));
       if (call.transfersInFlight)
         notifyCompletedTransfers();
+      if (call.pollElsewhere)  // as a step of another backend (none uses one yet)
+        call.pollElsewhere();
       if (done)
         break;
       if ((pass & 63) == 0) {

@@ -37,7 +37,6 @@ ShmBackend::ShmBackend(std::unique_ptr<ShmGroup> group, std::unique_ptr<Backend>
       sources_(group_->size()),
       addresses_(group_->size()) {
   CHORUS_ASSERT(fallback_ != nullptr && fallback_->size() == group_->size());
-  group_->setPoll([this] { fallback_->pollTransfers(); });
   // Chunked collectives cut a slot into one piece per rank, of at least a cache line.
   CHORUS_CHECK_ARG(pieceBytes(size()) > 0, "the shm backend serves at most ",
                    ShmGroup::kChunkSlotBytes / kCacheLineBytes, " ranks, not ", size(),
@@ -48,7 +47,9 @@ ShmBackend::~ShmBackend() { close(); }
 
 uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t bytes) {
   const uint64_t sequence = ++sequence_;
-  group_->pollWhileWaiting(call.transfersInFlight);  // for this collective's every wait
+  // For every wait of this collective: its own transfers, another backend's, or none.
+  group_->pollWhileWaiting(call.transfersInFlight ? detail::FunctionRef<void()>(pollFallback_)
+                                                  : call.pollElsewhere);
   group_->arrive(sequence, call.fingerprint, data, bytes);
   const bool waited = group_->waitArrivals(sequence, bytes, call.deadline);
   trace::noteAllArrived(call.record, waited);  // Note [Timeline]: when it saw the last peer

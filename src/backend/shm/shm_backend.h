@@ -86,6 +86,7 @@ class ShmBackend : public Backend {
   void interruptWait() noexcept override { fallback_->interruptWait(); }
   // The group's waits poll the fallback's transfers when the call says they are in flight.
   bool collectivesMoveTransfers() const override { return fallback_->collectivesMoveTransfers(); }
+  void pollTransfers() override { fallback_->pollTransfers(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 
@@ -97,9 +98,11 @@ class ShmBackend : public Backend {
     try {
       body();
     } catch (...) {
+      group_->pollWhileWaiting(nullptr);
       abort(std::current_exception());
       throw;
     }
+    group_->pollWhileWaiting(nullptr);  // set by arrive() for this collective only
   }
   // Step `i` of a chunked exchange: fill this rank's slot / act on the slots of parity `parity`.
   using FillStep = detail::FunctionRef<void(size_t i, std::byte* slot)>;
@@ -151,6 +154,8 @@ class ShmBackend : public Backend {
 
   std::unique_ptr<ShmGroup> group_;
   std::unique_ptr<Backend> fallback_;
+  // What the group's waits call amid the fallback's transfers (pollWhileWaiting).
+  const std::function<void()> pollFallback_ = [this] { fallback_->pollTransfers(); };
   uint64_t sequence_ = 0;             // collectives begun
   uint64_t chunkSteps_ = 0;           // chunk steps done (exchangeChunks, reduceChunked)
   std::vector<const void*> sources_;  // scratch: one per rank

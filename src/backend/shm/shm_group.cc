@@ -332,8 +332,8 @@ void ShmGroup::checkNeededPeers(int index, uint64_t value) const {
 }
 
 void ShmGroup::sleepOnBell(uint32_t seen, Deadline deadline) {
-  auto slice = std::min<std::chrono::milliseconds>(polling_ ? kPollSlice : kSleepSlice,
-                                                   deadline.remaining());
+  auto slice =
+      std::min<std::chrono::milliseconds>(poll_ ? kPollSlice : kSleepSlice, deadline.remaining());
   if (slice.count() <= 0)
     return;
   futexWait(block(0).bell, seen, slice);
@@ -378,7 +378,7 @@ bool ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t to
     if (!anyBehind(index, value, nullptr))
       return pass > 0;
     throwIfFailedWhileBehind(index, value);
-    if (polling_)
+    if (poll_)
       poll_();
     if (pass < spinPasses_)
       continue;
@@ -390,7 +390,7 @@ bool ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t to
   }
   ControlBlock& hub = block(0);
   while (true) {
-    if (polling_)
+    if (poll_)
       poll_();
     hub.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = hub.bell.load(std::memory_order_seq_cst);

@@ -35,13 +35,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/cross_memory.h"
 #include "core/deadline.h"
+#include "core/function_ref.h"
 #include "core/process_watch.h"
 #include "core/rank_names.h"
 #include "core/shared_memory.h"
@@ -111,12 +111,11 @@ class ShmGroup {
   // `deadline` (the group fails then too).
   void waitAll(Step step, uint64_t value, Deadline deadline);
 
-  // While `on`, every wait also calls `poll` (set once, by the owner) in each pass, and at least
-  // every millisecond while it sleeps: the shm backend's collectives while its fallback's
-  // transfers are in flight (Note [A collective amid transfers], runtime/communicator_state.cc).
-  // Its exceptions end the wait.
-  void setPoll(std::function<void()> poll) { poll_ = std::move(poll); }
-  void pollWhileWaiting(bool on) { polling_ = on && poll_ != nullptr; }
+  // Until called again with an empty one, every wait also calls `poll` (which must outlive that)
+  // in each pass, and at least every millisecond while it sleeps: the shm backend's collectives
+  // while send/recv transfers are in flight (Note [A collective amid transfers],
+  // runtime/communicator_state.cc). Its exceptions end the wait.
+  void pollWhileWaiting(detail::FunctionRef<void()> poll) { poll_ = poll; }
 
   // Whether ranks read each other's private memory directly (process_vm_readv, "cross-memory
   // attach"): the same on every rank; false where the kernel refuses it or CHORUS_SHM_DIRECT=0.
@@ -173,8 +172,7 @@ class ShmGroup {
   bool closed_ = false;
   bool directReads_ = false;
   detail::CrossMemoryReader reader_;  // readFrom's
-  std::function<void()> poll_;        // setPoll's
-  bool polling_ = false;              // pollWhileWaiting's
+  detail::FunctionRef<void()> poll_;  // pollWhileWaiting's
 };
 
 }  // namespace chorus::backend::shm

@@ -68,6 +68,9 @@ class FaultyTransport final : public Transport {
   bool waitSome(std::span<Request* const> requests, Deadline deadline) override;
   void interrupt() noexcept override { inner_->interrupt(); }
   void poll() override { inner_->poll(); }
+  void pollWhileWaiting(detail::FunctionRef<void()> poll) override {
+    inner_->pollWhileWaiting(poll);
+  }
   void abort(std::exception_ptr reason) noexcept override { inner_->abort(reason); }
   void close() noexcept override { inner_->close(); }
   std::exception_ptr failure() const override { return inner_->failure(); }
