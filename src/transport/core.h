@@ -184,8 +184,8 @@ class TransportCore : public Transport {
                 Done done);
   // Marks done and releases those of `requests` whose op is complete.
   void finishComplete(std::span<Request* const> requests);
-  // Tells the listener of every complete op that has one (Request::listener), once.
-  void notifyCompleted() noexcept;
+  // Fails with the reason of an abort() that another thread asked for, and throws it; else nothing.
+  void takeUpAbort();
   bool allComplete();
   void waitOnAnyPeer();
   std::string tagHint();
@@ -360,13 +360,9 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
     beginWait();
     Clock::time_point stallCheckAt = stall::nextCheckAt();
     while (true) {
-      if (abortRequested()) {
-        std::lock_guard<std::mutex> abortLock(abortMutex_);
-        fail(abortReason_, /*tellPeers=*/true);
-        rethrowFailure();
-      }
+      takeUpAbort();
       progress();
-      notifyCompleted();
+      ops_.notifyCompleted();
       if (whileWaiting_)
         whileWaiting_();  // another transport's transfers (pollWhileWaiting)
       if (done())
@@ -392,14 +388,12 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
 }
 
 template <typename Op>
-void TransportCore<Op>::notifyCompleted() noexcept {
-  for (Op* op : ops_.active()) {
-    CompletionListener* listener = op->request->listener;
-    if (listener != nullptr && op->complete) {
-      op->request->listener = nullptr;
-      listener->completed(*op->request);
-    }
-  }
+void TransportCore<Op>::takeUpAbort() {
+  if (!abortRequested())
+    return;
+  std::lock_guard<std::mutex> abortLock(abortMutex_);
+  fail(abortReason_, /*tellPeers=*/true);
+  rethrowFailure();
 }
 
 template <typename Op>
@@ -439,15 +433,11 @@ void TransportCore<Op>::poll() {
   std::unique_lock<std::mutex> lock(mutex_);
   throwIfFailed();
   try {
-    if (abortRequested()) {
-      std::lock_guard<std::mutex> abortLock(abortMutex_);
-      fail(abortReason_, /*tellPeers=*/true);
-      rethrowFailure();
-    }
+    takeUpAbort();
     progress();
     pollEvents();
     throwIfFailed();
-    notifyCompleted();
+    ops_.notifyCompleted();
   } catch (...) {
     fail(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
     rethrowFailure();

@@ -139,6 +139,17 @@ class OpPool {
   // The ops in flight, in no particular order.
   const std::vector<Op*>& active() const { return active_; }
 
+  // Tells the listener of every complete active op that has one (Request::listener), once.
+  void notifyCompleted() noexcept {
+    for (Op* op : active_) {
+      CompletionListener* listener = op->request->listener;
+      if (listener != nullptr && op->complete) {
+        op->request->listener = nullptr;
+        listener->completed(*op->request);
+      }
+    }
+  }
+
  private:
   std::vector<std::unique_ptr<Op>> storage_;
   std::vector<Op*> free_;

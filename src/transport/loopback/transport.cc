@@ -148,7 +148,7 @@ class LoopbackTransport final : public Transport {
   void poll() override {
     std::lock_guard<std::mutex> lock(group_->mutex);
     throwIfFailedLocked();
-    notifyCompletedLocked();
+    endpoint(rank_).ops.notifyCompleted();
   }
 
   void interrupt() noexcept override {
@@ -276,7 +276,7 @@ class LoopbackTransport final : public Transport {
     Endpoint& self = endpoint(rank_);
     while (true) {
       throwIfFailedLocked();
-      notifyCompletedLocked();
+      endpoint(rank_).ops.notifyCompleted();
       std::vector<int> waitingOn;
       bool anyComplete = false;
       for (Request* request : requests) {
@@ -317,17 +317,6 @@ class LoopbackTransport final : public Transport {
         self.changed.wait(lock);
       } else {
         self.changed.wait_until(lock, deadline.at());
-      }
-    }
-  }
-
-  // Tells the listener of every complete op of this rank that has one (Request::listener), once.
-  void notifyCompletedLocked() noexcept {
-    for (Op* op : endpoint(rank_).ops.active()) {
-      CompletionListener* listener = op->request->listener;
-      if (listener != nullptr && op->complete) {
-        op->request->listener = nullptr;
-        listener->completed(*op->request);
       }
     }
   }
