@@ -15,8 +15,10 @@
 //    does not hold that send back (backends mpi, mpi_algorithms, tcp, shm, hierarchical). Those
 //    of one (peer, tag) still match in call order. A collective issued after them starts at once,
 //    and they keep moving while it runs, as in MPI (irecv; barrier; the peer sends after its
-//    barrier): one that finishes meanwhile completes its Work then. The operations issued after
-//    that collective wait for it.
+//    barrier): one that finishes meanwhile completes its Work then. Sends and receives issued
+//    while a collective runs (an async one, or one on another thread) start during it, as in MPI
+//    (an async allreduce, then a send whose peer receives before it joins the allreduce). A
+//    collective issued after another waits for it.
 //  - Ranks and roots are ranks of this communicator (0..size()-1). Tensors must be contiguous CPU
 //    tensors (GPU tensors: UnsupportedError until a GPU backend is built).
 //  - No operation blocks forever: each has a deadline (DistConfig::timeout, CHORUS_TIMEOUT). A peer

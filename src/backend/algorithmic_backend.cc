@@ -51,11 +51,13 @@ void AlgorithmicBackend::run(const CallContext& call,
   algorithms::Peers peers(*transport_, fingerprint, call.deadline, workspace_, requests_);
   if (call.record != nullptr)
     peers.onHeardFromAll(&noteHeardFromAll, call.record);
-  // A step of the hierarchical backend moves its flat step's transfers while it waits.
-  transport_->pollWhileWaiting(call.pollElsewhere);
+  // The front end's transfers go on while it waits (Note [Collectives and transfers together]).
+  transport_->pollWhileWaiting(call.whileWaiting);
+  collectiveRunning_ = true;
   try {
     algorithm->run(peers, args);
   } catch (...) {
+    collectiveRunning_ = false;
     transport_->pollWhileWaiting(nullptr);
     // A collective that failed half-way leaves the ranks out of step: the transport must fail with
     // the real error so every peer hears of it (a no-op if the transport already failed). Peers'
@@ -63,6 +65,7 @@ void AlgorithmicBackend::run(const CallContext& call,
     transport_->abort(std::current_exception());
     throw;
   }
+  collectiveRunning_ = false;
   transport_->pollWhileWaiting(nullptr);
 }
 
@@ -155,7 +158,10 @@ bool AlgorithmicBackend::waitSome(std::span<Transfer* const> transfers, Deadline
   return transport_->waitSome(waitingTransfers_, deadline);
 }
 
-void AlgorithmicBackend::pollTransfers() { transport_->poll(); }
+void AlgorithmicBackend::pollTransfers() {
+  if (!collectiveRunning_)  // else its waits move them (and tell their listeners)
+    transport_->poll();
+}
 
 void AlgorithmicBackend::abort(std::exception_ptr reason) noexcept { transport_->abort(reason); }
 

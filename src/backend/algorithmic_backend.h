@@ -70,6 +70,7 @@ class AlgorithmicBackend : public Backend {
   Workspace workspace_;
   algorithms::RequestPool requests_;
   std::vector<transport::Request*> waitingTransfers_;  // scratch for waitSome()
+  bool collectiveRunning_ = false;                     // in run(): its waits move the transfers
 };
 
 }  // namespace chorus::backend

@@ -26,10 +26,12 @@
 // Transfer's request.peer names the sender. send/recv, and postSend, always name their peer.
 //
 // A backend whose collectivesMoveTransfers() is true may run a collective while posted transfers
-// are in flight (Note [A collective amid transfers], runtime/communicator_state.cc): they keep
-// moving while the collective waits, so neither waits for the other. The front end then says so
-// in the collective's CallContext (transfersInFlight); a backend that runs steps on other
-// backends has their waits poll its transfers (pollElsewhere).
+// are in flight, and post more while it runs (Note [Collectives and transfers together],
+// runtime/communicator_transfers.cc): they keep moving while the collective waits, so neither
+// waits for the other. For that the front end gives the collective a CallContext::whileWaiting,
+// which every wait of the collective calls (the steps' waits too, where a backend runs steps on
+// others) with no lock of the backend held: it may post transfers on this backend and call
+// pollTransfers().
 #pragma once
 
 #include <exception>
@@ -56,16 +58,14 @@ struct CallContext {
   // The operation's records, where a backend notes when it saw every peer arrive
   // (trace::noteAllArrived; Note [Timeline]); null when the caller records none.
   const trace::Ticket* record = nullptr;
-  // Posted transfers are in flight while this collective runs: a backend whose waits would not
-  // move them (the shm group's) polls them meanwhile (Note [A collective amid transfers]).
-  bool transfersInFlight = false;
-  // Transfers posted on another backend are in flight (the hierarchical backend's flat step, while
-  // its node or leaders step runs): when set, every wait of this collective also calls it.
-  detail::FunctionRef<void()> pollElsewhere = nullptr;
+  // When set, every wait of this collective calls it, at least once a millisecond and with no lock
+  // of the backend held: the front end's transfers go on meanwhile (see the contract above).
+  detail::FunctionRef<void()> whileWaiting = nullptr;
 };
 
 // Told when a posted transfer's bytes have all moved, while a collective runs amid it
-// (Transfer::request.listener; Note [A collective amid transfers]): the transport's contract.
+// (Transfer::request.listener; Note [Collectives and transfers together]): the transport's
+// contract.
 using TransferListener = transport::CompletionListener;
 
 // A posted point-to-point transfer. Its address must stay the same until it is done.
@@ -143,8 +143,10 @@ class Backend {
   // Whether a collective may run while posted transfers are in flight, and keeps them moving
   // (see the contract above). False: a collective waits until every earlier transfer is done.
   virtual bool collectivesMoveTransfers() const { return false; }
-  // Moves posted transfers along without waiting (Transport::poll), for waits on something else
-  // (shm: its group's, hierarchical: its node and leaders steps').
+  // Moves posted transfers along without waiting (Transport::poll) and tells the listeners of
+  // those done, for a collective's waits on something else (shm: its group's; hierarchical: its
+  // node and leaders steps'; mpi: MPI's own). A no-op where the running collective's waits move
+  // them already.
   virtual void pollTransfers() {}
 
   // See Transport::abort / close.

@@ -93,12 +93,13 @@ backend::BackendOptions backendOptionsOf(const CommunicatorInfo& info,
 // too, and waits for any of them to finish (Backend::waitSome). Pushing a transfer to the queue
 // interrupts that wait, so a newly issued one joins at once. Each Work completes when its own
 // transfer does. A collective queued behind them runs at once, while they are in flight, where the
-// backend keeps them moving meanwhile, and otherwise once every earlier transfer is done (Note [A
-// collective amid transfers], communicator_state.cc); transfers of one (peer, tag) match in call
-// order; each has its own deadline, a failure fails the communicator as any other. Only the worker
-// runs transfers (a waiter could not leave the others in flight when its own is done). A blocking
-// call under BlockingCalls that finds the queue idle still runs whole on the calling thread:
-// nothing can join it from that thread.
+// backend keeps them moving meanwhile, and otherwise once every earlier transfer is done; a
+// transfer issued while a collective runs starts during it (Note [Collectives and transfers
+// together], communicator_transfers.cc); transfers of one (peer, tag) match in call order; each
+// has its own deadline, a failure fails the communicator as any other. Only the worker runs a
+// batch of transfers (a waiter could not leave the others in flight when its own is done). A
+// blocking call under BlockingCalls that finds the queue idle still runs whole on the calling
+// thread: nothing can join it from that thread.
 
 class DeviceWatchdog;
 
@@ -205,16 +206,39 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
                std::exception_ptr earlier,
                std::chrono::milliseconds timeout,
                Hold hold);
-  // Note [Point-to-point overlap]: runs `first` and every transfer that joins it, on the worker.
+  // The transfers of Note [Point-to-point overlap] and Note [Collectives and transfers together]
+  // (communicator_transfers.cc).
   struct PendingTransfer;
+  // The transfers that the running operation holds: a batch on the worker, or those a collective
+  // started while it waited.
+  struct TransferBatch {
+    std::vector<std::shared_ptr<PendingTransfer>> active;    // posted, in flight
+    std::vector<std::shared_ptr<PendingTransfer>> joining;   // taken from the queue, not posted
+    std::vector<std::shared_ptr<PendingTransfer>> finished;  // done; Works completed at the end
+    bool empty() const { return active.empty() && joining.empty(); }
+  };
   // `error` with, for the timeout of a blocking transfer run whole while a collective waits behind
-  // it, what that means (Note [A collective amid transfers], communicator_state.cc).
+  // it, what that means.
   std::exception_ptr explainQueuedCollective(std::exception_ptr error);
+  // Runs `first` and every transfer that joins it, on the worker.
   void runTransfers(std::shared_ptr<PendingTransfer> first);
-  // Runs `collective` (taken from the queue) while the running batch's `active` transfers are in
-  // flight; those that finish meanwhile complete their Works at once (their listeners).
-  void runAmidTransfers(const OperationQueue::Operation& collective,
-                        const std::vector<std::shared_ptr<PendingTransfer>>& active);
+  // Runs `batch` on the worker until its transfers are done, taking those queued behind it and
+  // the collectives that follow them (runAmidTransfers); then releases the queue and completes
+  // their Works.
+  void continueTransfers(TransferBatch& batch);
+  // Runs `collective` (taken from the queue) while `batch`'s transfers are in flight; those that
+  // finish meanwhile complete their Works at once (their listeners).
+  void runAmidTransfers(const OperationQueue::Operation& collective, TransferBatch& batch);
+  // Runs an operation's body. A collective on a backend that moves transfers gets a whileWaiting
+  // (whileCollectiveWaits) and, unless it runs amid a batch (`hold`), hands the transfers it
+  // started to the worker when it ends (handOverTransfers).
+  void runWithTransfers(BodyRef body, backend::CallContext call, Hold hold);
+  // What every wait of such a collective calls: posts the transfers queued right behind it and
+  // polls the posted ones.
+  void whileCollectiveWaits();
+  // Queues the transfers that the collective started (collectiveTransfers_) to run next, as a
+  // batch on the worker; nothing when there are none.
+  void handOverTransfers();
   // Records the start of a send or recv in the flight recorder (Note [Flight recorder]).
   trace::Ticket recordTransfer(const Fingerprint& fingerprint, const PointToPointCall& call) const;
   // Posts `transfer` with a deadline `timeout` from now.
@@ -254,8 +278,10 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   std::atomic<backend::Backend*> publishedDeviceBackend_{nullptr};
   std::unique_ptr<DeviceWatchdog> watchdog_;  // made with the device backend
   Workspace staging_;
-  // The running batch of transfers takes those that join it here (worker thread only).
-  std::vector<std::shared_ptr<PendingTransfer>>* joining_ = nullptr;
+  // The transfers of the running operation (a batch, or a collective's), or null: those queued
+  // behind it join there. Used by whichever thread holds the queue.
+  TransferBatch* batch_ = nullptr;
+  TransferBatch collectiveTransfers_;  // a collective's, outside a batch (runWithTransfers)
   // Set while that batch may wait: a pushed transfer then interrupts the wait.
   std::atomic<bool> transfersWaiting_{false};
 

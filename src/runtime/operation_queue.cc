@@ -21,11 +21,30 @@ void OperationQueue::push(Operation operation, bool pointToPoint, bool collectiv
   {
     std::lock_guard lock(mutex_);
     pending_.push_back(Entry{std::move(operation), pointToPoint, collective});
+    if (pending_.size() == 1)
+      noteHead();
     state_.fetch_add(kPendingOne, std::memory_order_acq_rel);
     if (!worker_.joinable())
       worker_ = std::thread([this] { workerLoop(); });
   }
   wake_.notify_one();
+}
+
+void OperationQueue::pushFront(Operation operation) {
+  {
+    std::lock_guard lock(mutex_);
+    pending_.push_front(Entry{std::move(operation), /*pointToPoint=*/true, /*collective=*/false});
+    noteHead();
+    state_.fetch_add(kPendingOne, std::memory_order_acq_rel);
+    if (!worker_.joinable())
+      worker_ = std::thread([this] { workerLoop(); });
+  }
+  wake_.notify_one();
+}
+
+void OperationQueue::noteHead() {
+  pointToPointNext_.store(!pending_.empty() && pending_.front().pointToPoint,
+                          std::memory_order_release);
 }
 
 // Note [The worker does not preempt its waker]
@@ -60,6 +79,7 @@ bool OperationQueue::claimIfIdle() {
 OperationQueue::Operation OperationQueue::takeHead() {
   Operation operation = std::move(pending_.front().operation);
   pending_.pop_front();
+  noteHead();
   state_.fetch_add(kRunning - kPendingOne, std::memory_order_acq_rel);
   return operation;
 }
@@ -83,6 +103,7 @@ OperationQueue::Operation OperationQueue::takeNextIf(bool Entry::*kind) {
     return nullptr;
   Operation next = std::move(pending_.front().operation);
   pending_.pop_front();
+  noteHead();
   state_.fetch_sub(kPendingOne, std::memory_order_acq_rel);
   return next;
 }

@@ -10,7 +10,9 @@
 // Point-to-point operations (Note [Point-to-point overlap], communicator_state.h) are marked when
 // pushed: only the worker runs them (runIfNext refuses them), and the one running may take those
 // queued right behind it (takeNextPointToPoint) to run them alongside itself, and a collective
-// queued right behind them (takeNextCollective: Note [A collective amid transfers]).
+// queued right behind them (takeNextCollective). A running collective may take them too, and
+// hand the transfers it started to the worker (pushFront): Note [Collectives and transfers
+// together], communicator_transfers.cc.
 #pragma once
 
 #include <atomic>
@@ -51,6 +53,12 @@ class OperationQueue {
   // For the running operation: removes and returns the next queued operation if it is a
   // collective, to run it alongside itself; null otherwise.
   Operation takeNextCollective();
+  // Whether the next queued operation is a point-to-point one. One atomic load, no lock: for the
+  // running operation, which polls it (a push may land just after it).
+  bool pointToPointNext() const { return pointToPointNext_.load(std::memory_order_acquire); }
+  // For the running operation: queues `operation` (point-to-point: the worker runs it) ahead of
+  // everything, to run next once the running one releases the queue.
+  void pushFront(Operation operation);
   // Whether the next queued operation is a collective (for error messages: one waits behind).
   bool collectiveQueued();
   // Called by the running operation (on its thread) just before it reports completion, so that a
@@ -84,6 +92,8 @@ class OperationQueue {
   void run(const Operation& operation);
   // Pops the head (pending_ not empty, nothing running) and marks it running. Under mutex_.
   Operation takeHead() CHORUS_REQUIRES(mutex_);
+  // Sets pointToPointNext_ from pending_'s head, after every change to it.
+  void noteHead() CHORUS_REQUIRES(mutex_);
 
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -97,6 +107,7 @@ class OperationQueue {
 
   std::deque<Entry> pending_ CHORUS_GUARDED_BY(mutex_);
   std::atomic<uint64_t> state_{0};
+  std::atomic<bool> pointToPointNext_{false};  // pending_'s head is point-to-point
   bool stopping_ CHORUS_GUARDED_BY(mutex_) = false;
   std::thread worker_;
 };

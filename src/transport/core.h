@@ -15,8 +15,8 @@
 //  - poll(): with the lock held, take up an abort(), progress(), then pollEvents(); errors as in
 //    wait(). Each pass of the wait loop, and poll(), then tells the listeners of completed ops
 //    (Request::listener).
-//  - pollWhileWaiting(poll): each pass of the wait loop also calls `poll`, and idle() is given a
-//    deadline at most a millisecond away.
+//  - pollWhileWaiting(poll): each pass of the wait loop also calls `poll`, with the lock dropped
+//    (it may post here), and idle() is given a deadline at most a millisecond away.
 //  - wait(): with the lock held, beginWait(), then loop: take up an abort() from another thread;
 //    progress(); done when every op is complete; an incomplete op whose peer has left
 //    (peerLeft(peer)) is a PeerError; past the deadline a TimeoutError naming the peers still
@@ -186,6 +186,8 @@ class TransportCore : public Transport {
   void finishComplete(std::span<Request* const> requests);
   // Fails with the reason of an abort() that another thread asked for, and throws it; else nothing.
   void takeUpAbort();
+  // Calls whileWaiting_ without the lock (held again on return, also when it throws).
+  void callWhileWaiting(std::unique_lock<std::mutex>& lock);
   bool allComplete();
   void waitOnAnyPeer();
   std::string tagHint();
@@ -363,8 +365,10 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
       takeUpAbort();
       progress();
       ops_.notifyCompleted();
-      if (whileWaiting_)
-        whileWaiting_();  // another transport's transfers (pollWhileWaiting)
+      if (whileWaiting_) {
+        callWhileWaiting(lock);
+        throwIfFailed();  // abort() from another thread, while the lock was dropped
+      }
       if (done())
         return true;
       if (interruptible && interruptWanted_.exchange(false, std::memory_order_acq_rel))
@@ -385,6 +389,19 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
     fail(std::current_exception(), /*tellPeers=*/true);  // no-op when already failed
     rethrowFailure();
   }
+}
+
+// pollWhileWaiting's function, with the lock dropped: it may post on this transport (the front
+// end's transfers issued while a collective waits here), and it does not block.
+template <typename Op>
+void TransportCore<Op>::callWhileWaiting(std::unique_lock<std::mutex>& lock) {
+  struct Relock {
+    std::unique_lock<std::mutex>& lock;
+    ~Relock() { lock.lock(); }
+  };
+  lock.unlock();
+  Relock relock{lock};
+  whileWaiting_();
 }
 
 template <typename Op>

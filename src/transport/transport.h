@@ -48,13 +48,16 @@
 //    or when interrupt() has been called since the last waitSome() returned, whichever comes first.
 //    It fails as wait() does.
 //  - poll() moves posted requests along without waiting, for a thread that waits on something
-//    else meanwhile (the shm backend's collectives while transfers are in flight: Note [A
-//    collective amid transfers] in runtime/communicator_state.cc). A request it completes is marked
+//    else meanwhile (the shm backend's collectives while transfers are in flight: Note
+//    [Collectives and transfers together] in runtime/communicator_transfers.cc). A request it
+//    completes is marked
 //    done by the next wait() or waitSome() that names it (its listener, if any, hears at once). It
 //    throws the transport's failure, and fails the transport for an error it meets while moving
 //    bytes (an abort, a mismatch, a peer that crashed); it never times out, and it does not look
 //    for peers that left or died, which the next wait does.
-//  - Threading: one thread at a time may post, poll and wait. abort() and interrupt() may be
+//  - Threading: one thread at a time may post, poll and wait (pollWhileWaiting's function may
+//    post and poll while that thread waits: it is called without the lock). abort() and
+//    interrupt() may be
 //    called from any thread at any time, including while another thread is inside wait(), which
 //    then throws (abort) or, in waitSome(), returns (interrupt).
 #pragma once
@@ -139,11 +142,11 @@ class Transport {
   // transport whose requests move without a waiter (loopback: the sender matches at once).
   virtual void poll() { rethrowIfFailed(); }
   // Until called again with an empty one, every pass of wait() and waitSome() also calls `poll`
-  // (which must outlive that), and sleeps at most a millisecond: transfers on another transport
-  // move while this one waits (the hierarchical backend: Note [A collective amid transfers] in
-  // runtime/communicator_state.cc). Its exceptions fail this transport. Called by the thread that
-  // posts and waits, between its waits. The default ignores it (loopback, never a step of another
-  // backend).
+  // (which must outlive that), with no lock held, and sleeps at most a millisecond: the front end
+  // posts the transfers issued meanwhile, on this transport or another, and moves those on
+  // another (Note [Collectives and transfers together] in runtime/communicator_transfers.cc). Its
+  // exceptions fail this transport. Called by the thread that posts and waits, between its waits.
+  // The default ignores it (loopback, whose requests move without a waiter).
   virtual void pollWhileWaiting(detail::FunctionRef<void()> /*poll*/) {}
 
   // Fails the transport with `reason` (a chorus::Error) and tells every peer, which then fail

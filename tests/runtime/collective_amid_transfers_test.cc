@@ -1,14 +1,19 @@
-// Note [A collective amid transfers] (src/runtime/communicator_state.cc): a collective issued while
-// sends and receives issued before it are in flight runs at once, and they keep moving while it
-// waits, as MPI allows. Each program below is one that MPI runs and that, with the collective held
-// until every earlier transfer is done, waits until its deadline on every rank. Ranks are threads
-// (runRanks) on shm, tcp, and the hierarchical backend on two simulated nodes, whose node and
-// leaders steps poll the transfers of its flat step. Messages are small (they fit a ring) and large
-// (3 MiB: the sender waits for its receiver). Expected values are closed forms.
+// Note [Collectives and transfers together] (src/runtime/communicator_transfers.cc): a collective
+// issued while sends and receives issued before it are in flight runs at once, and they keep
+// moving while it waits; a send or receive issued while a collective runs starts at once, and moves
+// while the collective waits; as MPI allows. Each program below is one that MPI runs and that,
+// with the collective held until every earlier transfer is done, or the transfer until the
+// collective is, waits until its deadline on every rank. Ranks are threads (runRanks) on shm, tcp,
+// and the hierarchical backend on two simulated nodes, whose node and leaders steps poll the
+// transfers of its flat step. Messages are small (they fit a ring) and large (3 MiB: the sender
+// waits for its receiver). Expected values are closed forms.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/error.h"
@@ -194,6 +199,95 @@ TEST_P(CollectiveAmidTransfersTest, TransfersAroundAsyncCollectivesKeepTheirOrde
     }
     for (auto& work : works) work->wait();
     EXPECT_EQ(sum[0], int64_t{p} * (p + 1) / 2);
+  });
+}
+
+// Even ranks issue an async allreduce, then send to the odd rank after them and wait for the send;
+// that rank receives first and joins the allreduce after. The send must start while the allreduce
+// waits for its receiver (the worker runs the allreduce; its waits post the send).
+TEST_P(CollectiveAmidTransfersTest, ASendIssuedAfterAnAsyncCollectiveStartsWhileItRuns) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), partner = partnerOf(r, p);
+    for (int64_t count : {kSmall, kLarge}) {
+      std::vector<int32_t> out = message(r, 10, count), got(count, -1);
+      std::vector<int64_t> sum = {r};
+      if (partner >= 0 && r % 2 == 0) {
+        auto allreduce = comm.allreduce(Tensor(sum.data(), {1}));
+        comm.send(Tensor(out.data(), {count}), partner, 10)->wait();  // while the allreduce waits
+        allreduce->wait();
+      } else if (partner >= 0) {
+        comm.recv(Tensor(got.data(), {count}), partner, 10)->wait();
+        expectMessage(got, partner, 10);
+        comm.allreduce(Tensor(sum.data(), {1}))->wait();
+      } else {
+        comm.allreduce(Tensor(sum.data(), {1}))->wait();
+      }
+      EXPECT_EQ(sum[0], int64_t{p} * (p - 1) / 2);
+    }
+  });
+}
+
+// The mirror image for a receive: even ranks issue an async barrier, then a blocking receive from
+// the odd rank after them, which sends (blocking) before it joins the barrier. On shm a large send
+// waits for its receiver, so the receive must be posted while the barrier waits (tcp's waits read
+// a message that no receive awaits into a buffer of its own, so its send finishes anyway).
+TEST_P(CollectiveAmidTransfersTest, AReceiveIssuedAfterAnAsyncCollectiveTakesASendThatWaitsForIt) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), partner = partnerOf(r, p);
+    for (int64_t count : {kSmall, kLarge}) {
+      std::vector<int32_t> out = message(r, 11, count), got(count, -1);
+      if (partner >= 0 && r % 2 == 0) {
+        auto barrier = comm.barrier();
+        comm.recv(Tensor(got.data(), {count}), partner, 11)->wait();  // while the barrier waits
+        expectMessage(got, partner, 11);
+        barrier->wait();
+      } else if (partner >= 0) {
+        comm.send(Tensor(out.data(), {count}), partner, 11)->wait();
+        comm.barrier()->wait();
+      } else {
+        comm.barrier()->wait();
+      }
+    }
+  });
+}
+
+// A collective that runs on the caller's thread (a blocking call, BlockingCalls, which finds the
+// queue idle) posts a send that another thread issues meanwhile, and hands it to the worker when it
+// ends; the receiver takes the message before it joins the allreduce. The sending thread starts a
+// little after the allreduce, most often while it waits; issued first, the send runs in a batch
+// that takes the allreduce amid it, and the program must finish too.
+TEST_P(CollectiveAmidTransfersTest, ASendFromAnotherThreadStartsWhileABlockingCollectiveWaits) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), partner = partnerOf(r, p);
+    for (int64_t count : {kSmall, kLarge}) {
+      std::vector<int32_t> out = message(r, 12, count), got(count, -1);
+      std::vector<int64_t> sum = {r};
+      if (partner >= 0 && r % 2 == 0) {
+        std::exception_ptr sendError;
+        std::jthread sender([&] {
+          try {
+            std::this_thread::sleep_for(std::chrono::milliseconds(30));  // order only, not timing
+            comm.send(Tensor(out.data(), {count}), partner, 12)->wait();
+          } catch (...) {
+            sendError = std::current_exception();
+          }
+        });
+        {
+          BlockingCalls blocking;
+          comm.allreduce(Tensor(sum.data(), {1}))->wait();
+        }
+        sender.join();
+        if (sendError)
+          std::rethrow_exception(sendError);
+      } else if (partner >= 0) {
+        comm.recv(Tensor(got.data(), {count}), partner, 12)->wait();
+        expectMessage(got, partner, 12);
+        comm.allreduce(Tensor(sum.data(), {1}))->wait();
+      } else {
+        comm.allreduce(Tensor(sum.data(), {1}))->wait();
+      }
+      EXPECT_EQ(sum[0], int64_t{p} * (p - 1) / 2);
+    }
   });
 }
 

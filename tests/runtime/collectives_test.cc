@@ -423,7 +423,7 @@ TEST_P(CollectivesTest, ReceivesPostedBeforeTheirSendsDoNotHoldTheSendsBack) {
           comm.send(Tensor(out.data(), {count}), right, 4),
           comm.send(Tensor(outLeft.data(), {count}), left, 5),
           comm.send(Tensor(outAgain.data(), {count}), right, 4)};
-      comm.barrier()->wait();  // runs amid them (Note [A collective amid transfers])
+      comm.barrier()->wait();  // runs amid them (Note [Collectives and transfers together])
       for (auto& work : works) work->wait();
       for (int64_t i = 0; i < count; ++i) {
         ASSERT_EQ(first[i], left * 10 + static_cast<int32_t>(i % 7)) << "count " << count;

@@ -81,23 +81,12 @@ void HierarchicalBackend::guarded(Body&& body) {
   }
 }
 
-// Note [A collective amid transfers] (runtime/communicator_state.cc): the transfers live on
-// flat_, whose own collectives move them; the node and leaders steps wait elsewhere, so their
-// waits poll flat_ while the call says the transfers are in flight.
-CallContext HierarchicalBackend::stepCall(const CallContext& call) const {
-  CallContext step = call;
-  step.transfersInFlight = false;  // none of the step's own
-  if (call.transfersInFlight)
-    step.pollElsewhere = pollFlat_;
-  return step;
-}
-
 template <typename Step>
 void HierarchicalBackend::onNode(const CallContext& call, Step&& step) {
   if (local_ == nullptr)
     return;
   try {
-    step(*local_, stepCall(call));
+    step(*local_, call);
   } catch (...) {
     std::rethrow_exception(detail::withPrefix(std::current_exception(), nodeContext_));
   }
@@ -112,7 +101,7 @@ void HierarchicalBackend::amongLeaders(const CallContext& call, Step&& step) {
     return;
   }
   try {
-    step(*leaderStep_, stepCall(call));
+    step(*leaderStep_, call);
   } catch (...) {
     std::rethrow_exception(detail::withPrefix(std::current_exception(), leadersContext_));
   }

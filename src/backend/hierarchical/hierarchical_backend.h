@@ -108,8 +108,8 @@ class HierarchicalBackend : public Backend {
                 Transfer& transfer) override;
   bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
   void interruptWait() noexcept override { flat_->interruptWait(); }
-  // Transfers go over flat_: its own collectives move them, and the node and leaders steps poll
-  // them (CallContext::pollElsewhere).
+  // Transfers go over flat_: its own collectives move them, and the node and leaders steps' waits
+  // call the call's whileWaiting, which polls them (pollTransfers).
   bool collectivesMoveTransfers() const override { return flat_->collectivesMoveTransfers(); }
   void pollTransfers() override { flat_->pollTransfers(); }
   void abort(std::exception_ptr reason) noexcept override;
@@ -120,12 +120,10 @@ class HierarchicalBackend : public Backend {
   template <typename Body>
   void guarded(Body&& body);
   // Runs `step` of `local_` (or `leaders`), saying in its errors which step they come from.
-  // `call` for a node or leaders step: transfers in flight on flat_ are polled there.
   template <typename Step>
   void onNode(const CallContext& call, Step&& step);
   template <typename Step>
   void amongLeaders(const CallContext& call, Step&& step);
-  CallContext stepCall(const CallContext& call) const;
   // A local arrival, then `collective` of the flat backend.
   template <typename Args>
   void viaFlat(const CallContext& call,
@@ -139,8 +137,6 @@ class HierarchicalBackend : public Backend {
   Backend* leaderStep_;  // leaders_, or flat_ when every node has one member; null on non-leaders
   std::string nodeContext_;     // message prefixes naming the step and its members
   std::string leadersContext_;  // (see onNode / amongLeaders)
-  // What the steps' waits call amid flat_'s transfers (stepCall).
-  const std::function<void()> pollFlat_ = [this] { flat_->pollTransfers(); };
 };
 
 }  // namespace chorus::backend::hierarchical

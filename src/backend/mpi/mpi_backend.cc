@@ -165,10 +165,8 @@ MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, 
     for (int pass = 0;; ++pass) {
       int done = 0;
       connector::checkMpi(MPI_Test(&request, &done, &status), what, names_(rank_), names_(peer));
-      if (call.transfersInFlight)
-        notifyCompletedTransfers();
-      if (call.pollElsewhere)  // as a step of another backend (none uses one yet)
-        call.pollElsewhere();
+      if (call.whileWaiting)  // the front end's transfers (Note [Collectives and transfers
+        call.whileWaiting();  // together]): it posts new ones and calls pollTransfers()
       if (done)
         break;
       if ((pass & 63) == 0) {

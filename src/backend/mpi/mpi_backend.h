@@ -95,6 +95,9 @@ class MpiBackend : public Backend {
   void interruptWait() noexcept override { interrupted_.store(true, std::memory_order_release); }
   // MPI's progress engine moves the posted MPI_Isend / MPI_Irecv while a collective is tested.
   bool collectivesMoveTransfers() const override { return true; }
+  // Tests the posted transfers that have a listener, and tells those of the completed ones (a
+  // collective that runs amid them: Note [Collectives and transfers together]).
+  void pollTransfers() override { notifyCompletedTransfers(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 
@@ -131,9 +134,7 @@ class MpiBackend : public Backend {
             bool isSend);
   // Tests the posted transfer `transfer` once; true when it is done (then it is forgotten).
   bool testPosted(Transfer& transfer);
-  // Tests the posted transfers that have a listener, and tells those of the completed ones (a
-  // collective that runs amid them: Note [A collective amid transfers]).
-  void notifyCompletedTransfers();
+  void notifyCompletedTransfers();  // see pollTransfers()
 
   // A posted transfer's MPI request and what its completion checks.
   struct Posted {

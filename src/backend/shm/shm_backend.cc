@@ -47,9 +47,8 @@ ShmBackend::~ShmBackend() { close(); }
 
 uint64_t ShmBackend::arrive(const CallContext& call, const void* data, size_t bytes) {
   const uint64_t sequence = ++sequence_;
-  // For every wait of this collective: its own transfers, another backend's, or none.
-  group_->pollWhileWaiting(call.transfersInFlight ? detail::FunctionRef<void()>(pollFallback_)
-                                                  : call.pollElsewhere);
+  // For every wait of this collective: the front end's transfers (which may be the fallback's).
+  group_->pollWhileWaiting(call.whileWaiting);
   group_->arrive(sequence, call.fingerprint, data, bytes);
   const bool waited = group_->waitArrivals(sequence, bytes, call.deadline);
   trace::noteAllArrived(call.record, waited);  // Note [Timeline]: when it saw the last peer
@@ -103,11 +102,11 @@ void ShmBackend::barrier(const CallContext& call) {
 }
 
 void ShmBackend::send(const CallContext& call, const void* data, size_t bytes, int peer, int tag) {
-  guarded([&] { fallback_->send(call, data, bytes, peer, tag); });
+  guardedTransfer([&] { fallback_->send(call, data, bytes, peer, tag); });
 }
 
 void ShmBackend::recv(const CallContext& call, void* data, size_t bytes, int peer, int tag) {
-  guarded([&] { fallback_->recv(call, data, bytes, peer, tag); });
+  guardedTransfer([&] { fallback_->recv(call, data, bytes, peer, tag); });
 }
 
 void ShmBackend::postSend(const CallContext& call,
@@ -116,17 +115,17 @@ void ShmBackend::postSend(const CallContext& call,
                           int peer,
                           int tag,
                           Transfer& transfer) {
-  guarded([&] { fallback_->postSend(call, data, bytes, peer, tag, transfer); });
+  guardedTransfer([&] { fallback_->postSend(call, data, bytes, peer, tag, transfer); });
 }
 
 void ShmBackend::postRecv(
     const CallContext& call, void* data, size_t bytes, int peer, int tag, Transfer& transfer) {
-  guarded([&] { fallback_->postRecv(call, data, bytes, peer, tag, transfer); });
+  guardedTransfer([&] { fallback_->postRecv(call, data, bytes, peer, tag, transfer); });
 }
 
 bool ShmBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadline) {
   bool completed = false;
-  guarded([&] { completed = fallback_->waitSome(transfers, deadline); });
+  guardedTransfer([&] { completed = fallback_->waitSome(transfers, deadline); });
   return completed;
 }
 

@@ -18,9 +18,10 @@
 // every rank takes the same one. send/recv go through the `fallback` backend (chorus's algorithms
 // over the shm transport, src/transport/shm/: rings of shared memory per ordered pair).
 //
-// A collective that runs while send/recv transfers are in flight (Note [A collective amid
-// transfers], runtime/communicator_state.cc) polls the fallback in each of its group's waits, so a
-// peer's transfer never waits for the collective's end.
+// Each of a collective's group waits calls the call's whileWaiting (Note [Collectives and
+// transfers together], runtime/communicator_transfers.cc), which posts the send/recv transfers
+// issued meanwhile and polls the fallback's, so a peer's transfer never waits for the
+// collective's end.
 //
 // Failure: any error fails the group (and the fallback), so every rank raises promptly; a rank
 // that died (its pid gone) or closed is a PeerError naming it within about 50 ms of a wait.
@@ -84,25 +85,38 @@ class ShmBackend : public Backend {
                 Transfer& transfer) override;
   bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
   void interruptWait() noexcept override { fallback_->interruptWait(); }
-  // The group's waits poll the fallback's transfers when the call says they are in flight.
+  // Transfers go over the fallback; the group's waits call the call's whileWaiting, which polls
+  // them (pollTransfers).
   bool collectivesMoveTransfers() const override { return fallback_->collectivesMoveTransfers(); }
   void pollTransfers() override { fallback_->pollTransfers(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 
  private:
-  // Runs `body`; any failure fails the group and the fallback, then propagates.
+  // Runs a transfer's `body`; any failure fails the group and the fallback, then propagates. The
+  // front end may post a transfer while a collective waits (its whileWaiting): the group's poll
+  // stays the collective's.
   template <typename Body>
-  void guarded(Body&& body) {
+  void guardedTransfer(Body&& body) {
     group_->throwIfFailed();
     try {
       body();
     } catch (...) {
-      group_->pollWhileWaiting(nullptr);
       abort(std::current_exception());
       throw;
     }
-    group_->pollWhileWaiting(nullptr);  // set by arrive() for this collective only
+  }
+  // guardedTransfer() for a collective, which forgets the group's poll at its end (set by
+  // arrive() for this collective only).
+  template <typename Body>
+  void guarded(Body&& body) {
+    try {
+      guardedTransfer(body);
+    } catch (...) {
+      group_->pollWhileWaiting(nullptr);
+      throw;
+    }
+    group_->pollWhileWaiting(nullptr);
   }
   // Step `i` of a chunked exchange: fill this rank's slot / act on the slots of parity `parity`.
   using FillStep = detail::FunctionRef<void(size_t i, std::byte* slot)>;
@@ -154,8 +168,6 @@ class ShmBackend : public Backend {
 
   std::unique_ptr<ShmGroup> group_;
   std::unique_ptr<Backend> fallback_;
-  // What the group's waits call amid the fallback's transfers (pollWhileWaiting).
-  const std::function<void()> pollFallback_ = [this] { fallback_->pollTransfers(); };
   uint64_t sequence_ = 0;             // collectives begun
   uint64_t chunkSteps_ = 0;           // chunk steps done (exchangeChunks, reduceChunked)
   std::vector<const void*> sources_;  // scratch: one per rank

@@ -112,9 +112,9 @@ class ShmGroup {
   void waitAll(Step step, uint64_t value, Deadline deadline);
 
   // Until called again with an empty one, every wait also calls `poll` (which must outlive that)
-  // in each pass, and at least every millisecond while it sleeps: the shm backend's collectives
-  // while send/recv transfers are in flight (Note [A collective amid transfers],
-  // runtime/communicator_state.cc). Its exceptions end the wait.
+  // in each pass, and at least every millisecond while it sleeps: the front end's send/recv
+  // transfers while the shm backend's collectives wait (Note [Collectives and transfers
+  // together], runtime/communicator_transfers.cc). Its exceptions end the wait.
   void pollWhileWaiting(detail::FunctionRef<void()> poll) { poll_ = poll; }
 
   // Whether ranks read each other's private memory directly (process_vm_readv, "cross-memory
