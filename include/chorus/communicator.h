@@ -17,8 +17,10 @@
 //    and they keep moving while it runs, as in MPI (irecv; barrier; the peer sends after its
 //    barrier): one that finishes meanwhile completes its Work then. Sends and receives issued
 //    while a collective runs (an async one, or one on another thread) start during it, as in MPI
-//    (an async allreduce, then a send whose peer receives before it joins the allreduce). A
-//    collective issued after another waits for it.
+//    (an async allreduce, then a send whose peer receives before it joins the allreduce), also
+//    ahead of collectives queued behind the running one. So, as in MPI, a transfer and a collective
+//    in flight together must not share a buffer that either writes. A collective issued after
+//    another waits for it.
 //  - Ranks and roots are ranks of this communicator (0..size()-1). Tensors must be contiguous CPU
 //    tensors (GPU tensors: UnsupportedError until a GPU backend is built).
 //  - No operation blocks forever: each has a deadline (DistConfig::timeout, CHORUS_TIMEOUT). A peer

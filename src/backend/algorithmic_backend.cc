@@ -158,9 +158,11 @@ bool AlgorithmicBackend::waitSome(std::span<Transfer* const> transfers, Deadline
   return transport_->waitSome(waitingTransfers_, deadline);
 }
 
-void AlgorithmicBackend::pollTransfers() {
-  if (!collectiveRunning_)  // else its waits move them (and tell their listeners)
-    transport_->poll();
+bool AlgorithmicBackend::pollTransfers() {
+  if (collectiveRunning_)  // its waits move them (and tell their listeners)
+    return false;
+  transport_->poll();
+  return true;
 }
 
 void AlgorithmicBackend::abort(std::exception_ptr reason) noexcept { transport_->abort(reason); }

@@ -56,7 +56,8 @@ class AlgorithmicBackend : public Backend {
   void interruptWait() noexcept override { transport_->interrupt(); }
   // A collective's transport waits move every posted request, the transfers' too (transport.h).
   bool collectivesMoveTransfers() const override { return true; }
-  void pollTransfers() override;
+  bool pollTransfers() override;
+  void wakeCollective() noexcept override { transport_->wake(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 

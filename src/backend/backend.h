@@ -58,9 +58,11 @@ struct CallContext {
   // The operation's records, where a backend notes when it saw every peer arrive
   // (trace::noteAllArrived; Note [Timeline]); null when the caller records none.
   const trace::Ticket* record = nullptr;
-  // When set, every wait of this collective calls it, at least once a millisecond and with no lock
-  // of the backend held: the front end's transfers go on meanwhile (see the contract above).
-  detail::FunctionRef<void()> whileWaiting = nullptr;
+  // When set, every wait of this collective calls it, with no lock of the backend held: the front
+  // end's transfers go on meanwhile (see the contract above). While it returns true (transfers in
+  // flight that the wait may not see move), the wait calls it at least once a millisecond; a
+  // transfer issued meanwhile wakes the wait (wakeCollective).
+  detail::FunctionRef<bool()> whileWaiting = nullptr;
 };
 
 // Told when a posted transfer's bytes have all moved, while a collective runs amid it
@@ -145,9 +147,17 @@ class Backend {
   virtual bool collectivesMoveTransfers() const { return false; }
   // Moves posted transfers along without waiting (Transport::poll) and tells the listeners of
   // those done, for a collective's waits on something else (shm: its group's; hierarchical: its
-  // node and leaders steps'; mpi: MPI's own). A no-op where the running collective's waits move
-  // them already.
-  virtual void pollTransfers() {}
+  // node and leaders steps'; mpi: MPI's own). Returns whether it must be called again soon (the
+  // waits see nothing of these transfers move); a no-op, false, where the running collective's
+  // waits move them already.
+  virtual bool pollTransfers() { return false; }
+  // Whether postSend/postRecv of `bytes` return at once (the mpi backend runs a transfer above 2
+  // GiB whole), so that a collective's whileWaiting may post it.
+  virtual bool postReturnsAtOnce(size_t /*bytes*/) const { return true; }
+  // A transfer was issued while a collective runs: make the collective's waits call its
+  // whileWaiting soon, sleeping or not (Transport::wake). Any thread. The default does nothing:
+  // a backend whose collectives' waits never sleep.
+  virtual void wakeCollective() noexcept {}
 
   // See Transport::abort / close.
   virtual void abort(std::exception_ptr reason) noexcept = 0;

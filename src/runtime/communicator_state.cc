@@ -139,8 +139,8 @@ std::shared_ptr<Work> CommunicatorState::enqueue(Fingerprint fingerprint, Body b
     queue_.push(std::move(operation), /*pointToPoint=*/false,
                 /*collective=*/fingerprint.collective != Collective::kPointToPoint);
   }
-  // A batch of transfers that waits takes a collective behind it (Note [A collective amid
-  // transfers]): wake it, as submitPointToPoint does for a transfer.
+  // A batch of transfers that waits takes a collective behind it (Note [Collectives and
+  // transfers together]): wake it, as submitPointToPoint does for a transfer.
   if (transfersWaiting_.load(std::memory_order_seq_cst) && backend_->collectivesMoveTransfers())
     backend_->interruptWait();
   return work;

@@ -194,8 +194,8 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // returns its completed Work. Otherwise null, and nothing is done.
   std::shared_ptr<Work> runHereIfIdle(Fingerprint fingerprint, BodyRef body);
   // How the operation that execute() runs holds the queue: a claim (claimIfIdle), as the queue's
-  // running operation, or inside a batch of transfers, which holds it (Note [A collective amid
-  // transfers]). execute() releases the first two.
+  // running operation, or inside a batch of transfers, which holds it (Note [Collectives and
+  // transfers together]). execute() releases the first two.
   enum class Hold { kClaimed, kRunning, kAmidTransfers };
   // Runs `body` and finishes `work`, releasing the queue as its hold says. The first form runs a
   // queued operation; the second takes the failure, timeout and hold its caller read under mutex_.
@@ -233,9 +233,9 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // (whileCollectiveWaits) and, unless it runs amid a batch (`hold`), hands the transfers it
   // started to the worker when it ends (handOverTransfers).
   void runWithTransfers(BodyRef body, backend::CallContext call, Hold hold);
-  // What every wait of such a collective calls: posts the transfers queued right behind it and
-  // polls the posted ones.
-  void whileCollectiveWaits();
+  // What every wait of such a collective calls: posts the transfers queued behind it and polls
+  // the posted ones; returns whether any are in flight.
+  bool whileCollectiveWaits();
   // Queues the transfers that the collective started (collectiveTransfers_) to run next, as a
   // batch on the worker; nothing when there are none.
   void handOverTransfers();
@@ -282,6 +282,9 @@ class CommunicatorState : public std::enable_shared_from_this<CommunicatorState>
   // behind it join there. Used by whichever thread holds the queue.
   TransferBatch* batch_ = nullptr;
   TransferBatch collectiveTransfers_;  // a collective's, outside a batch (runWithTransfers)
+  bool inWhileWaiting_ = false;        // whileCollectiveWaits is running (queue holder only)
+  // A collective whose waits take transfers runs: a pushed transfer wakes them.
+  std::atomic<bool> collectiveTakesTransfers_{false};
   // Set while that batch may wait: a pushed transfer then interrupts the wait.
   std::atomic<bool> transfersWaiting_{false};
 

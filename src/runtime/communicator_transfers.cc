@@ -104,7 +104,7 @@ std::shared_ptr<Work> CommunicatorState::submitPointToPoint(const Fingerprint& f
   std::shared_ptr<Work> work = pending->work;
   auto operation = std::make_shared<std::function<void()>>([this, pending] {
     if (batch_ != nullptr)
-      batch_->joining.push_back(pending);  // taken by the running operation (takeNextPointToPoint)
+      batch_->joining.push_back(pending);  // taken by the running operation
     else
       runTransfers(pending);
   });
@@ -115,6 +115,8 @@ std::shared_ptr<Work> CommunicatorState::submitPointToPoint(const Fingerprint& f
   }
   if (transfersWaiting_.load(std::memory_order_seq_cst))
     backend_->interruptWait();
+  else if (collectiveTakesTransfers_.load(std::memory_order_seq_cst))
+    backend_->wakeCollective();
   return work;
 }
 
@@ -150,25 +152,31 @@ void CommunicatorState::startTransfer(PendingTransfer& transfer,
 //    collective queued right behind it and runs it at once, on the worker, with its transfers still
 //    posted (runAmidTransfers).
 //  - Every wait of every collective calls whileCollectiveWaits (CallContext::whileWaiting), on the
-//    thread that runs it: it posts the transfers queued right behind the collective, and polls the
-//    posted ones (Backend::pollTransfers) where the collective's own waits do not move them (the
-//    shm group's, the hierarchical backend's node and leaders steps'; over a transport its waits
-//    move every posted request, and MPI's progress engine moves its own). A transfer issued while
-//    the collective sleeps is posted within a millisecond: those waits sleep no longer at a time.
-//    When the collective ends, the transfers it started go on as a batch on the worker: the
-//    collective hands them over as the queue's next operation (pushFront), which only the worker
-//    runs, and which then takes what follows, as any batch does.
+//    thread that runs it: it posts the transfers queued behind the collective, in call order,
+//    wherever they are (collectives queued before them stay queued: a data-parallel step's bucket
+//    allreduces may be), and polls the posted ones (Backend::pollTransfers) where the collective's
+//    own waits do not move them (the shm group's, the hierarchical backend's node and leaders
+//    steps'; over a transport its waits move every posted request, and MPI's progress engine
+//    moves its own). A transfer issued while the collective sleeps wakes it
+//    (Backend::wakeCollective); while transfers are in flight its waits sleep a millisecond at
+//    most. One that the backend would run whole (the mpi backend's above 2 GiB) waits, with those
+//    behind it, for the collective's end. When the collective ends, the transfers it started go on
+//    as a batch on the worker: the collective hands them over as the queue's next operation
+//    (pushFront), which only the worker runs, and which then takes what follows, as any batch
+//    does.
 // A transfer that finishes during a collective completes its Work at once, not when the
 // collective ends: each has a listener (Request::listener) for the collective's time, which the
 // wait pass or poll that finds it done tells, so a program may wait for it while the collective
 // runs and go on to what the collective's peers wait for. After the collective a wait that returns
 // at once marks what is done. Each transfer keeps its own deadline and the collective its own;
 // once a transfer's has passed the batch takes no more collectives, and its wait fails it. A
-// failure of either fails the communicator, and both. What remains: collectives run one at a time,
-// in call order (every rank's order), so a collective queued behind another waits for it; and a
-// blocking send or recv that runs whole on its caller's thread (BlockingCalls, idle queue) still
-// holds a collective that another thread issues meanwhile; its timeout says so
-// (explainQueuedCollective), and what to do.
+// failure of either fails the communicator, and both. As in MPI, a transfer and a collective in
+// flight together must not share a buffer that either writes (an async allreduce of x, then a send
+// of x, may send x half reduced): the program waits for the first before it issues the second.
+// What remains: collectives run one at a time, in call order (every rank's order), so a
+// collective queued behind another waits for it; and a blocking send or recv that runs whole on
+// its caller's thread (BlockingCalls, idle queue) still holds a collective that another thread
+// issues meanwhile; its timeout says so (explainQueuedCollective), and what to do.
 std::exception_ptr CommunicatorState::explainQueuedCollective(std::exception_ptr error) {
   if (!queue_.collectiveQueued())
     return error;
@@ -193,38 +201,62 @@ void CommunicatorState::runWithTransfers(BodyRef body, backend::CallContext call
     body(call);
     return;
   }
-  auto whileWaiting = [this] { whileCollectiveWaits(); };
+  auto whileWaiting = [this] { return whileCollectiveWaits(); };
   call.whileWaiting = whileWaiting;
-  if (hold == Hold::kAmidTransfers) {  // the batch's transfers, which runAmidTransfers looks after
-    body(call);
-    return;
+  const bool own = hold != Hold::kAmidTransfers;  // else the batch's, which runAmidTransfers keeps
+  if (own) {
+    CHORUS_ASSERT(batch_ == nullptr && collectiveTransfers_.empty());
+    batch_ = &collectiveTransfers_;
   }
-  CHORUS_ASSERT(batch_ == nullptr && collectiveTransfers_.empty());
-  batch_ = &collectiveTransfers_;
+  // A transfer pushed from here on wakes the collective's waits (submitPointToPoint).
+  collectiveTakesTransfers_.store(true, std::memory_order_seq_cst);
+  auto after = [&] {
+    collectiveTakesTransfers_.store(false, std::memory_order_seq_cst);
+    if (own)
+      handOverTransfers();
+  };
   try {
     body(call);
   } catch (...) {
-    handOverTransfers();
+    after();
     throw;
   }
-  handOverTransfers();
+  after();
 }
 
-void CommunicatorState::whileCollectiveWaits() {
+bool CommunicatorState::whileCollectiveWaits() {
+  if (inWhileWaiting_)  // a wait inside its own posting: the outer call goes on
+    return false;
+  inWhileWaiting_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{inWhileWaiting_};
   TransferBatch& batch = *batch_;
-  if (queue_.pointToPointNext()) {
-    // Each joins batch.joining (submitPointToPoint's operation).
-    while (OperationQueue::Operation next = queue_.takeNextPointToPoint()) (*next)();
+  bool took = false;
+  if (queue_.pointToPointQueued()) {
+    // Each joins batch.joining (submitPointToPoint's operation), in call order; collectives queued
+    // before them stay queued.
+    while (OperationQueue::Operation next = queue_.takePointToPoint()) {
+      (*next)();
+      took = true;
+    }
+  }
+  if (took) {
     const std::chrono::milliseconds timeout = this->timeout();
-    for (auto& transfer : batch.joining) {
+    // One that the backend would run whole waits, with those behind it, for the collective's end.
+    while (!batch.joining.empty() &&
+           backend_->postReturnsAtOnce(batch.joining.front()->call.tensor.nbytes())) {
+      std::shared_ptr<PendingTransfer> transfer = std::move(batch.joining.front());
+      batch.joining.erase(batch.joining.begin());
+      batch.active.push_back(transfer);  // failing here fails the collective, and it with it
       startTransfer(*transfer, timeout);
       transfer->transfer.request.listener = transfer.get();
-      batch.active.push_back(transfer);
     }
-    batch.joining.clear();
   }
-  if (!batch.active.empty())
-    backend_->pollTransfers();
+  const bool inFlight = std::any_of(batch.active.begin(), batch.active.end(),
+                                    [](const auto& transfer) { return !transfer->finished; });
+  return inFlight && backend_->pollTransfers();
 }
 
 void CommunicatorState::handOverTransfers() {
@@ -280,6 +312,8 @@ void CommunicatorState::continueTransfers(TransferBatch& batch) {
     error = failure_;
     timeout = timeout_;
   }
+  if (error && !active.empty())
+    backend_->abort(error);  // a collective that failed left them posted: their buffers go away
   if (!error) {
     batch_ = &batch;
     try {

@@ -20,9 +20,9 @@ void OperationQueue::shutdown() {
 void OperationQueue::push(Operation operation, bool pointToPoint, bool collective) {
   {
     std::lock_guard lock(mutex_);
-    pending_.push_back(Entry{std::move(operation), pointToPoint, collective});
-    if (pending_.size() == 1)
-      noteHead();
+    pending_.push_back(Entry{std::move(operation), pointToPoint, collective, pointToPoint});
+    if (pointToPoint)
+      pointToPointQueued_.fetch_add(1, std::memory_order_seq_cst);
     state_.fetch_add(kPendingOne, std::memory_order_acq_rel);
     if (!worker_.joinable())
       worker_ = std::thread([this] { workerLoop(); });
@@ -33,8 +33,8 @@ void OperationQueue::push(Operation operation, bool pointToPoint, bool collectiv
 void OperationQueue::pushFront(Operation operation) {
   {
     std::lock_guard lock(mutex_);
-    pending_.push_front(Entry{std::move(operation), /*pointToPoint=*/true, /*collective=*/false});
-    noteHead();
+    pending_.push_front(Entry{std::move(operation), /*pointToPoint=*/false, /*collective=*/false,
+                              /*workerOnly=*/true});
     state_.fetch_add(kPendingOne, std::memory_order_acq_rel);
     if (!worker_.joinable())
       worker_ = std::thread([this] { workerLoop(); });
@@ -42,9 +42,25 @@ void OperationQueue::pushFront(Operation operation) {
   wake_.notify_one();
 }
 
-void OperationQueue::noteHead() {
-  pointToPointNext_.store(!pending_.empty() && pending_.front().pointToPoint,
-                          std::memory_order_release);
+OperationQueue::Operation OperationQueue::removeAt(size_t index) {
+  const auto entry = pending_.begin() + static_cast<std::ptrdiff_t>(index);
+  Operation operation = std::move(entry->operation);
+  if (entry->pointToPoint)
+    pointToPointQueued_.fetch_sub(1, std::memory_order_seq_cst);
+  pending_.erase(entry);
+  return operation;
+}
+
+OperationQueue::Operation OperationQueue::takePointToPoint() {
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i].pointToPoint) {
+      Operation taken = removeAt(i);
+      state_.fetch_sub(kPendingOne, std::memory_order_acq_rel);
+      return taken;
+    }
+  }
+  return nullptr;
 }
 
 // Note [The worker does not preempt its waker]
@@ -77,10 +93,8 @@ bool OperationQueue::claimIfIdle() {
 }
 
 OperationQueue::Operation OperationQueue::takeHead() {
-  Operation operation = std::move(pending_.front().operation);
-  pending_.pop_front();
-  noteHead();
-  state_.fetch_add(kRunning - kPendingOne, std::memory_order_acq_rel);
+  Operation operation = removeAt(0);
+  state_.fetch_add(kRunning - kPendingOne, std::memory_order_acq_rel);  // one step: never idle
   return operation;
 }
 
@@ -88,7 +102,7 @@ bool OperationQueue::runIfNext(const Operation& operation) {
   {
     std::lock_guard lock(mutex_);
     if (runningNow() || pending_.empty() || pending_.front().operation != operation ||
-        pending_.front().pointToPoint) {
+        pending_.front().workerOnly) {
       return false;
     }
     takeHead();
@@ -101,9 +115,7 @@ OperationQueue::Operation OperationQueue::takeNextIf(bool Entry::*kind) {
   std::lock_guard lock(mutex_);
   if (pending_.empty() || !(pending_.front().*kind))
     return nullptr;
-  Operation next = std::move(pending_.front().operation);
-  pending_.pop_front();
-  noteHead();
+  Operation next = removeAt(0);
   state_.fetch_sub(kPendingOne, std::memory_order_acq_rel);
   return next;
 }

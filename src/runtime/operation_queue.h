@@ -10,9 +10,9 @@
 // Point-to-point operations (Note [Point-to-point overlap], communicator_state.h) are marked when
 // pushed: only the worker runs them (runIfNext refuses them), and the one running may take those
 // queued right behind it (takeNextPointToPoint) to run them alongside itself, and a collective
-// queued right behind them (takeNextCollective). A running collective may take them too, and
-// hand the transfers it started to the worker (pushFront): Note [Collectives and transfers
-// together], communicator_transfers.cc.
+// queued right behind them (takeNextCollective). A running collective may take them from
+// anywhere in the queue (takePointToPoint), and hand the transfers it started to the worker
+// (pushFront): Note [Collectives and transfers together], communicator_transfers.cc.
 #pragma once
 
 #include <atomic>
@@ -53,11 +53,17 @@ class OperationQueue {
   // For the running operation: removes and returns the next queued operation if it is a
   // collective, to run it alongside itself; null otherwise.
   Operation takeNextCollective();
-  // Whether the next queued operation is a point-to-point one. One atomic load, no lock: for the
-  // running operation, which polls it (a push may land just after it).
-  bool pointToPointNext() const { return pointToPointNext_.load(std::memory_order_acquire); }
-  // For the running operation: queues `operation` (point-to-point: the worker runs it) ahead of
-  // everything, to run next once the running one releases the queue.
+  // Whether a point-to-point operation is queued. One atomic load (sequentially consistent, as the
+  // push's count), no lock: for the running operation, which polls it.
+  bool pointToPointQueued() const {
+    return pointToPointQueued_.load(std::memory_order_seq_cst) > 0;
+  }
+  // For the running operation: removes and returns the first queued point-to-point operation,
+  // wherever it is (collectives queued before it stay, in order); null when there is none.
+  Operation takePointToPoint();
+  // For the running operation: queues `operation` ahead of everything, to run next once the
+  // running one releases the queue, on the worker (runIfNext refuses it, and takePointToPoint and
+  // takeNextPointToPoint do not take it).
   void pushFront(Operation operation);
   // Whether the next queued operation is a collective (for error messages: one waits behind).
   bool collectiveQueued();
@@ -92,8 +98,9 @@ class OperationQueue {
   void run(const Operation& operation);
   // Pops the head (pending_ not empty, nothing running) and marks it running. Under mutex_.
   Operation takeHead() CHORUS_REQUIRES(mutex_);
-  // Sets pointToPointNext_ from pending_'s head, after every change to it.
-  void noteHead() CHORUS_REQUIRES(mutex_);
+  // Removes pending_[index] and returns its operation; the point-to-point count follows, the
+  // state word is the caller's. Under mutex_.
+  Operation removeAt(size_t index) CHORUS_REQUIRES(mutex_);
 
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -101,13 +108,14 @@ class OperationQueue {
     Operation operation;
     bool pointToPoint = false;
     bool collective = false;
+    bool workerOnly = false;  // point-to-point, or pushFront's: runIfNext refuses it
   };
   // Removes and returns the head if its flag `kind` is set; null otherwise (the running one's).
   Operation takeNextIf(bool Entry::*kind);
 
   std::deque<Entry> pending_ CHORUS_GUARDED_BY(mutex_);
   std::atomic<uint64_t> state_{0};
-  std::atomic<bool> pointToPointNext_{false};  // pending_'s head is point-to-point
+  std::atomic<int> pointToPointQueued_{0};  // entries of pending_ with pointToPoint set
   bool stopping_ CHORUS_GUARDED_BY(mutex_) = false;
   std::thread worker_;
 };

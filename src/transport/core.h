@@ -16,7 +16,8 @@
 //    wait(). Each pass of the wait loop, and poll(), then tells the listeners of completed ops
 //    (Request::listener).
 //  - pollWhileWaiting(poll): each pass of the wait loop also calls `poll`, with the lock dropped
-//    (it may post here), and idle() is given a deadline at most a millisecond away.
+//    (it may post here), and while it returns true idle() is given a deadline at most a
+//    millisecond away.
 //  - wait(): with the lock held, beginWait(), then loop: take up an abort() from another thread;
 //    progress(); done when every op is complete; an incomplete op whose peer has left
 //    (peerLeft(peer)) is a PeerError; past the deadline a TimeoutError naming the peers still
@@ -78,9 +79,13 @@ class TransportCore : public Transport {
   void wait(std::span<Request* const> requests, Deadline deadline) final;
   bool waitSome(std::span<Request* const> requests, Deadline deadline) final;
   void poll() final;
-  void pollWhileWaiting(detail::FunctionRef<void()> poll) final { whileWaiting_ = poll; }
+  void pollWhileWaiting(detail::FunctionRef<bool()> poll) final { whileWaiting_ = poll; }
   void interrupt() noexcept final {
     interruptWanted_.store(true, std::memory_order_release);
+    wakeWaiter();
+  }
+  void wake() noexcept final {
+    wakeWanted_.store(true, std::memory_order_seq_cst);
     wakeWaiter();
   }
   void abort(std::exception_ptr reason) noexcept final;
@@ -118,6 +123,8 @@ class TransportCore : public Transport {
   void fail(std::exception_ptr error, bool tellPeers) noexcept;
   bool abortRequested() const { return abortWanted_.load(std::memory_order_acquire); }
   bool interruptRequested() const { return interruptWanted_.load(std::memory_order_acquire); }
+  // wake() since this pass of the wait began: idle() must not sleep.
+  bool wakeRequested() const { return wakeWanted_.load(std::memory_order_seq_cst); }
   OpPool<Op>& ops() { return ops_; }
   const OpPool<Op>& ops() const { return ops_; }
   // The receives from any peer that nothing matched yet (matching.h).
@@ -186,8 +193,9 @@ class TransportCore : public Transport {
   void finishComplete(std::span<Request* const> requests);
   // Fails with the reason of an abort() that another thread asked for, and throws it; else nothing.
   void takeUpAbort();
-  // Calls whileWaiting_ without the lock (held again on return, also when it throws).
-  void callWhileWaiting(std::unique_lock<std::mutex>& lock);
+  // Calls whileWaiting_ without the lock (held again on return, also when it throws); returns its
+  // answer.
+  bool callWhileWaiting(std::unique_lock<std::mutex>& lock);
   bool allComplete();
   void waitOnAnyPeer();
   std::string tagHint();
@@ -207,7 +215,8 @@ class TransportCore : public Transport {
   std::mutex abortMutex_;
   std::exception_ptr abortReason_;
   std::atomic<bool> interruptWanted_{false};  // interrupt(): taken up by the next waitSome()
-  detail::FunctionRef<void()> whileWaiting_;  // pollWhileWaiting's
+  std::atomic<bool> wakeWanted_{false};       // wake(): cleared as each pass of a wait begins
+  detail::FunctionRef<bool()> whileWaiting_;  // pollWhileWaiting's
   static constexpr std::chrono::milliseconds kPollSlice{1};
 
   OpPool<Op> ops_;
@@ -365,9 +374,14 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
       takeUpAbort();
       progress();
       ops_.notifyCompleted();
+      bool pollSoon = false;
       if (whileWaiting_) {
-        callWhileWaiting(lock);
+        // Cleared before the poll looks: a wake() after that keeps idle() awake (wakeRequested).
+        wakeWanted_.store(false, std::memory_order_seq_cst);
+        pollSoon = callWhileWaiting(lock);
         throwIfFailed();  // abort() from another thread, while the lock was dropped
+      } else if (wakeWanted_.load(std::memory_order_relaxed)) {
+        wakeWanted_.store(false, std::memory_order_relaxed);  // one meant for a collective's wait
       }
       if (done())
         return true;
@@ -380,8 +394,8 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
         stall::onStalled(waitingOn_);
         stallCheckAt = stall::nextCheckAt();
       }
-      // While another transport's transfers are polled, no sleep lasts past a millisecond.
-      idle(whileWaiting_ ? Deadline::earliest(deadline, Deadline(now + kPollSlice)) : deadline, now,
+      // While transfers it moves are in flight, no sleep lasts past a millisecond.
+      idle(pollSoon ? Deadline::earliest(deadline, Deadline(now + kPollSlice)) : deadline, now,
            lock);
       throwIfFailed();  // abort() from another thread
     }
@@ -394,14 +408,14 @@ bool TransportCore<Op>::waitLoop(Deadline deadline,
 // pollWhileWaiting's function, with the lock dropped: it may post on this transport (the front
 // end's transfers issued while a collective waits here), and it does not block.
 template <typename Op>
-void TransportCore<Op>::callWhileWaiting(std::unique_lock<std::mutex>& lock) {
+bool TransportCore<Op>::callWhileWaiting(std::unique_lock<std::mutex>& lock) {
   struct Relock {
     std::unique_lock<std::mutex>& lock;
     ~Relock() { lock.lock(); }
   };
   lock.unlock();
   Relock relock{lock};
-  whileWaiting_();
+  return whileWaiting_();
 }
 
 template <typename Op>
@@ -441,6 +455,9 @@ bool TransportCore<Op>::waitSome(std::span<Request* const> requests, Deadline de
   collectWaitOps(requests);
   const bool completed =
       waitLoop(deadline, lock, /*interruptible=*/true, [this] { return anyComplete(); });
+  // An interrupt() that came while it returned for a completion is spent too: the caller looks
+  // for what was pushed before it waits again (a flag left set would keep every later wait awake).
+  interruptWanted_.store(false, std::memory_order_release);
   finishComplete(requests);
   return completed;
 }

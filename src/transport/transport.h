@@ -142,12 +142,17 @@ class Transport {
   // transport whose requests move without a waiter (loopback: the sender matches at once).
   virtual void poll() { rethrowIfFailed(); }
   // Until called again with an empty one, every pass of wait() and waitSome() also calls `poll`
-  // (which must outlive that), with no lock held, and sleeps at most a millisecond: the front end
-  // posts the transfers issued meanwhile, on this transport or another, and moves those on
-  // another (Note [Collectives and transfers together] in runtime/communicator_transfers.cc). Its
-  // exceptions fail this transport. Called by the thread that posts and waits, between its waits.
-  // The default ignores it (loopback, whose requests move without a waiter).
-  virtual void pollWhileWaiting(detail::FunctionRef<void()> /*poll*/) {}
+  // (which must outlive that), with no lock held, and while it returns true sleeps at most a
+  // millisecond: the front end posts the transfers issued meanwhile, on this transport or another,
+  // and moves those on another (Note [Collectives and transfers together] in
+  // runtime/communicator_transfers.cc); wake() wakes the wait for it. Its exceptions fail this
+  // transport. Called by the thread that posts and waits, between its waits. The default ignores
+  // it (loopback, whose requests move without a waiter).
+  virtual void pollWhileWaiting(detail::FunctionRef<bool()> /*poll*/) {}
+  // Makes the wait that runs now, or the next pass of one, call its pollWhileWaiting function soon
+  // instead of sleeping on; unlike interrupt(), it ends no wait and leaves nothing for the next.
+  // Any thread, never throws. The default does nothing (a transport whose waits never sleep).
+  virtual void wake() noexcept {}
 
   // Fails the transport with `reason` (a chorus::Error) and tells every peer, which then fail
   // with an error of the same type whose message quotes this one. Thread-safe, never throws.

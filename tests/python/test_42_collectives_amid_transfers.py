@@ -160,6 +160,29 @@ def test_a_send_issued_after_an_async_collective_starts_while_it_runs(rank, size
 
 
 @pytest.mark.parametrize("count", [5, LARGE])
+def test_a_send_issued_behind_two_async_collectives_starts_while_the_first_runs(rank, size, group,
+                                                                                count):
+    """As a data-parallel step's bucket allreduces, then a pipeline's send: the send goes ahead of
+    the second allreduce, which waits for the first."""
+    me = group_rank(rank, size)
+    partner = partner_of(me, size)
+    first, second = np.array([float(me)]), np.array([2.0 * me])
+    if partner is not None and me % 2 == 0:
+        works = [chorus.allreduce(x, inplace=True, async_op=True, group=group)
+                 for x in (first, second)]
+        chorus.send(message(me, 11, count), partner, tag=11, group=group)
+        for work in works:
+            work.wait()
+    else:
+        if partner is not None:
+            got = chorus.recv(partner, (count,), "float64", tag=11, group=group)
+            np.testing.assert_array_equal(got, message(partner, 11, count))
+        for x in (first, second):
+            chorus.allreduce(x, inplace=True, group=group)
+    assert (first[0], second[0]) == (size * (size - 1) / 2, size * (size - 1))
+
+
+@pytest.mark.parametrize("count", [5, LARGE])
 def test_a_receive_issued_after_an_async_collective_takes_a_send_that_waits_for_it(rank, size,
                                                                                    group, count):
     me = group_rank(rank, size)

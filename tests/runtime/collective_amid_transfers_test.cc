@@ -291,6 +291,64 @@ TEST_P(CollectiveAmidTransfersTest, ASendFromAnotherThreadStartsWhileABlockingCo
   });
 }
 
+// Even ranks issue two async allreduces, then a send to the odd rank after them; that rank
+// receives first and joins both allreduces after. The send cannot wait for the second allreduce
+// (queued behind the first, which waits for the receiver): it starts while the first runs, ahead
+// of the second, as in MPI (a data-parallel step's bucket allreduces, then a pipeline's send).
+TEST_P(CollectiveAmidTransfersTest, ASendIssuedBehindTwoAsyncCollectivesStartsWhileTheFirstRuns) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), partner = partnerOf(r, p);
+    for (int64_t count : {kSmall, kLarge}) {
+      std::vector<int32_t> out = message(r, 13, count), got(count, -1);
+      std::vector<int64_t> first = {r}, second = {2 * r};
+      if (partner >= 0 && r % 2 == 0) {
+        auto one = comm.allreduce(Tensor(first.data(), {1}));
+        auto two = comm.allreduce(Tensor(second.data(), {1}));
+        comm.send(Tensor(out.data(), {count}), partner, 13)->wait();
+        one->wait();
+        two->wait();
+      } else if (partner >= 0) {
+        comm.recv(Tensor(got.data(), {count}), partner, 13)->wait();
+        expectMessage(got, partner, 13);
+        comm.allreduce(Tensor(first.data(), {1}))->wait();
+        comm.allreduce(Tensor(second.data(), {1}))->wait();
+      } else {
+        comm.allreduce(Tensor(first.data(), {1}))->wait();
+        comm.allreduce(Tensor(second.data(), {1}))->wait();
+      }
+      EXPECT_EQ(first[0], int64_t{p} * (p - 1) / 2);
+      EXPECT_EQ(second[0], int64_t{p} * (p - 1));
+    }
+  });
+}
+
+// Rank 0 issues an async allreduce that rank 1 joins only later, and a receive from rank 1 behind
+// it (most often posted by the allreduce's waits: the abort comes a little later), then aborts
+// the communicator: the allreduce and the receive fail on rank 0, and the others' allreduce fails
+// with rank 0's abort; nothing waits for a deadline.
+TEST_P(CollectiveAmidTransfersTest, AnAbortFailsTheCollectiveAndTheTransfersItStarted) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank();
+    auto side = comm.split(0, r);
+    std::vector<int64_t> sum = {r};
+    std::vector<int32_t> got(kLarge, -1);
+    int32_t aborted = 1;
+    if (r == 0) {
+      auto allreduce = comm.allreduce(Tensor(sum.data(), {1}));
+      auto receive = comm.recv(Tensor(got.data(), {kLarge}), 1, 14);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // order only, not timing
+      comm.abort("the test aborts it");
+      side->send(Tensor(&aborted, {1}), 1, 14)->wait();
+      EXPECT_THROW(allreduce->wait(), Error);
+      EXPECT_THROW(receive->wait(), Error);
+    } else {
+      if (r == 1)
+        side->recv(Tensor(&aborted, {1}), 0, 14)->wait();
+      EXPECT_THROW(comm.allreduce(Tensor(sum.data(), {1}))->wait(), Error);
+    }
+  });
+}
+
 // The hierarchical backend's leaders step (three ranks on nodes {a, a, b}: ranks 0 and 2 lead):
 // rank 2, alone on its node, posts a receive of 16 MiB from rank 0 (more than the sockets
 // hold), issues a barrier and tells rank 0 so (on a second communicator); rank 0 sends, blocking,

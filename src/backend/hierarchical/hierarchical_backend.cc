@@ -198,6 +198,14 @@ void HierarchicalBackend::postRecv(
   guarded([&] { flat_->postRecv(call, data, bytes, peer, tag, transfer); });
 }
 
+void HierarchicalBackend::wakeCollective() noexcept {
+  if (local_ != nullptr)
+    local_->wakeCollective();
+  if (leaders_ != nullptr)
+    leaders_->wakeCollective();
+  flat_->wakeCollective();
+}
+
 bool HierarchicalBackend::waitSome(std::span<Transfer* const> transfers, Deadline deadline) {
   bool completed = false;
   guarded([&] { completed = flat_->waitSome(transfers, deadline); });

@@ -108,10 +108,11 @@ class HierarchicalBackend : public Backend {
                 Transfer& transfer) override;
   bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
   void interruptWait() noexcept override { flat_->interruptWait(); }
+  void wakeCollective() noexcept override;  // every step's
   // Transfers go over flat_: its own collectives move them, and the node and leaders steps' waits
   // call the call's whileWaiting, which polls them (pollTransfers).
   bool collectivesMoveTransfers() const override { return flat_->collectivesMoveTransfers(); }
-  void pollTransfers() override { flat_->pollTransfers(); }
+  bool pollTransfers() override { return flat_->pollTransfers(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 

@@ -165,8 +165,8 @@ MPI_Status MpiBackend::run(const CallContext& call, const char* what, int peer, 
     for (int pass = 0;; ++pass) {
       int done = 0;
       connector::checkMpi(MPI_Test(&request, &done, &status), what, names_(rank_), names_(peer));
-      if (call.whileWaiting)  // the front end's transfers (Note [Collectives and transfers
-        call.whileWaiting();  // together]): it posts new ones and calls pollTransfers()
+      if (call.whileWaiting)        // the front end's transfers (Note [Collectives and transfers
+        (void)call.whileWaiting();  // together]): it posts new ones and calls pollTransfers()
       if (done)
         break;
       if ((pass & 63) == 0) {
@@ -496,6 +496,8 @@ void MpiBackend::post(const CallContext& call,
     throw;
   }
 }
+
+bool MpiBackend::postReturnsAtOnce(size_t bytes) const { return fitsInt(bytes); }
 
 bool MpiBackend::testPosted(Transfer& transfer) {
   auto found = posted_.find(&transfer);

@@ -97,7 +97,13 @@ class MpiBackend : public Backend {
   bool collectivesMoveTransfers() const override { return true; }
   // Tests the posted transfers that have a listener, and tells those of the completed ones (a
   // collective that runs amid them: Note [Collectives and transfers together]).
-  void pollTransfers() override { notifyCompletedTransfers(); }
+  bool pollTransfers() override {
+    notifyCompletedTransfers();
+    return false;  // its collectives' waits never sleep
+  }
+  // A transfer above 2 GiB runs whole (through the fallback): not inside a collective's wait.
+  bool postReturnsAtOnce(size_t bytes) const override;
+  void wakeCollective() noexcept override {}  // its collectives' waits never sleep
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 

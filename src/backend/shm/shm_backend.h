@@ -85,10 +85,15 @@ class ShmBackend : public Backend {
                 Transfer& transfer) override;
   bool waitSome(std::span<Transfer* const> transfers, Deadline deadline) override;
   void interruptWait() noexcept override { fallback_->interruptWait(); }
+  // The group's sleep, or the fallback's (a collective it runs there).
+  void wakeCollective() noexcept override {
+    group_->wakeSleepers();
+    fallback_->wakeCollective();
+  }
   // Transfers go over the fallback; the group's waits call the call's whileWaiting, which polls
   // them (pollTransfers).
   bool collectivesMoveTransfers() const override { return fallback_->collectivesMoveTransfers(); }
-  void pollTransfers() override { fallback_->pollTransfers(); }
+  bool pollTransfers() override { return fallback_->pollTransfers(); }
   void abort(std::exception_ptr reason) noexcept override;
   void close() noexcept override;
 

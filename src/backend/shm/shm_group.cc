@@ -332,8 +332,8 @@ void ShmGroup::checkNeededPeers(int index, uint64_t value) const {
 }
 
 void ShmGroup::sleepOnBell(uint32_t seen, Deadline deadline) {
-  auto slice =
-      std::min<std::chrono::milliseconds>(poll_ ? kPollSlice : kSleepSlice, deadline.remaining());
+  auto slice = std::min<std::chrono::milliseconds>(pollSoon_ ? kPollSlice : kSleepSlice,
+                                                   deadline.remaining());
   if (slice.count() <= 0)
     return;
   futexWait(block(0).bell, seen, slice);
@@ -379,7 +379,7 @@ bool ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t to
       return pass > 0;
     throwIfFailedWhileBehind(index, value);
     if (poll_)
-      poll_();
+      pollSoon_ = poll_();
     if (pass < spinPasses_)
       continue;
     if (pass == spinPasses_)
@@ -390,10 +390,16 @@ bool ShmGroup::waitUntil(int index, uint64_t value, Deadline deadline, size_t to
   }
   ControlBlock& hub = block(0);
   while (true) {
-    if (poll_)
-      poll_();
     hub.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = hub.bell.load(std::memory_order_seq_cst);
+    if (poll_) {  // after `seen`: a wakeSleepers() from here on ends the sleep below
+      try {
+        pollSoon_ = poll_();
+      } catch (...) {
+        hub.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+        throw;
+      }
+    }
     const bool waiting = anyBehind(index, value, nullptr);
     if (waiting)
       sleepOnBell(seen, deadline);
@@ -435,6 +441,15 @@ void ShmGroup::fail(std::exception_ptr error) noexcept {
   ControlBlock& hub = block(0);
   hub.bell.fetch_add(1, std::memory_order_seq_cst);
   futexWakeAll(hub.bell);
+}
+
+void ShmGroup::wakeSleepers() noexcept {
+  if (!segments_[rank_].valid())
+    return;
+  ControlBlock& hub = block(0);
+  hub.bell.fetch_add(1, std::memory_order_seq_cst);
+  if (hub.sleepers.load(std::memory_order_seq_cst) > 0)  // as announce(): none, no system call
+    futexWakeAll(hub.bell);
 }
 
 void ShmGroup::close() noexcept {

@@ -112,10 +112,16 @@ class ShmGroup {
   void waitAll(Step step, uint64_t value, Deadline deadline);
 
   // Until called again with an empty one, every wait also calls `poll` (which must outlive that)
-  // in each pass, and at least every millisecond while it sleeps: the front end's send/recv
-  // transfers while the shm backend's collectives wait (Note [Collectives and transfers
-  // together], runtime/communicator_transfers.cc). Its exceptions end the wait.
-  void pollWhileWaiting(detail::FunctionRef<void()> poll) { poll_ = poll; }
+  // in each pass, and, while it returns true, at least every millisecond while it sleeps: the
+  // front end's send/recv transfers while the shm backend's collectives wait (Note [Collectives
+  // and transfers together], runtime/communicator_transfers.cc). Its exceptions end the wait.
+  void pollWhileWaiting(detail::FunctionRef<bool()> poll) {
+    poll_ = poll;
+    pollSoon_ = false;
+  }
+  // Makes this rank's sleeping wait call its poll soon (the group's bell: the peers' sleepers
+  // wake and sleep again). Any thread.
+  void wakeSleepers() noexcept;
 
   // Whether ranks read each other's private memory directly (process_vm_readv, "cross-memory
   // attach"): the same on every rank; false where the kernel refuses it or CHORUS_SHM_DIRECT=0.
@@ -172,7 +178,8 @@ class ShmGroup {
   bool closed_ = false;
   bool directReads_ = false;
   detail::CrossMemoryReader reader_;  // readFrom's
-  detail::FunctionRef<void()> poll_;  // pollWhileWaiting's
+  detail::FunctionRef<bool()> poll_;  // pollWhileWaiting's
+  bool pollSoon_ = false;             // poll_'s last answer: sleep at most kPollSlice
 };
 
 }  // namespace chorus::backend::shm

@@ -67,8 +67,9 @@ class FaultyTransport final : public Transport {
   void wait(std::span<Request* const> requests, Deadline deadline) override;
   bool waitSome(std::span<Request* const> requests, Deadline deadline) override;
   void interrupt() noexcept override { inner_->interrupt(); }
+  void wake() noexcept override { inner_->wake(); }
   void poll() override { inner_->poll(); }
-  void pollWhileWaiting(detail::FunctionRef<void()> poll) override {
+  void pollWhileWaiting(detail::FunctionRef<bool()> poll) override {
     inner_->pollWhileWaiting(poll);
   }
   void abort(std::exception_ptr reason) noexcept override { inner_->abort(reason); }

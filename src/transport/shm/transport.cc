@@ -633,7 +633,7 @@ void ShmTransport::idle(Deadline deadline,
 void ShmTransport::sleep(Deadline deadline, std::unique_lock<std::mutex>& lock) {
   const Segment& self = segments_[rank()];
   uint32_t seen = self.prepareToSleep();
-  if (abortRequested() || interruptRequested() || progressAll()) {
+  if (abortRequested() || interruptRequested() || wakeRequested() || progressAll()) {
     self.stayAwake();
     return;
   }
