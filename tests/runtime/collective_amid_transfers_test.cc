@@ -322,6 +322,31 @@ TEST_P(CollectiveAmidTransfersTest, ASendIssuedBehindTwoAsyncCollectivesStartsWh
   });
 }
 
+// As ASendIssuedAfterAnAsyncCollectiveStartsWhileItRuns, but the send comes once the allreduce
+// has most likely gone to sleep (100 ms later: order only, not timing), which the send wakes
+// (Backend::wakeCollective). Without the wake it still finishes, later: tcp's sleeping wait looks
+// again within a second (measured: 1.0 s for the tcp cases instead of 0.1 s), shm's within 50 ms.
+TEST_P(CollectiveAmidTransfersTest, ASendIssuedWhileACollectiveSleepsWakesIt) {
+  runRanks([&](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size(), partner = partnerOf(r, p);
+    std::vector<int32_t> out = message(r, 15, kSmall), got(kSmall, -1);
+    std::vector<int64_t> sum = {r};
+    if (partner >= 0 && r % 2 == 0) {
+      auto allreduce = comm.allreduce(Tensor(sum.data(), {1}));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comm.send(Tensor(out.data(), {kSmall}), partner, 15)->wait();
+      allreduce->wait();
+    } else if (partner >= 0) {
+      comm.recv(Tensor(got.data(), {kSmall}), partner, 15)->wait();
+      expectMessage(got, partner, 15);
+      comm.allreduce(Tensor(sum.data(), {1}))->wait();
+    } else {
+      comm.allreduce(Tensor(sum.data(), {1}))->wait();
+    }
+    EXPECT_EQ(sum[0], int64_t{p} * (p - 1) / 2);
+  });
+}
+
 // Rank 0 issues an async allreduce that rank 1 joins only later, and a receive from rank 1 behind
 // it (most often posted by the allreduce's waits: the abort comes a little later), then aborts
 // the communicator: the allreduce and the receive fail on rank 0, and the others' allreduce fails
